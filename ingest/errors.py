@@ -1,0 +1,37 @@
+"""User-facing errors: one line on stderr and a documented exit code, never a traceback."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+
+import typer
+
+EXIT_OK = 0
+EXIT_SOME_FAILED = 1  # the run went through, but some inputs failed or answers differ
+EXIT_NOT_STARTED = 2  # usage error, unreachable database, no readable input
+
+
+class GsqaError(Exception):
+    """An error the user can act on. The message is the whole story; no traceback is shown."""
+
+    exit_code = EXIT_NOT_STARTED
+
+
+class DatabaseUnreachable(GsqaError):
+    """The database named by --dsn / DATABASE_URL / PG* cannot be reached."""
+
+
+class SchemaConflict(GsqaError):
+    """A table exists but does not have the reference columns."""
+
+
+@contextlib.contextmanager
+def reported_as_exit_code() -> Iterator[None]:
+    """Turn a GsqaError raised by library code into `error: ...` on stderr and its exit code."""
+    try:
+        yield
+    except GsqaError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise typer.Exit(error.exit_code) from None

@@ -1,0 +1,184 @@
+"""`ingest init`: create the extensions, the reference tables, the bookkeeping schema and the reader role.
+
+Everything runs in one transaction, so a failure leaves the database as it was. Running it again on a
+database that already has the schema changes nothing and says so; a table that exists with other columns
+is a conflict that is reported, never altered.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+from sqlalchemy import BigInteger, DateTime, Integer, String, Table, Text
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.schema import CreateTable
+
+from ingest import schema
+from ingest.db import connect
+from ingest.errors import GsqaError, SchemaConflict
+
+READER_PASSWORD_ENV = "GSQA_READER_PASSWORD"
+MIN_POSTGIS = (3, 2)
+_PG_DIALECT = postgresql.dialect()
+
+
+def sql_dir() -> Path:
+    """The sql/ folder: inside the installed package (wheel), else at the repository root (checkout)."""
+    packaged = Path(__file__).parent / "sql"
+    return packaged if packaged.is_dir() else Path(__file__).parent.parent / "sql"
+
+
+def run_sql_file(conn: psycopg.Connection, name: str) -> None:
+    conn.execute((sql_dir() / name).read_text())
+
+
+@dataclass
+class InitReport:
+    target: str
+    created: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.created)
+
+
+def initialize(dsn: str | None) -> InitReport:
+    with connect(dsn) as conn:
+        report = InitReport(target=f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}")
+        try:
+            with conn.transaction():
+                _require_postgis(conn)
+                before = _existing_objects(conn)
+                _refuse_conflicting_tables(conn, before)
+                _create_missing(conn, before)
+                _apply_grants(conn)
+                report.created = sorted(_existing_objects(conn) - before)
+        except psycopg.errors.InsufficientPrivilege as error:
+            raise GsqaError(
+                f"permission denied on {report.target}: {error.diag.message_primary}. `ingest init` needs a "
+                "role that may create extensions and roles (a superuser such as postgres)."
+            ) from None
+    return report
+
+
+def _require_postgis(conn: psycopg.Connection) -> None:
+    row = conn.execute(
+        "SELECT coalesce(e.extversion, a.default_version) FROM pg_available_extensions a "
+        "LEFT JOIN pg_extension e ON e.extname = a.name WHERE a.name = 'postgis'"
+    ).fetchone()
+    if row is None:
+        raise GsqaError(
+            "PostGIS is not installed on this server: install postgresql-15-postgis-3 (Debian) "
+            "or use the Docker database (`make db`)."
+        )
+    version = tuple(int(part) for part in row[0].split(".")[:2])
+    if version < MIN_POSTGIS:
+        raise GsqaError(f"PostGIS {row[0]} is too old: the benchmark SQL needs >= 3.2 (ST_DumpSegments).")
+
+
+def _existing_objects(conn: psycopg.Connection) -> set[str]:
+    """What init creates that is already there, as 'kind name' labels."""
+    found = {
+        f"extension {name}"
+        for (name,) in conn.execute(
+            "SELECT extname FROM pg_extension WHERE extname IN ('postgis', 'postgis_raster')"
+        )
+    }
+    for table in schema.metadata.sorted_tables:
+        if conn.execute("SELECT to_regclass(%s)", [table.fullname]).fetchone()[0]:
+            found.add(f"table {table.fullname}")
+    if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [schema.BOOKKEEPING_SCHEMA]).fetchone():
+        found.add(f"schema {schema.BOOKKEEPING_SCHEMA}")
+    if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [schema.READER_ROLE]).fetchone():
+        found.add(f"role {schema.READER_ROLE}")
+    return found
+
+
+def _refuse_conflicting_tables(conn: psycopg.Connection, existing: set[str]) -> None:
+    for table in schema.metadata.sorted_tables:
+        if f"table {table.fullname}" not in existing:
+            continue
+        actual = table_columns(conn, table.fullname)
+        expected = [(column.name, _pg_type_name(column.type)) for column in table.columns]
+        if actual != expected:
+            raise SchemaConflict(
+                f"table {table.fullname} exists but its columns differ from the reference schema "
+                f"(first difference: {_first_difference(expected, actual)}). Drop or rename it, then rerun "
+                "`ingest init`."
+            )
+
+
+def table_columns(conn: psycopg.Connection, qualified_name: str) -> list[tuple[str, str]]:
+    """(name, type) of a table's columns in order, types as PostgreSQL's format_type spells them."""
+    rows = conn.execute(
+        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+        "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+        [qualified_name],
+    )
+    return [(name, type_name) for name, type_name in rows]
+
+
+def _pg_type_name(column_type: object) -> str:
+    """format_type() spelling of the few column types the schema uses."""
+    if isinstance(column_type, BigInteger):
+        return "bigint"
+    if isinstance(column_type, Integer):
+        return "integer"
+    if isinstance(column_type, String) and not isinstance(column_type, Text):
+        return f"character varying({column_type.length})"
+    if isinstance(column_type, DateTime):
+        return "timestamp with time zone"
+    if isinstance(column_type, Text):
+        return "text"
+    rendered = column_type.compile(dialect=_PG_DIALECT)  # geography(GEOMETRY,4326), raster
+    return rendered.replace("GEOMETRY", "Geometry")
+
+
+def _first_difference(expected: list[tuple[str, str]], actual: list[tuple[str, str]]) -> str:
+    for position, (want, have) in enumerate(zip(expected, actual, strict=False), start=1):
+        if want != have:
+            return f"column {position} is {' '.join(have)}, expected {' '.join(want)}"
+    if len(actual) < len(expected):
+        return f"column {len(actual) + 1} {' '.join(expected[len(actual)])} is missing"
+    return f"extra column {' '.join(actual[len(expected)])}"
+
+
+def _create_missing(conn: psycopg.Connection, existing: set[str]) -> None:
+    run_sql_file(conn, "00_extensions.sql")
+    run_sql_file(conn, "10_bookkeeping_schema.sql")
+    for table in schema.metadata.sorted_tables:
+        if f"table {table.fullname}" not in existing:
+            conn.execute(_create_table_sql(table))
+    if f"role {schema.READER_ROLE}" not in existing:
+        _create_reader_role(conn)
+
+
+def _create_table_sql(table: Table) -> str:
+    return str(CreateTable(table).compile(dialect=_PG_DIALECT))
+
+
+def _create_reader_role(conn: psycopg.Connection) -> None:
+    statement = sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(schema.READER_ROLE))
+    password = os.environ.get(READER_PASSWORD_ENV)
+    if password:
+        statement += sql.SQL(" PASSWORD {}").format(sql.Literal(password))
+    try:
+        with conn.transaction():  # a savepoint: another session may create the cluster-wide role first
+            conn.execute(statement)
+            run_sql_file(conn, "20_reader_role.sql")
+    except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
+        pass
+
+
+def _apply_grants(conn: psycopg.Connection) -> None:
+    run_sql_file(conn, "30_reader_grants.sql")
+
+
+def finalize(dsn: str | None) -> None:
+    """Post-load work on the vector tables: GiST indexes and ANALYZE (sql/40_post_load_indexes.sql)."""
+    with connect(dsn, autocommit=True) as conn:
+        run_sql_file(conn, "40_post_load_indexes.sql")

@@ -1,0 +1,84 @@
+"""The reference schema, defined once: the five OSM tables, public.dem_us and our own bookkeeping.
+
+Column names, order and types follow REFERENCE-DB.md section 3 (the GS-QA schema JSON files, loader 1)
+and section 6 (raster2pgsql -F). Every tag column is VARCHAR(255); only pois and parks carry osm_id.
+Spatial indexes are not created here: they are built after the bulk load (sql/40_post_load_indexes.sql
+and the DEM stage), because building them first makes the load several times slower.
+"""
+
+from __future__ import annotations
+
+from geoalchemy2 import Geography, Raster
+from sqlalchemy import BigInteger, Column, DateTime, Integer, MetaData, String, Table, Text, func
+
+READER_ROLE = "gsqa_reader"
+BOOKKEEPING_SCHEMA = "gsqa"
+
+metadata = MetaData()
+
+POI_TAGS = """amenity cuisine leisure historic description tourism information wheelchair building fee
+opening_hours operator sport website capacity shop internet_access phone takeaway drive_through museum
+official_name healthcare outdoor_seating delivery toilets parking emergency artwork_type restaurant sports
+zoo wholesale school_type pastry_shop hairdresser resort fast_food wikidata addr_state addr_city
+addr_postcode addr_street addr_housenumber""".split()
+
+ROAD_TAGS = """wikidata wikipedia highway sidewalk foot bicycle cycleway oneway access maxspeed lanes horse
+hgv maxheight expressway railway historic bridge is_in addr_country addr_state addr_county addr_city
+addr_postcode addr_street addr_housenumber""".split()
+
+PARK_TAGS = """wikidata wikipedia addr_country addr_state addr_county addr_city addr_postcode addr_street
+addr_housenumber operator leisure sport area historic old_name short_name hunting heritage ele aland
+awater trees primary_use secondary_use other_use note county golf acres elevation park tourism
+camping""".split()
+
+LAKE_TAGS = """wikidata waterway water oneway wetland wikipedia is_in man_made seasonal accuracy
+official_name fishing addr_country addr_state addr_county addr_city addr_postcode addr_street
+addr_housenumber""".split()
+
+REGION_TAGS = """border_type wikidata wikipedia place is_in admin_level population official_name
+postal_code capital timezone""".split()
+
+
+def _osm_table(name: str, name_column: str, tags: list[str], *, has_osm_id: bool) -> Table:
+    """id SERIAL, geometry GEOGRAPHY(GEOMETRY,4326), the name column, [osm_id BIGINT], the tag columns."""
+    columns = [
+        Column("id", Integer, primary_key=True),
+        Column("geometry", Geography("GEOMETRY", srid=4326, spatial_index=False)),
+        Column(name_column, String(255)),
+    ]
+    if has_osm_id:
+        columns.append(Column("osm_id", BigInteger))
+    columns += [Column(tag, String(255)) for tag in tags]
+    return Table(name, metadata, *columns, schema="public")
+
+
+pois = _osm_table("pois", "poi_name", POI_TAGS, has_osm_id=True)
+roads = _osm_table("roads", "road_name", ROAD_TAGS, has_osm_id=False)
+parks = _osm_table("parks", "park_name", PARK_TAGS, has_osm_id=True)
+lakes = _osm_table("lakes", "lake_name", LAKE_TAGS, has_osm_id=False)
+regions = _osm_table("regions", "region_name", REGION_TAGS, has_osm_id=False)
+
+dem_us = Table(
+    "dem_us",
+    metadata,
+    Column("rid", Integer, primary_key=True),
+    Column("rast", Raster(spatial_index=False)),
+    Column("filename", Text),
+    schema="public",
+)
+
+# One row per source file (a GeoTIFF, a GeoJSON part, a PBF) whose rows are in `target_table`.
+# Written in the same transaction as the rows it describes, so it never claims more than was committed.
+load_log = Table(
+    "load_log",
+    metadata,
+    Column("target_table", Text, primary_key=True),
+    Column("source_name", Text, primary_key=True),
+    Column("source_size", BigInteger, nullable=False),
+    Column("source_checksum", Text, nullable=False),
+    Column("rows_written", BigInteger, nullable=False),
+    Column("loaded_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    schema=BOOKKEEPING_SCHEMA,
+)
+
+REFERENCE_TABLES = [pois, roads, parks, lakes, regions, dem_us]

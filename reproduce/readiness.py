@@ -1,0 +1,83 @@
+"""Is a database ready for `reproduce`? PostGIS version, the reference tables, and the reader login.
+
+This is the preflight of a verification run, and `reproduce check` on its own.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import psycopg
+from psycopg import sql
+
+from ingest import schema
+from ingest.db import connect, with_user
+from ingest.errors import GsqaError
+from ingest.initdb import MIN_POSTGIS, READER_PASSWORD_ENV
+
+
+@dataclass
+class Readiness:
+    postgis_version: str
+    row_estimates: dict[str, int | None] = field(default_factory=dict)  # None: table missing
+    reader_problem: str | None = None
+
+    @property
+    def problems(self) -> list[str]:
+        found = [f"table public.{name} is missing" for name, rows in self.row_estimates.items() if rows is None]
+        found += [f"table public.{name} is empty" for name, rows in self.row_estimates.items() if rows == 0]
+        if self.reader_problem:
+            found.append(self.reader_problem)
+        return found
+
+
+def reader_dsn(dsn: str | None, reader: str | None) -> str:
+    """--reader-dsn, else the main DSN logged in as gsqa_reader with $GSQA_READER_PASSWORD."""
+    return reader or with_user(dsn, schema.READER_ROLE, os.environ.get(READER_PASSWORD_ENV))
+
+
+def check(dsn: str | None, reader: str | None = None) -> Readiness:
+    with connect(dsn, autocommit=True) as conn:
+        readiness = Readiness(postgis_version=_postgis_version(conn))
+        for table in schema.REFERENCE_TABLES:
+            readiness.row_estimates[table.name] = _row_estimate(conn, table.fullname)
+    readiness.reader_problem = _reader_problem(reader_dsn(dsn, reader))
+    return readiness
+
+
+def _postgis_version(conn: psycopg.Connection) -> str:
+    try:
+        version = conn.execute("SELECT postgis_lib_version()").fetchone()[0]
+    except psycopg.errors.UndefinedFunction:
+        raise GsqaError("PostGIS is not installed in this database: run `ingest init` first.") from None
+    if tuple(int(part) for part in version.split(".")[:2]) < MIN_POSTGIS:
+        raise GsqaError(f"PostGIS {version} is too old: the benchmark SQL needs >= 3.2.")
+    return version
+
+
+def _row_estimate(conn: psycopg.Connection, qualified_name: str) -> int | None:
+    """Planner estimate of the row count (exact counts take minutes on roads); 0 only if really empty."""
+    if conn.execute("SELECT to_regclass(%s)", [qualified_name]).fetchone()[0] is None:
+        return None
+    table = sql.SQL(".").join(sql.Identifier(part) for part in qualified_name.split("."))
+    if conn.execute(sql.SQL("SELECT NOT EXISTS (SELECT FROM {})").format(table)).fetchone()[0]:
+        return 0
+    estimate = conn.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [qualified_name])
+    return max(estimate.fetchone()[0], 1)
+
+
+def _reader_problem(dsn: str) -> str | None:
+    """Why the reader login is unusable for benchmark SQL, or None when it is fine."""
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            user, read_only = conn.execute(
+                "SELECT current_user, current_setting('transaction_read_only')"
+            ).fetchone()
+    except psycopg.OperationalError as error:
+        return f"the reader role cannot log in: {' '.join(str(error).split())}"
+    if user != schema.READER_ROLE:
+        return f"the reader DSN logs in as {user}, expected {schema.READER_ROLE}"
+    if read_only != "on":
+        return f"{user} does not default to read-only transactions: rerun `ingest init` on a fresh role"
+    return None

@@ -1,0 +1,107 @@
+"""Test fixtures: every test runs against a real PostgreSQL + PostGIS server.
+
+The server is the one libpq finds through DATABASE_URL or the PG* variables (on Debian: the local
+cluster's socket). Each test module gets its own scratch database, cloned from a template that has the
+extensions, and dropped afterwards. When no server is reachable the run stops with instructions; no test
+is skipped for lack of a database.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from ingest.db import resolve_dsn
+from ingest.errors import GsqaError
+
+SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
+HOW_TO_START = (
+    "The tests need a running PostgreSQL with PostGIS (Debian: apt-get install postgresql-15-postgis-3 "
+    "postgis; start it with `pg_ctlcluster 15 main start`), reachable through DATABASE_URL or PGHOST/PGPORT/"
+    "PGUSER, as a role that may create databases, extensions and roles. Or run `make db` and export "
+    "DATABASE_URL=postgresql://postgres:gsqa@127.0.0.1:5432/postgres."
+)
+
+
+def _admin_connect(dsn: str) -> psycopg.Connection:
+    return psycopg.connect(dsn, autocommit=True)
+
+
+@pytest.fixture(scope="session")
+def server_dsn() -> str:
+    """The DSN of the test server, after checking that it is reachable and has PostGIS."""
+    dsn = resolve_dsn(None)
+    try:
+        with _admin_connect(dsn) as conn:
+            available = conn.execute(
+                "SELECT count(*) FROM pg_available_extensions WHERE name IN ('postgis', 'postgis_raster')"
+            ).fetchone()[0]
+    except psycopg.OperationalError as error:
+        pytest.exit(f"no PostgreSQL reachable ({' '.join(str(error).split())}). {HOW_TO_START}", returncode=3)
+    if available != 2:
+        pytest.exit(f"PostGIS (with raster) is not installed on the test server. {HOW_TO_START}", returncode=3)
+    return dsn
+
+
+@pytest.fixture(scope="session")
+def template_db(server_dsn: str) -> Iterator[str]:
+    """A database with postgis and postgis_raster, cloned by every scratch database."""
+    name = f"gsqa_test_template_{os.getpid()}"
+    with _admin_connect(server_dsn) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    with _admin_connect(make_conninfo(server_dsn, dbname=name)) as conn:
+        conn.execute("CREATE EXTENSION postgis; CREATE EXTENSION postgis_raster")
+    yield name
+    _drop_database(server_dsn, name)
+
+
+def _drop_database(server_dsn: str, name: str) -> None:
+    with _admin_connect(server_dsn) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def make_scratch_database(server_dsn: str, template: str | None, label: str) -> str:
+    """Create a fresh database (from `template`, or empty) and return its DSN."""
+    name = f"gsqa_test_{re.sub(r'[^a-z0-9]+', '_', label.lower())[-30:]}_{os.getpid()}"
+    _drop_database(server_dsn, name)
+    with _admin_connect(server_dsn) as conn:
+        create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+        if template:
+            create += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
+        conn.execute(create)
+    return make_conninfo(server_dsn, dbname=name)
+
+
+@pytest.fixture(scope="module")
+def scratch_dsn(request: pytest.FixtureRequest, server_dsn: str, template_db: str) -> Iterator[str]:
+    """A scratch database with the extensions, private to the test module."""
+    dsn = make_scratch_database(server_dsn, template_db, request.module.__name__)
+    yield dsn
+    _drop_database(server_dsn, psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
+
+
+@pytest.fixture
+def fresh_dsn(request: pytest.FixtureRequest, server_dsn: str) -> Iterator[str]:
+    """An empty database (no extensions), private to one test."""
+    dsn = make_scratch_database(server_dsn, None, request.node.name)
+    yield dsn
+    _drop_database(server_dsn, psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
+
+
+@pytest.fixture(scope="module")
+def initialized_dsn(scratch_dsn: str) -> str:
+    """The module's scratch database after `ingest init`."""
+    from ingest.initdb import initialize
+
+    try:
+        initialize(scratch_dsn)
+    except GsqaError as error:
+        pytest.fail(f"ingest init failed on the scratch database: {error}")
+    return scratch_dsn

@@ -1,0 +1,78 @@
+"""The installed console scripts, run as a user runs them: help, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+UNREACHABLE = "postgresql://nobody@127.0.0.1:1/gsqa_nowhere"
+
+
+def run(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / argv[0]), *argv[1:]], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("tool, commands", [("ingest", ["init", "finalize"]), ("reproduce", ["check"])])
+def test_help_lists_commands_and_exit_codes(tool: str, commands: list[str]) -> None:
+    result = run(tool, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "Exit codes" in result.stdout
+    for command in commands:
+        assert command in result.stdout
+
+
+@pytest.mark.parametrize("argv", [("ingest", "init"), ("ingest", "finalize"), ("reproduce", "check")])
+def test_unreachable_database_is_one_line_and_exit_2(argv: tuple[str, ...]) -> None:
+    result = run(*argv, "--dsn", UNREACHABLE)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot connect to PostgreSQL")
+    assert "Traceback" not in result.stderr
+
+
+def test_database_url_is_used_when_no_dsn_is_given() -> None:
+    result = run("ingest", "init", env={"DATABASE_URL": UNREACHABLE})
+    assert result.returncode == 2
+    assert "host=127.0.0.1 port=1 database=gsqa_nowhere" in result.stderr
+
+
+def test_init_twice_then_says_nothing_to_do(fresh_dsn: str) -> None:
+    first = run("ingest", "init", "--dsn", fresh_dsn, "--json")
+    assert first.returncode == 0, first.stderr
+    assert "table public.dem_us" in json.loads(first.stdout)["created"]
+    second = run("ingest", "init", "--dsn", fresh_dsn)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.startswith("nothing to do")
+
+
+def test_finalize_builds_the_vector_indexes(initialized_dsn: str) -> None:
+    result = run("ingest", "finalize", "--dsn", initialized_dsn)
+    assert result.returncode == 0, result.stderr
+    import psycopg
+
+    with psycopg.connect(initialized_dsn) as conn:
+        names = {row[0] for row in conn.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%_gix'")}
+    assert names == {f"{table}_geometry_gix" for table in ["pois", "roads", "parks", "lakes", "regions"]}
+
+
+def test_check_reports_empty_tables_with_exit_1(initialized_dsn: str) -> None:
+    result = run("reproduce", "check", "--dsn", initialized_dsn, "--json")
+    assert result.returncode == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert report["tables"]["dem_us"] == 0
+    assert "table public.dem_us is empty" in report["problems"]
+    assert not any("reader" in problem for problem in report["problems"])
+
+
+def test_check_without_postgis_is_exit_2(fresh_dsn: str) -> None:
+    result = run("reproduce", "check", "--dsn", fresh_dsn)
+    assert result.returncode == 2
+    assert "run `ingest init` first" in result.stderr
