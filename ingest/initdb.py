@@ -15,6 +15,7 @@ import psycopg
 from psycopg import sql
 from sqlalchemy import BigInteger, DateTime, Integer, String, Table, Text
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.schema import CreateTable
 
 from ingest import schema
@@ -100,16 +101,19 @@ def _existing_objects(conn: psycopg.Connection) -> set[str]:
 
 def _refuse_conflicting_tables(conn: psycopg.Connection, existing: set[str]) -> None:
     for table in schema.metadata.sorted_tables:
-        if f"table {table.fullname}" not in existing:
-            continue
-        actual = table_columns(conn, table.fullname)
-        expected = [(column.name, _pg_type_name(column.type)) for column in table.columns]
-        if actual != expected:
-            raise SchemaConflict(
-                f"table {table.fullname} exists but its columns differ from the reference schema "
-                f"(first difference: {_first_difference(expected, actual)}). Drop or rename it, then rerun "
-                "`ingest init`."
-            )
+        if f"table {table.fullname}" in existing:
+            refuse_other_columns(conn, table.fullname, table, "Drop or rename it, then rerun `ingest init`.")
+
+
+def refuse_other_columns(conn: psycopg.Connection, qualified_name: str, table: Table, advice: str) -> None:
+    """SchemaConflict unless the existing table `qualified_name` has exactly the columns of `table`."""
+    actual = table_columns(conn, qualified_name)
+    expected = [(column.name, _pg_type_name(column.type)) for column in table.columns]
+    if actual != expected:
+        raise SchemaConflict(
+            f"table {qualified_name} exists but its columns differ from the reference schema "
+            f"(first difference: {_first_difference(expected, actual)}). {advice}"
+        )
 
 
 def table_columns(conn: psycopg.Connection, qualified_name: str) -> list[tuple[str, str]]:
@@ -134,6 +138,8 @@ def _pg_type_name(column_type: object) -> str:
         return "timestamp with time zone"
     if isinstance(column_type, Text):
         return "text"
+    if isinstance(column_type, JSONB):
+        return "jsonb"
     rendered = column_type.compile(dialect=_PG_DIALECT)  # geography(GEOMETRY,4326), raster
     return rendered.replace("GEOMETRY", "Geometry")
 
@@ -152,12 +158,12 @@ def _create_missing(conn: psycopg.Connection, existing: set[str]) -> None:
     run_sql_file(conn, "10_bookkeeping_schema.sql")
     for table in schema.metadata.sorted_tables:
         if f"table {table.fullname}" not in existing:
-            conn.execute(_create_table_sql(table))
+            conn.execute(create_table_sql(table))
     if f"role {schema.READER_ROLE}" not in existing:
         _create_reader_role(conn)
 
 
-def _create_table_sql(table: Table) -> str:
+def create_table_sql(table: Table) -> str:
     return str(CreateTable(table).compile(dialect=_PG_DIALECT))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from geoalchemy2 import Geography, Raster
 from sqlalchemy import BigInteger, Column, DateTime, Integer, MetaData, String, Table, Text, func
+from sqlalchemy.dialects.postgresql import JSONB
 
 READER_ROLE = "gsqa_reader"
 BOOKKEEPING_SCHEMA = "gsqa"
@@ -78,6 +79,8 @@ load_log = Table(
     Column("source_checksum", Text, nullable=False),
     Column("rows_written", BigInteger, nullable=False),
     Column("loaded_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # What later steps need to know about the source without reopening it (e.g. the DEM tile grid).
+    Column("details", JSONB),
     schema=BOOKKEEPING_SCHEMA,
 )
 

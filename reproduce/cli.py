@@ -16,6 +16,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode="markdown",
+    pretty_exceptions_show_locals=False,
     help="""Re-run the GS-QA2 benchmark SQL against the reference database and compare with the stored answers.
 
 The database is resolved as everywhere: --dsn, then $DATABASE_URL, then libpq's PG* variables.

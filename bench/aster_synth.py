@@ -1,0 +1,66 @@
+"""Synthetic GeoTIFFs with the exact ASTER GDEM v3 geometry, for tests and benchmarks.
+
+An ASTER tile is named after its SW integer-degree corner, is 3601x3601 Int16 at 1/3600 degree, and its
+pixel centres fall on whole arc-seconds, so its upper-left corner is (W - 1/7200, N + 1 + 1/7200). The
+terrain is spectral (smooth relief with a 1/f^2 spectrum, 180-330 m) plus metre-scale noise: neither
+constant nor pure noise, because TOAST compression depends on it (ANCHORS.md 1.4).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import rasterio
+from rasterio.transform import Affine
+
+PIXEL = 1 / 3600
+ASTER_SIZE = 3601
+
+
+def aster_name(lat: int, lon: int) -> str:
+    """ASTGTMV003_N41W088_dem.tif for the cell whose SW corner is (lon, lat)."""
+    ns, ew = ("N" if lat >= 0 else "S"), ("E" if lon >= 0 else "W")
+    return f"ASTGTMV003_{ns}{abs(lat):02d}{ew}{abs(lon):03d}_dem.tif"
+
+
+def aster_transform(lat: int, lon: int) -> Affine:
+    return Affine(PIXEL, 0.0, lon - PIXEL / 2, 0.0, -PIXEL, lat + 1 + PIXEL / 2)
+
+
+def spectral_terrain(size: int, seed: int, noise_m: float = 1.5) -> np.ndarray:
+    """Int16 heights: a smooth random surface scaled to 180-330 m plus Gaussian noise of `noise_m`."""
+    rng = np.random.default_rng(seed)
+    freq_y = np.fft.fftfreq(size)[:, None]
+    freq_x = np.fft.rfftfreq(size)[None, :]
+    power = 1.0 / np.maximum(freq_x**2 + freq_y**2, (1 / size) ** 2)
+    spectrum = (rng.standard_normal(power.shape) + 1j * rng.standard_normal(power.shape)) * power
+    surface = np.fft.irfft2(spectrum, s=(size, size))
+    surface = 180 + 150 * (surface - surface.min()) / (np.ptp(surface) or 1)
+    surface += rng.normal(0.0, noise_m, surface.shape)
+    return np.rint(surface).astype(np.int16)
+
+
+def write_aster_tile(
+    folder: Path,
+    lat: int,
+    lon: int,
+    data: np.ndarray | None = None,
+    *,
+    nodata: int | None = None,
+    seed: int = 0,
+    size: int = ASTER_SIZE,
+    crs: str = "EPSG:4326",
+    dtype: str = "int16",
+) -> Path:
+    """Write one ASTER-like GeoTIFF (uncompressed strips, like raster2pgsql's fastest input)."""
+    if data is None:
+        data = spectral_terrain(size, seed)
+    path = Path(folder) / aster_name(lat, lon)
+    profile = {
+        "driver": "GTiff", "width": data.shape[1], "height": data.shape[0], "count": 1, "dtype": dtype,
+        "crs": crs, "transform": aster_transform(lat, lon), "nodata": nodata,
+    }
+    with rasterio.open(path, "w", **profile) as dst:
+        dst.write(data.astype(dtype), 1)
+    return path

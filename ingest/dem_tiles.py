@@ -1,0 +1,157 @@
+"""Reading ASTER-like GeoTIFFs and cutting them into PostGIS raster tiles exactly as raster2pgsql -t does.
+
+raster2pgsql (raster/loader/raster2pgsql.c, convert_raster) anchors the tile grid at the file's upper-left
+pixel corner, emits tiles row by row from the north-west, leaves edge tiles unpadded (17 px on a 3601 px
+file), computes each tile's corner with GDALApplyGeoTransform, and skips a tile whose every pixel is the
+band's NODATA value when the file has one. Each tile is written as PostGIS raster WKB (RFC2): the same
+bytes raster2pgsql sends as hex, so the stored rasters are identical.
+
+This module runs in the encoder worker processes: it touches no database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import rasterio
+from rasterio.errors import RasterioError
+from rasterio.windows import Window
+
+TILE = 256
+ASTER_SIZE = 3601
+SRID = 4326
+GDAL_CACHE_MB = 64  # one band row of tiles is 1.8 MB; the cache only needs a few strips
+
+# RFC2 raster WKB: endianness (1 = little), version 0, band count, scale x/y, upper-left x/y, skew x/y,
+# SRID, width, height; then per band a pixel-type byte (with flag bits), the NODATA value, the pixels.
+_RASTER_HEADER = struct.Struct("<BHHddddddiHH")
+_BAND_HEADER_16BSI = struct.Struct("<Bh")
+_PIXTYPE_16BSI = 5
+_BAND_HAS_NODATA = 0x40
+
+
+class BadRaster(Exception):
+    """A source file that cannot be loaded; the message names what was expected."""
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A source file's pixel grid: size, GDAL geotransform and NODATA value."""
+
+    width: int
+    height: int
+    geotransform: tuple[float, ...]
+    nodata: int | None
+
+    def tiles(self) -> Iterator[tuple[int, int, int, int]]:
+        """(pixel column, pixel row, width, height) of every tile, row by row from the north-west."""
+        for row in range(0, self.height, TILE):
+            for col in range(0, self.width, TILE):
+                yield col, row, min(TILE, self.width - col), min(TILE, self.height - row)
+
+    def tile_origin(self, col: int, row: int) -> tuple[float, float]:
+        """Upper-left corner of the tile at pixel (col, row), computed as GDALApplyGeoTransform does."""
+        gt = self.geotransform
+        return gt[0] + col * gt[1] + row * gt[2], gt[3] + col * gt[4] + row * gt[5]
+
+
+@dataclass(frozen=True)
+class RasterFacts:
+    """What the header of a source GeoTIFF says, checked against what dem_us can hold."""
+
+    name: str
+    size: int  # bytes on disk
+    grid: Grid
+
+    @property
+    def warnings(self) -> list[str]:
+        if (self.grid.width, self.grid.height) == (ASTER_SIZE, ASTER_SIZE):
+            return []
+        return [f"{self.name}: {self.grid.width}x{self.grid.height} pixels, not the ASTER {ASTER_SIZE}x{ASTER_SIZE}"]
+
+
+@dataclass
+class EncodedFile:
+    """One file cut into tiles: the WKB of each written tile, in raster2pgsql's order."""
+
+    facts: RasterFacts
+    checksum: str
+    tiles: list[bytes] = field(default_factory=list)
+    skipped: list[int] = field(default_factory=list)  # indices (in facts.tiles() order) of all-NODATA tiles
+
+
+def read_facts(path: Path) -> RasterFacts:
+    """Open the header only; BadRaster if it is not a single-band Int16 GeoTIFF in EPSG:4326."""
+    try:
+        with rasterio.open(path) as src:
+            return _facts_of(path, src)
+    except RasterioError as error:
+        raise BadRaster(f"{path}: not a readable GeoTIFF ({_first_line(error)})") from None
+
+
+def _facts_of(path: Path, src: rasterio.DatasetReader) -> RasterFacts:
+    if src.driver != "GTiff":
+        raise BadRaster(f"{path}: GDAL reads it as {src.driver}, expected a GeoTIFF")
+    if src.count != 1:
+        raise BadRaster(f"{path}: {src.count} bands, expected 1 (an ASTER GDEM _dem.tif)")
+    if src.dtypes[0] != "int16":
+        raise BadRaster(f"{path}: band 1 is {src.dtypes[0]}, expected Int16")
+    epsg = src.crs.to_epsg() if src.crs else None
+    if epsg != SRID:
+        raise BadRaster(f"{path}: CRS is {src.crs.to_string() if src.crs else 'missing'}, expected EPSG:4326")
+    nodata = src.nodata
+    if nodata is not None and not (float(nodata).is_integer() and -32768 <= nodata <= 32767):
+        raise BadRaster(f"{path}: NODATA tag {nodata} is not an Int16 value")
+    grid = Grid(src.width, src.height, tuple(src.transform.to_gdal()), None if nodata is None else int(nodata))
+    return RasterFacts(name=path.name, size=path.stat().st_size, grid=grid)
+
+
+def file_checksum(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def encode_file(path: Path) -> EncodedFile:
+    """Read the file a band row of tiles at a time and encode every tile that raster2pgsql would write."""
+    with rasterio.Env(GDAL_CACHEMAX=GDAL_CACHE_MB):
+        facts = read_facts(path)
+        encoded = EncodedFile(facts=facts, checksum=file_checksum(path))
+        try:
+            with rasterio.open(path) as src:
+                _encode_rows(src, facts.grid, encoded)
+        except RasterioError as error:
+            raise BadRaster(f"{path}: truncated or corrupt ({_first_line(error)})") from None
+    return encoded
+
+
+def _encode_rows(src: rasterio.DatasetReader, grid: Grid, encoded: EncodedFile) -> None:
+    band_row, band_row_top = None, -1
+    for index, (col, row, width, height) in enumerate(grid.tiles()):
+        if row != band_row_top:  # read one band row of tiles at a time: each strip is decoded once
+            band_row = src.read(1, window=Window(0, row, grid.width, height)).astype("<i2", copy=False)
+            band_row_top = row
+        block = band_row[:, col : col + width]
+        if grid.nodata is not None and bool((block == grid.nodata).all()):
+            encoded.skipped.append(index)
+        else:
+            encoded.tiles.append(tile_wkb(grid, col, row, block))
+
+
+def tile_wkb(grid: Grid, col: int, row: int, block: np.ndarray) -> bytes:
+    gt = grid.geotransform
+    upper_left_x, upper_left_y = grid.tile_origin(col, row)
+    height, width = block.shape
+    header = _RASTER_HEADER.pack(1, 0, 1, gt[1], gt[5], upper_left_x, upper_left_y, gt[2], gt[4], SRID, width, height)
+    flags = _PIXTYPE_16BSI | (_BAND_HAS_NODATA if grid.nodata is not None else 0)
+    # Without a NODATA tag raster2pgsql still writes a NODATA field, as 0.
+    band = _BAND_HEADER_16BSI.pack(flags, grid.nodata or 0)
+    return header + band + block.tobytes()
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
