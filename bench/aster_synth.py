@@ -64,3 +64,9 @@ def write_aster_tile(
     with rasterio.open(path, "w", **profile) as dst:
         dst.write(data.astype(dtype), 1)
     return path
+
+
+def cheap_terrain(size: int, seed: int) -> np.ndarray:
+    """Deterministic, non-constant Int16 heights that are fast to make (tests): ridges plus a seeded ramp."""
+    rows, cols = np.indices((size, size), dtype=np.int32)
+    return ((rows * 7 + cols * 3 + seed * 101) % 997 + (rows // 97) * 5 - 50).astype(np.int16)

@@ -106,8 +106,8 @@ def dem_command(
     """
     if compression not in dem.COMPRESSIONS:
         raise typer.BadParameter(f"expected one of {', '.join(dem.COMPRESSIONS)}", param_hint="--compression")
-    logging.basicConfig(format="%(message)s", level=logging.INFO)
-    with reported_as_exit_code(), logging_redirect_tqdm():
+    _log_to_stderr()
+    with reported_as_exit_code(), logging_redirect_tqdm([logging.getLogger("ingest")]):
         report = dem.load_dem(paths, dsn, table=table, workers=workers, replace=replace, compression=compression,
                               check_disk=not skip_disk_check)
     if as_json:
@@ -118,3 +118,14 @@ def dem_command(
         for name, error in report.failed.items():
             typer.echo(f"  failed: {name}: {error}")
     raise typer.Exit(report.exit_code)
+
+
+def _log_to_stderr() -> None:
+    """Our per-file warnings and errors, one line each, on stderr (GDAL's own chatter stays out)."""
+    logger = logging.getLogger("ingest")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False

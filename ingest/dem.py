@@ -141,9 +141,12 @@ def load_dem(
     workers = workers or os.cpu_count() or 1
     with connect(dsn, autocommit=True) as conn:
         _lock_exclusively(conn, target)
-        _prepare_table(conn, target, replace, compression)
+        _require_bookkeeping(conn)
+        if replace:
+            _drop_table(conn, target)
         logged = _read_load_log(conn, target)
         _refuse_foreign_contents(conn, target, logged, {path.name for path in inputs})
+        _prepare_table(conn, target, compression)
         with _encoder_pool(workers) as pool:
             unchanged = _unchanged(pool, facts, logged)
             plan = _plan(facts, unchanged)
@@ -186,20 +189,37 @@ def _lock_exclusively(conn: psycopg.Connection, target: Target) -> None:
         raise GsqaError(f"another `ingest dem` is loading into {target.qualified} right now")
 
 
-def _prepare_table(conn: psycopg.Connection, target: Target, replace: bool, compression: str) -> None:
+def _require_bookkeeping(conn: psycopg.Connection) -> None:
     if conn.execute("SELECT to_regclass(%s)", [f"{schema.BOOKKEEPING_SCHEMA}.load_log"]).fetchone()[0] is None:
         raise GsqaError("the database has no gsqa.load_log: run `ingest init` first")
+
+
+def _drop_table(conn: psycopg.Connection, target: Target) -> None:
+    """--replace: the table and its load log go together, in one transaction."""
+    with conn.transaction():
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(target.ident))
+        conn.execute(sql.SQL("DELETE FROM {} WHERE target_table = %s").format(_LOAD_LOG), [target.qualified])
+
+
+def _exists(conn: psycopg.Connection, target: Target) -> bool:
+    return conn.execute("SELECT to_regclass(%s)", [target.qualified]).fetchone()[0] is not None
+
+
+def _prepare_table(conn: psycopg.Connection, target: Target, compression: str) -> None:
+    """Create the table if needed (as schema.dem_us), choose the TOAST compression, build the GiST index."""
     definition = schema.dem_us.to_metadata(MetaData(), schema=target.schema, name=target.name)
     with conn.transaction():
-        if replace:
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(target.ident))
-            conn.execute(sql.SQL("DELETE FROM {} WHERE target_table = %s").format(_LOAD_LOG), [target.qualified])
-        if conn.execute("SELECT to_regclass(%s)", [target.qualified]).fetchone()[0] is None:
+        if not _exists(conn, target):
             conn.execute(create_table_sql(definition))
         else:
             refuse_other_columns(conn, target.qualified, definition, "Use --table to load elsewhere, or drop it.")
         conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN rast SET COMPRESSION {}").format(
             target.ident, sql.SQL(compression)))
+        # Tiles that compress below 2 kB would stay inside the heap row, so rows would differ in size, and
+        # the free-space map would later put a small row into a gap left on an earlier page: heap order
+        # would drift from rid order (raster2pgsql's heap drifts this way). With every tile out of line,
+        # all rows of a file have the same size and land strictly one after the other.
+        conn.execute(sql.SQL("ALTER TABLE {} SET (toast_tuple_target = 128)").format(target.ident))
         conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gist (st_convexhull(rast))").format(
             target.index, target.ident))
 
@@ -220,6 +240,8 @@ def _tile_grid(details: dict) -> TileGrid:
 
 def _refuse_foreign_contents(conn: psycopg.Connection, target: Target, logged: dict, inputs: set[str]) -> None:
     """Never mix our tiles with tiles we did not load, or silently keep files the user did not name."""
+    if not _exists(conn, target):
+        return
     rows = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(target.ident)).fetchone()[0]
     if rows and not logged:
         raise GsqaError(f"{target.qualified} holds {rows} tiles that `ingest dem` did not load; "
@@ -291,7 +313,8 @@ def _publish(
 ) -> None:
     """Write the encoded files in name order, one transaction each."""
     rewriting = False  # becomes True once a file has been written: later files must then follow it
-    bar = tqdm(total=len(plan), unit="file", desc=f"ingest dem -> {target.qualified}", disable=not progress)
+    bar = tqdm(total=len(plan), unit="file", desc=f"ingest dem -> {target.qualified}",
+               disable=not (progress and plan))
     started = time.monotonic()
     for name, result in zip(plan, encoded, strict=True):
         bar.update()
