@@ -220,6 +220,8 @@ def _prepare_table(conn: psycopg.Connection, target: Target, compression: str) -
         # would drift from rid order (raster2pgsql's heap drifts this way). With every tile out of line,
         # all rows of a file have the same size and land strictly one after the other.
         conn.execute(sql.SQL("ALTER TABLE {} SET (toast_tuple_target = 128)").format(target.ident))
+        # A VACUUM during the load would reopen the gaps that _plug_free_space filled (see there).
+        conn.execute(sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = false)").format(target.ident))
         conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gist (st_convexhull(rast))").format(
             target.index, target.ident))
 
@@ -354,6 +356,7 @@ def _write_file(conn, target: Target, encoded: EncodedFile, report: DemLoadRepor
         with conn.transaction():
             if first_write:
                 _forget_from(conn, target, name)
+            _plug_free_space(conn, target)
             _copy_tiles(conn, target, encoded)
             _log_file(conn, target, encoded)
     except psycopg.errors.IntegrityError as error:  # a raster constraint rejected a tile
@@ -370,6 +373,39 @@ def _forget_from(conn: psycopg.Connection, target: Target, name: str) -> None:
         .format(_LOAD_LOG), [target.qualified, name])]
     if later:
         conn.execute(sql.SQL("DELETE FROM {} WHERE filename = ANY(%s)").format(target.ident), [later])
+
+
+# Heap order must follow rid order (LIMIT 1 and ST_Union read tiles in physical order). raster2pgsql gets
+# that for free: its one transaction created the table, so COPY skips the free-space map. Our per-file
+# transactions cannot, and rows differ in size (a 17x17 tile, 642 bytes, stays inside its row; larger
+# tiles go to TOAST): when a big row does not fit at the end of a page, it starts a new page, the map
+# notes the gap, and a later small row would be put into it, ahead of rows with lower rids. So before
+# each file, dummy rows are inserted until one lands on a brand-new page, then rolled back: the aborted
+# dummies keep every gap full (until VACUUM), and the file's rows continue on the new page.
+_PLUG_GAPS = """
+DO $plug$
+DECLARE
+    last_block bigint := pg_relation_size({table}) / current_setting('block_size')::int - 1;
+    block bigint;
+    dummies int := 0;
+BEGIN
+    BEGIN
+        LOOP
+            dummies := dummies + 1;
+            INSERT INTO {ident} (rid) VALUES (-dummies) RETURNING (ctid::text::point)[0] INTO block;
+            EXIT WHEN block > last_block OR dummies >= 100000;
+        END LOOP;
+        RAISE EXCEPTION USING ERRCODE = 'P0001', MESSAGE = 'roll the dummies back';
+    EXCEPTION WHEN raise_exception THEN
+        NULL;
+    END;
+END
+$plug$
+"""
+
+
+def _plug_free_space(conn: psycopg.Connection, target: Target) -> None:
+    conn.execute(sql.SQL(_PLUG_GAPS).format(table=sql.Literal(target.qualified), ident=target.ident))
 
 
 def _copy_tiles(conn: psycopg.Connection, target: Target, encoded: EncodedFile) -> None:
@@ -407,6 +443,7 @@ def finish(conn: psycopg.Connection, target: Target) -> None:
             target.index, target.ident))
         conn.execute(sql.SQL("SELECT setval(pg_get_serial_sequence(%s, 'rid'), coalesce(max(rid), 1), "
                              "max(rid) IS NOT NULL) FROM {}").format(target.ident), [target.qualified])
+        conn.execute(sql.SQL("ALTER TABLE {} RESET (autovacuum_enabled)").format(target.ident))
     conn.execute(sql.SQL("VACUUM ANALYZE {}").format(target.ident))
 
 

@@ -43,6 +43,7 @@ def test_full_files_match_raster2pgsql(initialized_dsn: str, full_files: list[Pa
     report = load_dem(list(reversed(full_files)), initialized_dsn, progress=False)  # order given must not matter
     assert report.exit_code == 0 and report.tiles_written == 450
     ours = table_state(initialized_dsn, "public.dem_us")
+    assert ours["physical_order"] == [rid for rid, _, _ in ours["rows"]]
     for aspect in reference:
         assert ours[aspect] == reference[aspect], aspect
     assert tile_size_census(initialized_dsn, "public.dem_us") == {
@@ -91,6 +92,19 @@ def test_mixed_nodata_tags_leave_out_the_nodata_constraint_like_postgis(initiali
     ours = table_state(initialized_dsn, "public.dem_mixed")
     assert ours == table_state(initialized_dsn, "public.ref_mixed")
     assert "enforce_nodata_values_rast" not in {name for name, _, _ in ours["constraints"]}
+
+
+def test_file_by_file_loads_stay_in_rid_order(initialized_dsn: str, tmp_path: Path,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    """Separate runs, separate transactions: the heap still holds the tiles in rid order without any
+    rewrite, although each file ends with a 17x17 tile that is stored inside its row."""
+    files = write_neighbours(tmp_path, lat=45, lons=(-100, -99, -98, -97))
+    for count in range(1, len(files) + 1):
+        load_dem(sorted(files)[:count], initialized_dsn, table="public.stepwise", progress=False)
+    state = table_state(initialized_dsn, "public.stepwise")
+    assert len(state["rows"]) == 4 * 225
+    assert state["physical_order"] == [rid for rid, _, _ in state["rows"]]
+    assert "restoring the physical order" not in caplog.text
 
 
 def test_changed_and_inserted_files_converge_to_a_fresh_load(initialized_dsn: str, tmp_path: Path) -> None:
@@ -210,4 +224,5 @@ def test_kill_9_then_rerun_converges(initialized_dsn: str, tmp_path_factory: pyt
     process.wait()
     rerun = ingest("dem", str(folder), "--dsn", initialized_dsn, "--table", table)
     assert rerun.returncode == 0, rerun.stderr
+    assert "restoring the physical order" not in rerun.stderr  # resumed in order, no rewrite needed
     assert table_state(initialized_dsn, table) == table_state(initialized_dsn, "public.unbroken")

@@ -1,0 +1,200 @@
+"""DEM load benchmark: `ingest dem` against `raster2pgsql | psql` on the same files, server and settings.
+
+    .venv/bin/python bench/dem.py --files 16 [--dsn DSN] [--data-dir /tmp/gsqa-bench-dem] [--json]
+
+Generates N ASTER-like GeoTIFFs (3601x3601 Int16, spectral terrain 180-330 m plus 1.5 m noise, no NODATA
+tag, uncompressed strips, like ANCHORS.md 1.x), then loads them twice into fresh tables of one database:
+  raster2pgsql -s 4326 -I -C -M -F -Y 50 -t 256x256 <files> public.bench_r2p | psql -v ON_ERROR_STOP=1
+  ingest dem <dir> --table public.bench_ingest
+and prints, for each: wall time, client CPU (all client processes), server CPU (all postgres processes),
+peak client RSS (the client processes together), table size; the wall-time ratio; and whether the
+tiles are identical (md5 of every tile's WKB by rid).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.aster_synth import spectral_terrain, write_aster_tile  # noqa: E402
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass
+class Run:
+    tool: str
+    wall_s: float
+    client_cpu_s: float
+    server_cpu_s: float
+    peak_client_rss_mb: float
+    table_mb: float
+
+
+class Sampler(threading.Thread):
+    """Every 50 ms: CPU time of every postgres process (last value seen per pid, so backends that exit
+    still count) and the summed RSS of the client process tree (peak kept)."""
+
+    def __init__(self, client_pid: int) -> None:
+        super().__init__(daemon=True)
+        self.client_pid, self.stop, self.peak_rss = client_pid, threading.Event(), 0
+        self.server_start: dict[int, int] = _postgres_cpu_ticks()
+        self.server_last: dict[int, int] = dict(self.server_start)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.sample()
+            time.sleep(0.05)
+
+    def sample(self) -> None:
+        self.peak_rss = max(self.peak_rss, sum(_rss_bytes(pid) for pid in _tree(self.client_pid)))
+        self.server_last.update(_postgres_cpu_ticks())
+
+    @property
+    def server_cpu_s(self) -> float:
+        return sum(ticks - self.server_start.get(pid, 0) for pid, ticks in self.server_last.items()) / CLOCK_TICKS
+
+
+def _postgres_cpu_ticks() -> dict[int, int]:
+    ticks = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if "(postgres)" in stat:
+                fields = stat.rsplit(")", 1)[1].split()
+                ticks[int(entry.name)] = int(fields[11]) + int(fields[12])  # utime + stime
+    return ticks
+
+
+def _tree(pid: int) -> list[int]:
+    pids, index = [pid], 0
+    while index < len(pids):
+        for task in Path(f"/proc/{pids[index]}/task").glob("*"):
+            try:
+                pids += [int(child) for child in (task / "children").read_text().split()]
+            except OSError:
+                pass
+        index += 1
+    return pids
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+    except OSError:
+        return 0
+
+
+def make_files(folder: Path, count: int) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for index in range(count):
+        lat, lon = 30 + index // 8, -110 + index % 8
+        path = folder / f"ASTGTMV003_N{lat:02d}W{abs(lon):03d}_dem.tif"
+        if not path.exists():
+            print(f"generating {path.name}", file=sys.stderr)
+            write_aster_tile(folder, lat, lon, spectral_terrain(3601, seed=index))
+        paths.append(path)
+    return sorted(paths)
+
+
+def timed(tool: str, command: str, dsn: str, table: str) -> Run:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    process = subprocess.Popen(["bash", "-o", "pipefail", "-c", command], stdout=subprocess.DEVNULL)
+    sampler = Sampler(process.pid)
+    sampler.start()
+    if process.wait() != 0:
+        raise SystemExit(f"{tool} failed: {command}")
+    wall = time.monotonic() - started
+    sampler.stop.set()
+    sampler.join()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    with psycopg.connect(dsn) as conn:
+        size = conn.execute("SELECT pg_total_relation_size(%s)", [table]).fetchone()[0]
+    return Run(tool, round(wall, 2), round(client_cpu, 2), round(sampler.server_cpu_s, 2),
+               round(sampler.peak_rss / 2**20, 1), round(size / 2**20, 1))
+
+
+def identical(dsn: str, left: str, right: str) -> bool:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            f"SELECT count(*) = 0 FROM (SELECT rid, md5(rast::bytea) m, filename FROM {left}) a "
+            f"FULL JOIN (SELECT rid, md5(rast::bytea) m, filename FROM {right}) b USING (rid) "
+            "WHERE a.m IS DISTINCT FROM b.m OR a.filename IS DISTINCT FROM b.filename").fetchone()[0]
+
+
+def prepare_database(server_dsn: str, name: str) -> str:
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            conn.execute(f'CREATE DATABASE "{name}"')
+    dsn = make_conninfo(server_dsn, dbname=name)
+    subprocess.run([str(Path(sys.executable).parent / "ingest"), "init", "--dsn", dsn], check=True,
+                   stdout=subprocess.DEVNULL)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS public.bench_r2p, public.bench_ingest")
+        conn.execute("DELETE FROM gsqa.load_log WHERE target_table = 'public.bench_ingest'")
+    return dsn
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--files", type=int, default=16)
+    parser.add_argument("--dsn", default=os.environ.get("DATABASE_URL", ""))
+    parser.add_argument("--database", default="gsqa_bench")
+    parser.add_argument("--data-dir", type=Path, default=Path("/tmp/gsqa-bench-dem"))
+    parser.add_argument("--compression", default="lz4", choices=["lz4", "pglz"])
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    files = make_files(args.data_dir / f"n{args.files}", args.files)
+    dsn = prepare_database(args.dsn, args.database)
+    subprocess.run(["cat", *map(str, files)], stdout=subprocess.DEVNULL, check=True)  # same warm page cache
+    listing = " ".join(map(str, files))
+    runs = []
+    for tool, command, table in [
+        ("raster2pgsql", f"raster2pgsql -s 4326 -I -C -M -F -Y 50 -t 256x256 {listing} public.bench_r2p 2>/dev/null "
+                         f"| psql -q -v ON_ERROR_STOP=1 -d '{dsn}' >/dev/null", "public.bench_r2p"),
+        ("ingest dem", f"{Path(sys.executable).parent / 'ingest'} dem {files[0].parent} --dsn '{dsn}' "
+                       f"--table public.bench_ingest --compression {args.compression} 2>/dev/null",
+         "public.bench_ingest"),
+    ]:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CHECKPOINT")
+        runs.append(timed(tool, command, dsn, table))
+    result = {
+        "files": len(files), "compression": args.compression, "runs": [asdict(run) for run in runs],
+        "speedup": round(runs[0].wall_s / runs[1].wall_s, 2),
+        "identical_tiles": identical(dsn, "public.bench_r2p", "public.bench_ingest"),
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"{len(files)} files, ingest dem with {args.compression} TOAST compression")
+    header = ("tool", "wall s", "client CPU s", "server CPU s", "peak client RSS MB", "table MB")
+    print(f"{header[0]:<14}{header[1]:>9}{header[2]:>14}{header[3]:>14}{header[4]:>20}{header[5]:>10}")
+    for run in runs:
+        print(f"{run.tool:<14}{run.wall_s:>9}{run.client_cpu_s:>14}{run.server_cpu_s:>14}"
+              f"{run.peak_client_rss_mb:>20}{run.table_mb:>10}")
+    print(f"speed-up (wall): {result['speedup']}x; identical tiles: {result['identical_tiles']}")
+
+
+if __name__ == "__main__":
+    main()
