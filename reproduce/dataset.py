@@ -87,13 +87,20 @@ def load(data: Path | None, templates: list[Template]) -> Dataset:
     return dataset
 
 
-def find(record_id: str, data: Path | None) -> Record:
-    """One record by id: only its template is read."""
+def template_of(record_id: str) -> Template:
+    """The template of an id <group>/<template>/<n>."""
     parts = record_id.split("/")
     chosen = configs.by_group_and_stem(parts[0], "/".join(parts[1:-1])) if len(parts) >= 3 else None
-    if chosen is None:
-        raise GsqaError(f"malformed id {record_id!r}: expected <group>/<template>/<n>, e.g. raster_only/slope+poi/3")
-    dataset = load(data, [chosen])
+    if chosen is None or not parts[-1].isdigit():
+        raise GsqaError(
+            f"unknown question id {record_id!r}: expected <group>/<template>/<n>, e.g. raster_only/slope+poi/3"
+        )
+    return chosen
+
+
+def find(record_id: str, data: Path | None) -> Record:
+    """One record by id: only its template is read."""
+    dataset = load(data, [template_of(record_id)])
     for record in dataset.records:
         if record.id == record_id:
             return record
