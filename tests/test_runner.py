@@ -93,8 +93,9 @@ def test_values_come_back_as_in_the_stored_answers(reader: str) -> None:
 
 
 def test_workers_share_one_queue(reader: str) -> None:
+    statement = "SELECT {} AS elevation, pg_backend_pid() AS pid, pg_sleep(0.05)"
     records = [Record(f"raster_only/elevation+poi/{n}", "R1", "raster_only", "elevation+poi", "",
-                      f"SELECT {n} AS elevation, pg_backend_pid() AS pid", "", [], {}) for n in range(12)]
+                      statement.format(n), "", [], {}) for n in range(12)]
     results = list(Runner(reader, timeout=2.0, workers=3).run(records))
     assert sorted(outcome.rows[0]["elevation"] for _, outcome in results) == list(range(12))
     assert len({outcome.rows[0]["pid"] for _, outcome in results}) == 3
