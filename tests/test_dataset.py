@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections import Counter
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pyarrow as pa
@@ -115,3 +119,74 @@ def test_without_data_and_offline_the_message_suggests_data(tmp_path: Path) -> N
                             capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "--data" in result.stderr and "Zoe/GS-QA2" in result.stderr
+
+
+COMMIT = "c" * 40
+
+
+class FakeHub(BaseHTTPRequestHandler):
+    """The few Hugging Face hub endpoints snapshot_download uses: revision info, the file tree, the files."""
+
+    files: dict[str, bytes] = {}
+
+    def _reply(self, body: bytes, headers: dict[str, str], send_body: bool) -> None:
+        self.send_response(200)
+        for key, value in {"Content-Length": str(len(body)), **headers}.items():
+            self.send_header(key, value)
+        self.end_headers()
+        if send_body:
+            self.wfile.write(body)
+
+    def _route(self, send_body: bool) -> None:
+        path = self.path.split("?")[0]
+        resolve = f"/datasets/{dataset.HF_REPO}/resolve/{COMMIT}/"
+        if path.startswith(f"/api/datasets/{dataset.HF_REPO}/tree/"):
+            tree = [{"type": "file", "path": name, "size": len(body), "oid": hashlib.sha1(body).hexdigest()}
+                    for name, body in self.files.items()]
+            self._reply(json.dumps(tree).encode(), {"Content-Type": "application/json"}, send_body)
+        elif path.startswith(f"/api/datasets/{dataset.HF_REPO}/revision/"):
+            info = {"id": dataset.HF_REPO, "sha": COMMIT, "siblings": [{"rfilename": name} for name in self.files]}
+            self._reply(json.dumps(info).encode(), {"Content-Type": "application/json"}, send_body)
+        elif path.startswith(resolve) and path[len(resolve):] in self.files:
+            body = self.files[path[len(resolve):]]
+            etag = f'"{hashlib.sha256(body).hexdigest()}"'
+            self._reply(body, {"X-Repo-Commit": COMMIT, "ETag": etag}, send_body)
+        else:
+            self.send_response(404)
+            self.end_headers()
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self._route(True)
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._route(False)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def hub(tmp_path: Path, everything: dataset.Dataset) -> Iterator[str]:
+    parquet = tmp_path / "r1.parquet"
+    _write_parquet(parquet, [r for r in everything.records if r.template_id == "R1"])
+    FakeHub.files = {"README.md": b"# GS-QA2\n", "raster_only/test-00000-of-00001.parquet": parquet.read_bytes()}
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeHub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+
+
+def test_default_source_is_downloaded_once_then_cached(hub: str, tmp_path: Path, everything: dataset.Dataset) -> None:
+    script = ("import json; from reproduce import configs, dataset; d = dataset.load(None, [configs.template('R1')]); "
+              "print(json.dumps([d.source, [r.id for r in d.records], [r.answers for r in d.records]]))")
+    env = {**os.environ, "HF_ENDPOINT": hub, "HF_HOME": str(tmp_path / "hf")}
+    online = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert online.returncode == 0, online.stderr
+    source, ids, answers = json.loads(online.stdout)
+    r1 = [r for r in everything.records if r.template_id == "R1"]
+    assert source == f"hf:{dataset.HF_REPO}@{COMMIT}"
+    assert (ids, answers) == ([r.id for r in r1], [r.answers for r in r1])
+    offline = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                             env={**env, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:1"})
+    assert offline.returncode == 0, offline.stderr
+    assert json.loads(offline.stdout)[0] == source
