@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import enum
 import json
+import os
+import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from ingest.db import DsnOption
-from ingest.errors import EXIT_SOME_FAILED, reported_as_exit_code
-from reproduce import readiness
+from ingest.errors import EXIT_OK, EXIT_SOME_FAILED, reported_as_exit_code
+from reproduce import configs, readiness, report
+from reproduce import verify as verification
+from reproduce.verify import Request, Run, Shown
 
 app = typer.Typer(
     name="reproduce",
@@ -23,19 +29,14 @@ The database is resolved as everywhere: --dsn, then $DATABASE_URL, then libpq's 
 Benchmark SQL runs as the read-only login role gsqa_reader (--reader-dsn, or the main DSN with that user
 and $GSQA_READER_PASSWORD).
 
-Exit codes: 0 ok; 1 the run went through but something failed or differs; 2 nothing started.""",
+Exit codes: 0 ok; 1 the run went through but something failed or differs; 2 nothing started;
+130 interrupted (Ctrl-C).""",
 )
 
 ReaderDsnOption = Annotated[
     str | None,
     typer.Option("--reader-dsn", help="DSN of the read-only role (default: --dsn as gsqa_reader).", show_default=False),
 ]
-
-
-@app.callback()
-def main() -> None:
-    # A callback keeps `reproduce` a command group while it has a single command.
-    pass
 
 
 @app.command()
@@ -68,3 +69,121 @@ def _describe_rows(rows: int | None) -> str:
     if rows is None:
         return "missing"
     return "empty" if rows == 0 else f"~{rows:,} rows"
+
+
+EXIT_INTERRUPTED = 130
+# The choices come from the registry, so the help and the error for an unknown name list the real names.
+ConfigName = enum.Enum("ConfigName", {name: name for name in configs.CONFIG_NAMES}, type=str)
+DataOption = Annotated[Path | None, typer.Option(
+    "--data", help="Local benchmark data: a folder with qa2/ and/or vector/ (T<k>/), or <config>/*.parquet as on "
+    "Hugging Face. Default: the Hugging Face dataset Zoe/GS-QA2 (cached).", show_default=False)]
+TimeoutOption = Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds per question (server-side).")]
+
+
+@app.command()
+def verify(
+    config: Annotated[ConfigName, typer.Option("--config", help="Which part of the benchmark.")] = "all",
+    data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None, timeout: TimeoutOption = 120,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="Parallel connections (default: cores).",
+                                         show_default=False)] = os.cpu_count() or 1,
+    template: Annotated[list[str], typer.Option("--template", help="Template id or stem (repeatable); the only "
+                                                "way to run the 9 exploratory templates.")] = [],  # noqa: B006
+    question: Annotated[list[str], typer.Option("--id", help="Question id (repeatable).")] = [],  # noqa: B006
+    json_out: Annotated[Path | None, typer.Option("--json-out", help="Write the full report as JSON.",
+                                                  show_default=False, dir_okay=False)] = None,
+    junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML (one testcase per question).",
+                                               show_default=False, dir_okay=False)] = None,
+    html: Annotated[Path | None, typer.Option("--html", help="Write one self-contained HTML page.",
+                                              show_default=False, dir_okay=False)] = None,
+    resume: Annotated[Path | None, typer.Option("--resume", help="Append results to FILE; skip questions "
+                                                "already in it.", show_default=False, dir_okay=False)] = None,
+    force: Annotated[bool, typer.Option("--force", help="Reuse a --resume file written for another dataset, "
+                                        "database or timeout.")] = False,
+    baseline: Annotated[Path | None, typer.Option("--baseline", help="An earlier --json-out: list status changes.",
+                                                  show_default=False, dir_okay=False)] = None,
+) -> None:
+    """Re-run the benchmark SQL of the selected questions as gsqa_reader and compare every result with the
+    stored answer under the paper's tolerances (token F1 >= 0.8, 5 m, 5 deg, 10 m elevation, 5 deg slope,
+    0.05 relative), plus a strict row-level comparison reported as `exact`.
+
+    Before the first question: the data must load, PostGIS must be >= 3.2, the tables the selected SQL reads
+    must exist and hold rows, and the reader must log in. Each question runs as one statement in its own
+    read-only transaction with SET LOCAL statement_timeout, and is rolled back.
+
+    Prints a table per config and template (questions, pass %, exact %, counts per status, seconds) and
+    the first failing questions with their evidence; a progress bar goes to stderr.
+
+    Statuses: pass, mismatch, empty (no rows), timeout, error (SQL error), skipped (not in the data).
+
+    Example: reproduce verify --config raster_only --data ../shared/benchmark --json-out run.json
+
+    Exit codes: 0 every selected question passes; 1 the run went through but some did not pass (skipped
+    ones included); 2 nothing started (usage error, unreadable data, unreachable database, failed preflight);
+    130 interrupted: running queries were cancelled on the server and the --resume file flushed.
+    """
+    request = Request(ConfigName(config).value, data, dsn, reader_dsn, timeout, workers, template, question,
+                      resume, force)
+    with reported_as_exit_code():
+        previous = report.read_baseline(baseline) if baseline else None
+        try:
+            run = verification.verify(request)
+        except KeyboardInterrupt:
+            kept = f"; finished questions are in {resume}" if resume else ""
+            print(f"interrupted: running queries were cancelled{kept}", file=sys.stderr)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+    _print_run(run, previous)
+    for path, render in ((json_out, lambda: report.as_json(run.provenance, run.results)),
+                         (junit, lambda: report.junit(run.results)),
+                         (html, lambda: report.html_page(run.provenance, run.results))):
+        if path:
+            report.write_atomically(path, render())
+    passed = all(result.status == "pass" for result in run.results)
+    raise typer.Exit(EXIT_OK if passed else EXIT_SOME_FAILED)
+
+
+def _print_run(run: Run, previous: dict[str, str] | None) -> None:
+    typer.echo(report.table(run.results))
+    if failures := report.failures(run.results):
+        typer.echo("\n" + failures)
+    if previous is not None:
+        typer.echo("\n" + report.baseline_text(report.baseline_changes(previous, run.results)))
+
+
+@app.command()
+def show(
+    question: Annotated[str, typer.Argument(help="Question id, e.g. raster_only/elevation+poi/0.")],
+    data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None, timeout: TimeoutOption = 120,
+) -> None:
+    """Re-run one question and show its SQL, the stored answer, the actual result, and the verdict per
+    answer component (stored value, value returned, metric, threshold), then the strict row diff and the
+    known reasons the answer may legitimately differ.
+
+    Example: reproduce show raster_only/elevation+poi/0 --data ../shared/benchmark
+
+    Exit codes: 0 the question passes; 1 it does not (mismatch, empty, timeout, error); 2 unknown id,
+    unreadable data, unreachable database or failed preflight.
+    """
+    with reported_as_exit_code():
+        shown = verification.show(question, data, dsn, reader_dsn, timeout)
+    typer.echo(_describe(shown))
+    passed = shown.verdict is not None and shown.verdict.status == "pass"
+    raise typer.Exit(EXIT_OK if passed else EXIT_SOME_FAILED)
+
+
+def _describe(shown: Shown, max_rows: int = 20) -> str:
+    record, outcome = shown.record, shown.outcome
+    def rows(items: list) -> str:
+        more = f"\n... {len(items) - max_rows} more rows" if len(items) > max_rows else ""
+        return "\n".join(json.dumps(item, default=str) for item in items[:max_rows]) + more
+    lines = [f"{record.id} [{record.template_id}] {record.question}", "", "-- SQL", record.sql.strip(), "",
+             f"-- stored answer ({len(record.answers)} rows)", rows(record.answers), ""]
+    if shown.verdict is None:
+        lines += [f"-- result: {outcome.kind} after {outcome.seconds:.2f} s: {outcome.error}"]
+    else:
+        lines += [f"-- actual result ({len(outcome.rows)} rows, {outcome.seconds:.2f} s)", rows(outcome.rows), "",
+                  f"-- verdict: {shown.verdict.status}"]
+        lines += [f"  {'ok  ' if c.passed else 'FAIL'} {c.component}: {c.metric} = {c.value:.6g} "
+                  f"(threshold {c.threshold}); stored {c.expected!r}, got {c.actual!r}" for c in shown.verdict.checks]
+        lines += ["", "-- exact: " + ("yes" if shown.diff.exact else json.dumps(shown.diff.as_dict(), default=str))]
+    lines += [f"-- unstable: {flag}" for flag in shown.flags]
+    return "\n".join(lines)

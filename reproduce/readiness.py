@@ -37,13 +37,38 @@ def reader_dsn(dsn: str | None, reader: str | None) -> str:
     return reader or with_user(dsn, schema.READER_ROLE, os.environ.get(READER_PASSWORD_ENV))
 
 
-def check(dsn: str | None, reader: str | None = None) -> Readiness:
+def check(dsn: str | None, reader: str | None = None, tables: list[str] | None = None) -> Readiness:
+    """PostGIS, the reference tables (or only `tables`, by name) and the reader login."""
     with connect(dsn, autocommit=True) as conn:
         readiness = Readiness(postgis_version=_postgis_version(conn))
         for table in schema.REFERENCE_TABLES:
-            readiness.row_estimates[table.name] = _row_estimate(conn, table.fullname)
+            if tables is None or table.name in tables:
+                readiness.row_estimates[table.name] = _row_estimate(conn, table.fullname)
     readiness.reader_problem = _reader_problem(reader_dsn(dsn, reader))
     return readiness
+
+
+def preflight(dsn: str | None, reader: str | None, tables: list[str]) -> Readiness:
+    """check() for a run that needs `tables`: any problem stops the run before the first question."""
+    readiness = check(dsn, reader, tables)
+    if readiness.problems:
+        raise GsqaError(
+            "the database is not ready: " + "; ".join(readiness.problems)
+            + ". Load the missing data (see `reproduce check`) or select other configs/templates."
+        )
+    return readiness
+
+
+def database_facts(dsn: str | None) -> dict[str, object]:
+    """What a run's results depend on: server and PostGIS versions, exact row counts (the fingerprint)."""
+    with connect(dsn, autocommit=True) as conn:
+        version, postgis = conn.execute("SELECT version(), postgis_full_version()").fetchone()
+        counts = {}
+        for table in schema.REFERENCE_TABLES:
+            if conn.execute("SELECT to_regclass(%s)", [table.fullname]).fetchone()[0] is not None:
+                query = sql.SQL("SELECT count(*) FROM {}").format(_qualified(table.fullname))
+                counts[table.name] = conn.execute(query).fetchone()[0]
+    return {"version": version, "postgis_full_version": postgis, "row_counts": counts}
 
 
 def _postgis_version(conn: psycopg.Connection) -> str:
@@ -60,11 +85,14 @@ def _row_estimate(conn: psycopg.Connection, qualified_name: str) -> int | None:
     """Planner estimate of the row count (exact counts take minutes on roads); 0 only if really empty."""
     if conn.execute("SELECT to_regclass(%s)", [qualified_name]).fetchone()[0] is None:
         return None
-    table = sql.SQL(".").join(sql.Identifier(part) for part in qualified_name.split("."))
-    if conn.execute(sql.SQL("SELECT NOT EXISTS (SELECT FROM {})").format(table)).fetchone()[0]:
+    if conn.execute(sql.SQL("SELECT NOT EXISTS (SELECT FROM {})").format(_qualified(qualified_name))).fetchone()[0]:
         return 0
     estimate = conn.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [qualified_name])
     return max(estimate.fetchone()[0], 1)
+
+
+def _qualified(name: str) -> sql.Composed:
+    return sql.SQL(".").join(sql.Identifier(part) for part in name.split("."))
 
 
 def _reader_problem(dsn: str) -> str | None:

@@ -19,7 +19,9 @@ def run(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
                           env={**os.environ, **(env or {})})
 
 
-@pytest.mark.parametrize("tool, commands", [("ingest", ["init", "finalize"]), ("reproduce", ["check"])])
+@pytest.mark.parametrize(
+    "tool, commands", [("ingest", ["init", "finalize"]), ("reproduce", ["check", "verify", "show"])]
+)
 def test_help_lists_commands_and_exit_codes(tool: str, commands: list[str]) -> None:
     result = run(tool, "--help")
     assert result.returncode == 0, result.stderr

@@ -1,0 +1,125 @@
+"""Benchmark of `reproduce verify`: harness overhead per question, and the speed-up of parallel workers.
+
+1. Overhead: the real R1 SQL (20 records, repeated) against a fixture dem_us of 1x1-pixel tiles, once in
+   one psql session (`psql -f`, as gsqa_reader, minus psql's start-up) and once through the harness
+   (Runner with 1 worker: transaction, SET LOCAL, prepared statement, watchdog, rollback, plus judging).
+   The difference divided by the number of questions is the overhead per question. Target: < 5 ms.
+2. Speed-up: CPU-bound questions (a fixed amount of arithmetic in the server) with 1..N workers.
+   Target: >= 1.8x with 2 workers.
+
+Usage: .venv/bin/python bench/reproduce.py [--repeat 15] [--cpu-questions 12] [--max-workers 2]
+Needs the local PostgreSQL (as for the tests); creates and drops the database gsqa_bench_reproduce.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+ROOT = Path(__file__).resolve().parent.parent
+# This script's folder would shadow the `reproduce` package (the script is reproduce.py); put the test suite's
+# fixture builders there instead.
+sys.path[0] = str(ROOT / "tests")
+
+from refdb_fixtures import load_stored_answers  # noqa: E402
+
+from ingest.db import resolve_dsn, with_user  # noqa: E402
+from ingest.initdb import initialize  # noqa: E402
+from reproduce import configs, dataset  # noqa: E402
+from reproduce.dataset import Record  # noqa: E402
+from reproduce.runner import Runner  # noqa: E402
+from reproduce.verify import evaluate  # noqa: E402
+
+DATABASE = "gsqa_bench_reproduce"
+CPU_SQL = "SELECT sum(sqrt(g::float8)) AS elevation FROM generate_series(1, {n}) AS g"
+
+
+def create_database() -> str:
+    admin = resolve_dsn(None)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {DATABASE}")
+    dsn = make_conninfo(admin, dbname=DATABASE)
+    initialize(dsn)
+    return dsn
+
+
+def drop_database() -> None:
+    with psycopg.connect(resolve_dsn(None), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+
+
+def timed_psql(reader: str, statements: list[str]) -> float:
+    """Seconds one psql session needs for the statements, its start-up (an empty script) subtracted."""
+    def run(script: str) -> float:
+        with tempfile.NamedTemporaryFile("w", suffix=".sql") as handle:
+            handle.write(script)
+            handle.flush()
+            start = time.perf_counter()
+            subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-o", os.devnull, "-f", handle.name,
+                            reader], check=True)
+            return time.perf_counter() - start
+    return run("\n".join(statements)) - run("SELECT 1;")
+
+
+def timed_harness(reader: str, records: list[Record], workers: int) -> float:
+    start = time.perf_counter()
+    for record, outcome in Runner(reader, 120.0, workers).run(records):
+        evaluate(record, outcome)
+    return time.perf_counter() - start
+
+
+def overhead(dsn: str, reader: str, repeat: int) -> None:
+    r1 = dataset.load(ROOT.parent / "shared" / "benchmark", [configs.template("R1")]).records
+    with psycopg.connect(dsn) as conn:
+        load_stored_answers(conn, r1)
+    records = r1 * repeat
+    statements = [record.sql.strip() for record in records]
+    timed_harness(reader, r1, 1)  # warm the cache
+    psql_s, harness_s = timed_psql(reader, statements), timed_harness(reader, records, 1)
+    per_question = (harness_s - psql_s) / len(records) * 1000
+    print(f"overhead: {len(records)} R1 questions; psql {psql_s:.3f} s, harness {harness_s:.3f} s, "
+          f"overhead {per_question:.2f} ms/question (target < 5)")
+
+
+def speed_up(reader: str, questions: int, max_workers: int, rows: int) -> None:
+    records = [Record(f"bench/cpu/{n}", "R1", "bench", "cpu", "", CPU_SQL.format(n=rows), "", [], {})
+               for n in range(questions)]
+    base = None
+    for workers in range(1, max_workers + 1):
+        seconds = timed_harness(reader, records, workers)
+        base = base or seconds
+        print(f"speed-up: {questions} CPU-bound questions, {workers} worker(s): {seconds:.2f} s, "
+              f"{base / seconds:.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=15, help="R1 records are repeated this often (20 each)")
+    parser.add_argument("--cpu-questions", type=int, default=12)
+    parser.add_argument("--cpu-rows", type=int, default=2_000_000, help="generate_series size per CPU question")
+    parser.add_argument("--max-workers", type=int, default=2)
+    args = parser.parse_args()
+    dsn = create_database()
+    reader = with_user(dsn, "gsqa_reader", os.environ.get("GSQA_READER_PASSWORD"))
+    try:
+        with psycopg.connect(dsn) as conn:
+            version = conn.execute("SELECT version()").fetchone()[0]
+        load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+        print(f"server: {version}; cores: {os.cpu_count()}; load average before: {load}")
+        overhead(dsn, reader, args.repeat)
+        speed_up(reader, args.cpu_questions, args.max_workers, args.cpu_rows)
+    finally:
+        drop_database()
+
+
+if __name__ == "__main__":
+    main()

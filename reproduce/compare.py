@@ -1,0 +1,467 @@
+"""Verdicts: is the result of a benchmark SQL the stored answer, under the paper's tolerances?
+
+The tolerances are declared once, in COMPONENTS: template id -> answer components (keys, metric), each
+metric a small function with its threshold (BENCHMARK-FORMAT.md section 5). Beside the verdict, `exact_diff`
+is the strict row-level comparison: multisets of rows keyed on osm_id or name, numbers within 1e-6
+relative, geometries within 1e-6 degrees, the serial id and V7's Wikipedia keys ignored (section 6).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import shapely
+from shapely.geometry.base import BaseGeometry
+
+EARTH_RADIUS_M = 6_371_008.8
+EXACT_REL_TOL = 1e-6
+EXACT_GEOMETRY_TOL_DEG = 1e-6
+NAME_KEYS = ("poi_name", "park_name", "lake_name", "road_name", "region_name", "name", "answer_name", "higher_poi")
+IGNORED_KEYS = frozenset({"id"})  # serial ids depend on the load order (REFERENCE-DB.md section 4)
+WIKIPEDIA_KEYS = frozenset({"multihop_answer", "multihop_attribute", "multihop_long_answer", "multi_source_answer",
+                            "multi_source_attribute", "multi_source_long_answer"})
+_WKT = re.compile(r"^\s*(SRID=\d+;)?\s*(MULTI)?(POINT|LINESTRING|POLYGON)|^\s*GEOMETRYCOLLECTION", re.I)
+_HEX_EWKB = re.compile(r"^(00|01)[0-9A-Fa-f]{16,}$")
+_TOKEN = re.compile(r"[a-z0-9]+")
+
+
+# --- metrics --------------------------------------------------------------------------------------------
+
+
+def token_f1(actual: Any, gold: Any) -> float:
+    """Token F1 over [a-z0-9]+ multisets of the lowercased texts; an empty side scores 0."""
+    pred, ref = Counter(_TOKEN.findall(str(actual or "").lower())), Counter(_TOKEN.findall(str(gold or "").lower()))
+    common = sum((pred & ref).values())
+    if not pred or not ref or not common:
+        return 0.0
+    return 2 * common / (sum(pred.values()) + sum(ref.values()))  # = 2PR/(P+R), with one rounding step
+
+
+def haversine_m(actual: Any, gold: Any) -> float:
+    """Great-circle distance in metres between two geometries (WKT or hex EWKB); centroids for non-points."""
+    a, b = as_geometry(actual), as_geometry(gold)
+    if a is None or b is None or a.is_empty or b.is_empty:
+        return math.inf
+    (lon1, lat1), (lon2, lat2) = _point(a), _point(b)
+    phi1, phi2 = math.radians(lat1), math.radians(lat2)
+    dphi, dlambda = phi2 - phi1, math.radians(lon2 - lon1)
+    h = math.sin(dphi / 2) ** 2 + math.cos(phi1) * math.cos(phi2) * math.sin(dlambda / 2) ** 2
+    return 2 * EARTH_RADIUS_M * math.asin(min(1.0, math.sqrt(h)))
+
+
+def angle_error(actual: Any, gold: Any) -> float:
+    """Circular difference in degrees: min(e, 360 - e) with e = |p - g| mod 360."""
+    p, g = _number(actual), _number(gold)
+    if p is None or g is None:
+        return math.inf
+    e = abs(p - g) % 360
+    return min(e, 360 - e)
+
+
+def aspect_error(actual: Any, gold: Any) -> float:
+    """As angle_error, but a negative aspect means flat: both flat is 0, one flat is a failure."""
+    p, g = _number(actual), _number(gold)
+    if p is None or g is None:
+        return math.inf
+    if p < 0 or g < 0:
+        return 0.0 if p < 0 and g < 0 else math.inf
+    return angle_error(p, g)
+
+
+def absolute_error(actual: Any, gold: Any) -> float:
+    p, g = _number(actual), _number(gold)
+    return math.inf if p is None or g is None else abs(p - g)
+
+
+def relative_error(actual: Any, gold: Any) -> float:
+    """|p - g| / |g|; with gold 0 only 0 passes."""
+    p, g = _number(actual), _number(gold)
+    if p is None or g is None:
+        return math.inf
+    if g == 0:
+        return 0.0 if p == 0 else math.inf
+    return abs(p - g) / abs(g)
+
+
+def yes_no_error(actual: Any, gold: Any) -> float:
+    """0 when equal after lowercasing and collapsing whitespace, else 1."""
+    def normal(value: Any) -> str:
+        return " ".join(str(value).lower().split()) if value is not None else ""
+    return 0.0 if normal(actual) == normal(gold) else 1.0
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    threshold: float
+    measure: Callable[[Any, Any], float]
+    higher_is_better: bool = False  # token F1 is a score, everything else an error
+
+    def passes(self, value: float) -> bool:
+        return value >= self.threshold if self.higher_is_better else value <= self.threshold
+
+    def badness(self, value: float) -> float:
+        """How far from perfect, in units of the tolerance: ranks pairings of rows."""
+        if self.higher_is_better:
+            return (1 - value) / (1 - self.threshold)
+        return value / self.threshold if self.threshold else (0.0 if value == 0 else math.inf)
+
+
+NAME = Metric("token F1", 0.8, token_f1, higher_is_better=True)
+LOCATION = Metric("location (m)", 5.0, haversine_m)
+ANGLE = Metric("angle (deg)", 5.0, angle_error)
+ASPECT = Metric("aspect (deg)", 5.0, aspect_error)
+ELEVATION = Metric("elevation (m)", 10.0, absolute_error)
+SLOPE = Metric("slope (deg)", 5.0, absolute_error)
+RELATIVE = Metric("relative error", 0.05, relative_error)
+YES_NO = Metric("yes/no", 0.0, yes_no_error)
+
+
+@dataclass(frozen=True)
+class Component:
+    keys: tuple[str, ...]  # aliases looked up in a row: exact, then as part of a column name
+    metric: Metric
+    joined: bool = False  # set-valued names: every row's name joined into one bag, then one token F1
+
+    @property
+    def label(self) -> str:
+        return self.keys[0] if len(self.keys) == 1 else "name"
+
+
+def _c(key: str | tuple[str, ...], metric: Metric, joined: bool = False) -> Component:
+    return Component((key,) if isinstance(key, str) else key, metric, joined)
+
+
+NAMES = _c(NAME_KEYS, NAME, joined=True)
+COMPONENTS: dict[str, tuple[Component, ...]] = {
+    # Vector (V1-V28 = T1-T28). Several stored rows of a name answer are one bag of names (section 6).
+    **{f"V{k}": (NAMES,) for k in range(1, 13)},
+    **{f"V{k}": (_c("geometry", LOCATION),) for k in range(13, 21)},
+    "V21": (_c("angle", ANGLE),), "V22": (_c("angle", ANGLE),),
+    "V23": (_c("count", RELATIVE),), "V24": (_c("count", RELATIVE),),
+    "V25": (_c("distance", RELATIVE),), "V26": (_c("distance", RELATIVE),),
+    "V27": (_c("area", RELATIVE),), "V28": (_c("length", RELATIVE),),
+    # raster_only
+    "R1": (_c("elevation", ELEVATION),), "R2": (_c("higher_poi", NAME),),
+    "R3": (_c("elevation_difference_m", ELEVATION),), "R4": (_c("answer", YES_NO),),
+    "R5": (_c("slope_degrees", SLOPE),), "R6": (_c("aspect_degrees", ASPECT),), "R7": (_c("tri_value", RELATIVE),),
+    "R8": (_c("distance_m", RELATIVE),), "R9": (_c("distance_m", RELATIVE),),
+    "R10": (_c("slope_degrees", SLOPE),), "R11": (_c("answer_name", NAME),),
+    # extended
+    "VR1": (NAMES,), "VR2": (_c("geometry", LOCATION),), "VR3": (_c("count", RELATIVE),),
+    "VR4": (_c("distance", RELATIVE), _c("elevation", ELEVATION)),
+    "VR5": (_c("road_name", NAME), _c("dist_m", RELATIVE), _c("slope_deg", SLOPE)),
+    "VR6": (_c(NAME_KEYS, NAME), _c("slope", SLOPE)),
+    "VR7": (_c(NAME_KEYS, NAME), _c("max_elevation", ELEVATION)),
+    "VR8": (_c("area", RELATIVE), _c("slope", SLOPE)),
+    # raster_vector
+    "VR9": (NAMES,), "VR10": (NAMES,), "VR11": (NAMES,), "VR12": (_c("answer_name", NAME),),
+    "VR13": (NAMES,), "VR14": (NAMES,),
+    # Exploratory templates: not evaluated in the paper; the metric their answer key implies.
+    **{f"elevation_{kind}+region": (_c("elev", ELEVATION),) for kind in ("max", "min", "mean", "range")},
+    "elevation+coverage": (_c("coverage", RELATIVE),),
+    **{f"{kind}_slope+area": (_c("slope", SLOPE),) for kind in ("avg", "min", "max")},
+    "elevation_count_threshold+count": (_c("count", RELATIVE),),
+}
+
+# Known reasons a stored answer may not come back (BENCHMARK-FORMAT.md section 7), by template.
+TEMPLATE_CAVEATS = {
+    "V12": "stale stored answer possible: generation ran an extra name/wikipedia predicate (T12)",
+    "V28": "stale stored answer possible: generation ran an extra name/wikipedia predicate (T28)",
+    "V23": "count includes duplicate POI rows", "V24": "count includes duplicate POI rows",
+    "VR3": "count includes duplicate POI rows",
+    "R11": "equal slopes: a1 >= a2 names the first route",
+    "VR5": "nearest road ranked in degrees; sensitive to roads coverage",
+    "VR11": "ties at the N-th elevation swap set members", "VR14": "ties at the N-th slope swap set members",
+}
+
+
+# --- values ---------------------------------------------------------------------------------------------
+
+
+def _number(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) else number
+
+
+@lru_cache(maxsize=65536)
+def _parse_geometry(text: str) -> BaseGeometry | None:
+    try:
+        if _HEX_EWKB.match(text):
+            return shapely.from_wkb(text)
+        return shapely.from_wkt(text.split(";", 1)[-1]) if _WKT.match(text) else None
+    except shapely.errors.ShapelyError:
+        return None
+
+
+def as_geometry(value: Any) -> BaseGeometry | None:
+    """A geometry from WKT (optionally SRID=...;) or hex EWKB text, else None."""
+    return _parse_geometry(value.strip()) if isinstance(value, str) and value else None
+
+
+def _point(geometry: BaseGeometry) -> tuple[float, float]:
+    point = geometry if geometry.geom_type == "Point" else geometry.centroid
+    return point.x, point.y
+
+
+def lookup(row: dict[str, Any], keys: tuple[str, ...], single_fallback: bool) -> Any:
+    """The evaluator's field lookup: an exact alias, then an alias inside a column name, then the only value."""
+    for key in keys:
+        if key in row:
+            return row[key]
+    for key in keys:
+        for column, value in row.items():
+            if key in column:
+                return value
+    values = [value for column, value in row.items() if column not in IGNORED_KEYS]
+    return values[0] if single_fallback and len(values) == 1 else None
+
+
+def _identity(row: dict[str, Any]) -> tuple[str, Any] | None:
+    """What makes a row the same feature across loads: osm_id, else its name (never the serial id)."""
+    if row.get("osm_id") is not None:
+        return ("osm_id", str(row["osm_id"]))
+    name = next((row[key] for key in NAME_KEYS if row.get(key) is not None), None)
+    return ("name", name) if name is not None else None
+
+
+# --- verdict --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Check:
+    """One component on one pairing: the stored value, the value returned, and how far apart they are."""
+
+    component: str
+    metric: str
+    threshold: float
+    expected: Any
+    actual: Any
+    value: float
+    passed: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        value = None if math.isinf(self.value) else self.value
+        return {"component": self.component, "metric": self.metric, "threshold": self.threshold,
+                "expected": self.expected, "actual": self.actual, "value": value, "passed": self.passed}
+
+
+@dataclass
+class Verdict:
+    status: str  # pass, mismatch or empty
+    checks: list[Check] = field(default_factory=list)  # one per component (multi-row: the worst pair)
+
+    @property
+    def first_failure(self) -> Check | None:
+        return next((check for check in self.checks if not check.passed), None)
+
+
+def components_of(template_id: str) -> tuple[Component, ...]:
+    try:
+        return COMPONENTS[template_id]
+    except KeyError:
+        raise ValueError(f"no tolerance declared for template {template_id!r}") from None
+
+
+def judge(template_id: str, gold: list[dict[str, Any]], actual: list[dict[str, Any]]) -> Verdict:
+    """The verdict of the paper's metric for one question; every component must pass."""
+    components = components_of(template_id)
+    if not actual:
+        return Verdict("pass" if not gold else "empty")
+    if not gold:
+        return Verdict("mismatch", [_row_count_check(gold, actual)])
+    checks = [_joined_check(c, gold, actual) for c in components if c.joined]
+    per_row = [c for c in components if not c.joined]
+    if per_row:
+        checks += _best_single(per_row, gold[0], actual) if len(gold) == 1 else _paired(per_row, gold, actual)
+    return Verdict("pass" if all(check.passed for check in checks) else "mismatch", checks)
+
+
+def _check(component: Component, gold_row: dict[str, Any], actual_row: dict[str, Any]) -> Check:
+    single = component.metric is not NAME
+    expected = lookup(gold_row, component.keys, single)
+    got = lookup(actual_row, component.keys, single)
+    value = component.metric.measure(got, expected)
+    return Check(component.label, component.metric.name, component.metric.threshold, expected, got, value,
+                 component.metric.passes(value))
+
+
+def _joined_check(component: Component, gold: list[dict[str, Any]], actual: list[dict[str, Any]]) -> Check:
+    def bag(rows: Iterable[dict[str, Any]]) -> str:
+        names = (lookup(row, component.keys, False) for row in rows)
+        return "\n".join(str(name) for name in names if name is not None)
+    expected, got = bag(gold), bag(actual)
+    value = component.metric.measure(got, expected)
+    return Check("names", component.metric.name, component.metric.threshold, _shorten(expected), _shorten(got),
+                 value, component.metric.passes(value))
+
+
+def _shorten(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({text.count(chr(10)) + 1} names)"
+
+
+def _badness(checks: list[Check], components: list[Component]) -> tuple[int, float]:
+    failed = sum(not check.passed for check in checks)
+    return failed, sum(c.metric.badness(check.value) for c, check in zip(components, checks, strict=True))
+
+
+def _best_single(components: list[Component], gold_row: dict[str, Any], actual: list[dict[str, Any]]) -> list[Check]:
+    """One stored row: the returned row that passes most components (ties: the smallest summed error)."""
+    candidates = [[_check(c, gold_row, row) for c in components] for row in actual]
+    return min(candidates, key=lambda checks: _badness(checks, components))
+
+
+def _paired(components: list[Component], gold: list[dict[str, Any]], actual: list[dict[str, Any]]) -> list[Check]:
+    """Several stored rows: pair rows by identity, then report each component's worst pair."""
+    pairs, unpaired = _pair_by_identity(gold, actual, components)
+    checks = []
+    for c in components:
+        results = [_check(c, g, a) for g, a in pairs]
+        if results:
+            checks.append(min(results, key=lambda check: (check.passed, -c.metric.badness(check.value))))
+    if unpaired or len(gold) != len(actual):
+        checks.insert(0, _row_count_check(gold, actual))
+    return checks
+
+
+def _row_count_check(gold: list[dict[str, Any]], actual: list[dict[str, Any]]) -> Check:
+    return Check("rows", "row count", 0.0, len(gold), len(actual), math.inf, False)
+
+
+def _pair_by_identity(gold: list[dict[str, Any]], actual: list[dict[str, Any]], components: list[Component]):
+    """Rows with the same identity are paired, duplicates in the order of their component values."""
+    def sort_key(row: dict[str, Any]) -> str:
+        return repr([lookup(row, c.keys, False) for c in components])
+    groups: dict[Any, tuple[list, list]] = defaultdict(lambda: ([], []))
+    for row in gold:
+        groups[_identity(row)][0].append(row)
+    for row in actual:
+        groups[_identity(row)][1].append(row)
+    pairs, unpaired = [], 0
+    for gold_rows, actual_rows in groups.values():
+        gold_rows.sort(key=sort_key)
+        actual_rows.sort(key=sort_key)
+        pairs += list(zip(gold_rows, actual_rows, strict=False))
+        unpaired += abs(len(gold_rows) - len(actual_rows))
+    return pairs, unpaired
+
+
+# --- strict row-level comparison ------------------------------------------------------------------------
+
+
+@dataclass
+class RowDiff:
+    missing: list[dict[str, Any]] = field(default_factory=list)  # stored, not returned
+    unexpected: list[dict[str, Any]] = field(default_factory=list)  # returned, not stored
+    changed: list[dict[str, Any]] = field(default_factory=list)  # same feature, other values: {key: [stored, got]}
+
+    @property
+    def exact(self) -> bool:
+        return not (self.missing or self.unexpected or self.changed)
+
+    def as_dict(self, limit: int = 10) -> dict[str, Any]:
+        """Counts and the first `limit` rows of each kind (answers can have thousands of rows)."""
+        return {kind: {"count": len(rows), "rows": rows[:limit]}
+                for kind, rows in (("missing", self.missing), ("unexpected", self.unexpected),
+                                   ("changed", self.changed)) if rows}
+
+
+def comparable(row: dict[str, Any], template_id: str) -> dict[str, Any]:
+    """A row without NULLs (a missing key means NULL), the serial id, and V7's Wikipedia-derived keys."""
+    ignored = IGNORED_KEYS | WIKIPEDIA_KEYS if template_id == "V7" else IGNORED_KEYS
+    return {key: value for key, value in row.items() if value is not None and key not in ignored}
+
+
+def values_equal(a: Any, b: Any) -> bool:
+    """Numbers within 1e-6 relative, geometries within 1e-6 degrees per vertex, anything else exactly."""
+    x, y = _number(a), _number(b)
+    if x is not None and y is not None and not (isinstance(a, str) and isinstance(b, str)):
+        return math.isclose(x, y, rel_tol=EXACT_REL_TOL, abs_tol=1e-9)
+    ga, gb = as_geometry(a), as_geometry(b)
+    if ga is not None and gb is not None:
+        return ga.equals_exact(gb, EXACT_GEOMETRY_TOL_DEG)
+    return a == b or str(a) == str(b)
+
+
+def _differences(gold_row: dict[str, Any], actual_row: dict[str, Any]) -> dict[str, list[Any]]:
+    keys = dict.fromkeys([*gold_row, *actual_row])
+    pairs = {key: [gold_row.get(key), actual_row.get(key)] for key in keys}
+    return {key: pair for key, pair in pairs.items() if not values_equal(*pair)}
+
+
+def exact_diff(template_id: str, gold: list[dict[str, Any]], actual: list[dict[str, Any]]) -> RowDiff:
+    """Multisets of rows, paired by identity (osm_id, else name); equal rows first, then the closest."""
+    groups: dict[Any, tuple[list, list]] = defaultdict(lambda: ([], []))
+    for row in gold:
+        groups[_identity(row)][0].append(comparable(row, template_id))
+    for row in actual:
+        groups[_identity(row)][1].append(comparable(row, template_id))
+    diff = RowDiff()
+    for gold_rows, actual_rows in groups.values():
+        left = [row for row in gold_rows if not _take_equal(row, actual_rows)]
+        for stored, got in zip(left, actual_rows, strict=False):
+            diff.changed.append({"identity": _describe(stored), "differences": _differences(stored, got)})
+        diff.missing += left[len(actual_rows):]
+        diff.unexpected += actual_rows[len(left):]
+    return diff
+
+
+def _take_equal(row: dict[str, Any], candidates: list[dict[str, Any]]) -> bool:
+    """Remove the first candidate equal to `row`; say whether there was one."""
+    for index, candidate in enumerate(candidates):
+        if not _differences(row, candidate):
+            del candidates[index]
+            return True
+    return False
+
+
+def _describe(row: dict[str, Any]) -> str:
+    identity = _identity(row)
+    return f"{identity[0]}={identity[1]}" if identity else "row"
+
+
+# --- known instability ----------------------------------------------------------------------------------
+
+_POINT = re.compile(r"POINT\s*\(\s*(-?\d+(?:\.\d+)?)\s+(-?\d+(?:\.\d+)?)\s*\)")
+_TILE_PX, _HALF_PX_PER_DEG = 256, 7200  # raster2pgsql -t 256x256; 1/7200 deg is half an ASTER pixel
+
+
+def instability(template_id: str, sql: str) -> list[str]:
+    """Why re-running this question may legitimately give another answer (BENCHMARK-FORMAT.md section 7)."""
+    flags = []
+    limits, orders = len(re.findall(r"\bLIMIT\b", sql, re.I)), len(re.findall(r"\bORDER\s+BY\b", sql, re.I))
+    if limits > orders:
+        flags.append("LIMIT without ORDER BY: the first row the plan returns wins")
+    elif limits and orders:
+        flags.append("ORDER BY ... LIMIT: tied rows (duplicate source rows) may swap")
+    if "dem_us" in sql:
+        flags += [f"point {x} {y} {where}" for x, y in _POINT.findall(sql) if (where := _seam(float(x), float(y)))]
+    if template_id in TEMPLATE_CAVEATS:
+        flags.append(TEMPLATE_CAVEATS[template_id])
+    return flags
+
+
+def _seam(lon: float, lat: float) -> str | None:
+    """Where a point sits on the DEM tiling: near a file seam (1-px overlap) or on an internal tile edge."""
+    tolerance = EXACT_GEOMETRY_TOL_DEG * _HALF_PX_PER_DEG
+    for value in (lon, lat):
+        if abs(value - round(value)) <= 1 / _HALF_PX_PER_DEG:
+            return "lies within 1/7200 deg of a DEM file seam (two tiles answer)"
+    east = (lon - math.floor(lon)) * _HALF_PX_PER_DEG + 1  # lon = W + (512k - 1)/7200
+    south = (math.floor(lat) + 1 - lat) * _HALF_PX_PER_DEG + 1  # lat = N + 1 - (512k - 1)/7200
+    for offset in (east, south):
+        k = round(offset / (2 * _TILE_PX))
+        if 1 <= k <= 14 and abs(offset - 2 * _TILE_PX * k) <= tolerance:
+            return "lies on an internal DEM tile edge (one tile returns NULL)"
+    return None

@@ -1,0 +1,101 @@
+"""The benchmark's configs and templates, declared once (BENCHMARK-FORMAT.md sections 1 and 3).
+
+A config is a group of templates; `all` is every canonical template. The 9 exploratory raster templates
+belong to their group but are run only when named with --template. Lookups hand back copies, so callers
+cannot change the registry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ingest.errors import GsqaError
+
+VECTOR_TYPES = """range+name range:non_spat_filter+name range:direction+name range:towards+name knn+name
+knn:non_spat_filter+name knn+name+multihop1 knn+name+multihop2 knn:direction+name knn:towards+name
+intersects:area_max+name intersects:length_max+name range+loc range:non_spat_filter+loc range:direction+loc
+range:towards+loc knn+loc knn:non_spat_filter+loc knn:direction+loc knn:towards+loc range+angle knn+angle
+range+count intersects+count range+distance knn+distance intersects:area_total+area
+intersects:length_total+length""".split()
+
+RASTER_ONLY = """elevation+poi elevation_compare+two_pois elevation_diff+two_pois elevation_threshold+poi
+slope+poi aspect+poi ruggedness+poi nearest_high_terrain+poi nearest_low_terrain+poi slope+route
+slope+compare_route""".split()
+EXTENDED = """range+name+elevation_condition range+loc+elevation_condition range+count+elevation_condition
+range+distance+elevation knn+distance+slope intersects_length_max+name+slope
+intersects_area_max+name+max_elevation intersects_area_total+area+avg_slope""".split()
+RASTER_VECTOR = """elevation_average+name elevation_proximity_zone+name elevation_lowest_n_poi+name
+elevation_compare_categories+name slope_condition+name slope_steepest_n_poi+name""".split()
+EXPLORATORY = {
+    "raster_only": """elevation_max+region elevation_min+region elevation_mean+region elevation_range+region
+    elevation+coverage avg_slope+area min_slope+area max_slope+area""".split(),
+    "raster_vector": ["elevation_count_threshold+count"],
+}
+
+
+@dataclass(frozen=True)
+class Template:
+    id: str  # V1..V28, R1..R11, VR1..VR14; an exploratory template has no id and uses its stem
+    group: str  # the config it belongs to
+    stem: str  # raw file name without .jsonl; for vector the GS-QA `type`
+    questions: int  # records per template in a complete release
+    canonical: bool = True
+
+    @property
+    def number(self) -> int:
+        """k of V<k>: the vector folder T<k>."""
+        return int(self.id.lstrip("VR"))
+
+
+def _build() -> dict[str, list[Template]]:
+    groups = {
+        "vector": [Template(f"V{k}", "vector", stem, 100) for k, stem in enumerate(VECTOR_TYPES, 1)],
+        "raster_only": [Template(f"R{k}", "raster_only", stem, 20) for k, stem in enumerate(RASTER_ONLY, 1)],
+        "extended": [Template(f"VR{k}", "extended", stem, 20) for k, stem in enumerate(EXTENDED, 1)],
+        "raster_vector": [
+            Template(f"VR{k}", "raster_vector", stem, 20) for k, stem in enumerate(RASTER_VECTOR, len(EXTENDED) + 1)
+        ],
+    }
+    for group, stems in EXPLORATORY.items():
+        groups[group] += [Template(stem, group, stem, 20, canonical=False) for stem in stems]
+    return groups
+
+
+_GROUPS = _build()
+CONFIG_NAMES = ["raster_only", "raster_vector", "extended", "vector", "all"]
+TEMPLATES = [template for templates in _GROUPS.values() for template in templates]
+
+
+def templates_of(config: str) -> list[Template]:
+    """The canonical templates a config runs (`all`: every group)."""
+    if config not in CONFIG_NAMES:
+        raise GsqaError(f"unknown config {config!r}: choose one of {', '.join(CONFIG_NAMES)}")
+    groups = list(_GROUPS) if config == "all" else [config]
+    return [t for group in groups for t in _GROUPS[group] if t.canonical]
+
+
+def template(name: str) -> Template:
+    """A template by id (R5, VR1, V13) or stem (slope+poi, elevation_max+region)."""
+    for candidate in TEMPLATES:
+        if name in (candidate.id, candidate.stem):
+            return candidate
+    raise GsqaError(
+        f"unknown template {name!r}: use an id (V1-V28, R1-R11, VR1-VR14) or a stem such as "
+        f"{RASTER_ONLY[0]!r} or {EXPLORATORY['raster_only'][0]!r}"
+    )
+
+
+def select(config: str, names: list[str]) -> list[Template]:
+    """The templates of one run: --template names (in any group of the config), else the config's canonical ones."""
+    if not names:
+        return templates_of(config)
+    groups = set(_GROUPS) if config == "all" else {config}
+    chosen = [template(name) for name in names]
+    for picked in chosen:
+        if picked.group not in groups:
+            raise GsqaError(f"template {picked.id} belongs to config {picked.group}, not {config}")
+    return list(dict.fromkeys(chosen))
+
+
+def by_group_and_stem(group: str, stem: str) -> Template | None:
+    return next((t for t in _GROUPS.get(group, []) if t.stem == stem), None)

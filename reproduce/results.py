@@ -1,0 +1,44 @@
+"""One result per question, and the summary counts every report shares."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+STATUSES = ("pass", "mismatch", "empty", "timeout", "error", "skipped")
+SUMMARY_KEYS = {"pass": "passed", "mismatch": "mismatched", "empty": "empty", "timeout": "timed_out",
+                "error": "errored", "skipped": "skipped"}
+
+
+@dataclass(frozen=True)
+class Result:
+    id: str
+    template_id: str
+    status: str  # one of STATUSES
+    exact: bool  # the strict row-level comparison found no difference
+    detail: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def group(self) -> str:
+        """The config the question belongs to: the first part of its id."""
+        return self.id.split("/", 1)[0]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Result:
+        return cls(data["id"], data["template_id"], data["status"], bool(data.get("exact")),
+                   data.get("detail") or {}, float(data.get("seconds") or 0.0))
+
+
+def summarize(results: Iterable[Result]) -> dict[str, int]:
+    """{total, passed, exact, mismatched, empty, timed_out, errored, skipped}."""
+    results = list(results)
+    counts = Counter(result.status for result in results)
+    summary = {"total": len(results), "passed": counts["pass"], "exact": sum(r.exact for r in results)}
+    summary.update({SUMMARY_KEYS[status]: counts[status] for status in STATUSES if status != "pass"})
+    return summary

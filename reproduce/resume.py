@@ -1,0 +1,69 @@
+"""--resume FILE: one JSON line per finished question after a header naming what the results depend on.
+
+The header records the dataset checksum, the database fingerprint (row counts per table) and the timeout.
+A later run with the same file skips the questions already in it, and refuses (unless forced) when the
+dataset, the database or the timeout differ, because mixing results of two setups would mislead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import IO, Any
+
+from ingest.errors import GsqaError
+from reproduce.results import Result
+
+FORMAT = "gsqa-reproduce-resume/1"
+
+
+class ResumeFile:
+    def __init__(self, path: Path, header: dict[str, Any], force: bool) -> None:
+        self.path = path
+        self.done: dict[str, Result] = {}
+        existing = self._read() if path.exists() and path.stat().st_size else None
+        if existing is not None:
+            self._check(existing, header, force)
+        self._file: IO[str] = path.open("a", encoding="utf-8")
+        if existing is None:
+            self._write({"format": FORMAT, **header})
+
+    def _read(self) -> dict[str, Any]:
+        lines = self.path.read_text(encoding="utf-8").splitlines()
+        try:
+            header = json.loads(lines[0])
+        except ValueError:
+            header = {}
+        if header.get("format") != FORMAT:
+            raise GsqaError(f"--resume {self.path}: not a resume file of `reproduce verify` (first line)")
+        for number, line in enumerate(lines[1:], start=2):
+            try:
+                result = Result.from_dict(json.loads(line))
+            except (ValueError, KeyError):
+                if number == len(lines):
+                    break  # the last line was cut short by a kill: that question runs again
+                raise GsqaError(f"--resume {self.path}:{number}: not a result line") from None
+            self.done[result.id] = result
+        return header
+
+    def _check(self, existing: dict[str, Any], header: dict[str, Any], force: bool) -> None:
+        differ = [key for key in header if existing.get(key) != header[key]]
+        if differ and not force:
+            raise GsqaError(
+                f"--resume {self.path} was written for another {', '.join(differ)} "
+                f"({'; '.join(f'{k}: {existing.get(k)} now {header[k]}' for k in differ)}). "
+                "Use a new file, or --force to reuse its results anyway."
+            )
+
+    def _write(self, data: dict[str, Any]) -> None:
+        self._file.write(json.dumps(data, default=str) + "\n")
+        self._file.flush()
+
+    def add(self, result: Result) -> None:
+        self._write(result.as_dict())
+
+    def close(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()

@@ -1,0 +1,177 @@
+"""`reproduce verify` and `reproduce show` as library calls: load, preflight, run, judge.
+
+Nothing is run before the data has loaded and the database has passed its preflight, so a broken setup is
+one error, not thousands of failed questions. Every question then gets exactly one result; the caller
+decides the exit code from all of them at the end.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib.metadata import version as package_version
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from ingest.db import describe_target, resolve_dsn
+from ingest.errors import GsqaError
+from reproduce import compare, configs, dataset, readiness
+from reproduce.dataset import Record
+from reproduce.results import Result
+from reproduce.resume import ResumeFile
+from reproduce.runner import Outcome, Runner
+
+_TABLE = re.compile(r"\b(pois|roads|parks|lakes|regions|dem_us)\b", re.I)
+
+
+@dataclass
+class Request:
+    config: str = "all"
+    data: Path | None = None
+    dsn: str | None = None
+    reader_dsn: str | None = None
+    timeout: float = 120.0
+    workers: int = 1
+    templates: list[str] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    resume: Path | None = None
+    force: bool = False
+    progress: bool = True
+
+
+@dataclass
+class Run:
+    provenance: dict[str, Any]
+    results: list[Result]
+
+
+def verify(request: Request) -> Run:
+    """Every selected question's result, in dataset order (skipped ones included)."""
+    started = time.perf_counter()
+    data = _load(request)
+    records = data.records
+    readiness.preflight(request.dsn, request.reader_dsn, tables_needed(records))
+    provenance = _provenance(request, data)
+    resume = ResumeFile(request.resume, _resume_header(provenance), request.force) if request.resume else None
+    done = dict(resume.done) if resume else {}
+    results = [_skipped(skip) for skip in data.skipped]
+    todo = [record for record in records if record.id not in done]
+    results += [done[record.id] for record in records if record.id in done]
+    try:
+        results += _run(request, todo, resume)
+    finally:
+        if resume:
+            resume.close()
+    provenance["seconds"] = round(time.perf_counter() - started, 3)
+    order = {record_id: n for n, record_id in enumerate(_dataset_order(data))}
+    return Run(provenance, sorted(results, key=lambda result: order[result.id]))
+
+
+def _load(request: Request) -> dataset.Dataset:
+    names = list(request.templates) or [dataset.template_of(record_id).id for record_id in request.ids]
+    data = dataset.load(request.data, configs.select(request.config, names))
+    if request.ids:
+        wanted = set(request.ids)
+        known = {record.id for record in data.records} | {skip.id for skip in data.skipped}
+        if unknown := sorted(wanted - known):
+            raise GsqaError(f"no question {', '.join(unknown)} in {data.source} (--id)")
+        data.records = [record for record in data.records if record.id in wanted]
+        data.skipped = [skip for skip in data.skipped if skip.id in wanted]
+    return data
+
+
+def _dataset_order(data: dataset.Dataset) -> list[str]:
+    """Questions in template order, then by number, the skipped ones in their place."""
+    rank = {t.id: n for n, t in enumerate(configs.TEMPLATES)}
+    ids = [(record.template_id, record.id) for record in data.records]
+    ids += [(skip.template_id, skip.id) for skip in data.skipped]
+    return [record_id for _, record_id in sorted(ids, key=lambda pair: (rank[pair[0]], _number(pair[1])))]
+
+
+def _number(record_id: str) -> int:
+    tail = record_id.rsplit("/", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+def tables_needed(records: list[Record]) -> list[str]:
+    """The reference tables the selected SQL reads: the preflight checks exactly these."""
+    return sorted({name.lower() for record in records for name in _TABLE.findall(record.sql)})
+
+
+def _provenance(request: Request, data: dataset.Dataset) -> dict[str, Any]:
+    facts = readiness.database_facts(request.dsn)
+    return {
+        "tool": "gsqa-refdb", "tool_version": package_version("gsqa-refdb"),
+        "started_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "config": request.config, "templates": request.templates, "ids": request.ids,
+        "database": {"target": describe_target(resolve_dsn(request.dsn)), **facts},
+        "dataset": {"source": data.source, "checksum": data.checksum, "records": len(data.records),
+                    "skipped": len(data.skipped)},
+        "timeout": request.timeout, "workers": request.workers,
+    }
+
+
+def _resume_header(provenance: dict[str, Any]) -> dict[str, Any]:
+    return {"dataset": provenance["dataset"]["checksum"], "database": provenance["database"]["row_counts"],
+            "timeout": provenance["timeout"]}
+
+
+def _run(request: Request, todo: list[Record], resume: ResumeFile | None) -> list[Result]:
+    reader = readiness.reader_dsn(request.dsn, request.reader_dsn)
+    runner = Runner(reader, request.timeout, request.workers)
+    results = []
+    with tqdm(total=len(todo), desc="verify", unit="q", file=sys.stderr, disable=not request.progress) as bar:
+        for record, outcome in runner.run(todo):
+            result = evaluate(record, outcome)
+            results.append(result)
+            if resume:
+                resume.add(result)
+            bar.update()
+    return results
+
+
+def evaluate(record: Record, outcome: Outcome) -> Result:
+    """The result of one question from what its SQL gave."""
+    flags = compare.instability(record.template_id, record.sql)
+    detail: dict[str, Any] = {"unstable": flags} if flags else {}
+    if outcome.kind != "rows":
+        return Result(record.id, record.template_id, outcome.kind, False, {**detail, "error": outcome.error},
+                      round(outcome.seconds, 4))
+    verdict = compare.judge(record.template_id, record.answers, outcome.rows)
+    diff = compare.exact_diff(record.template_id, record.answers, outcome.rows)
+    detail["rows"] = len(outcome.rows)
+    if failure := verdict.first_failure:
+        detail["failure"] = failure.as_dict()
+    if not diff.exact:
+        detail["diff"] = diff.as_dict()
+    return Result(record.id, record.template_id, verdict.status, diff.exact, detail, round(outcome.seconds, 4))
+
+
+def _skipped(skip: dataset.Skip) -> Result:
+    return Result(skip.id, skip.template_id, "skipped", False, {"reason": skip.reason})
+
+
+@dataclass
+class Shown:
+    record: Record
+    outcome: Outcome
+    verdict: compare.Verdict | None
+    diff: compare.RowDiff | None
+    flags: list[str]
+
+
+def show(record_id: str, data: Path | None, dsn: str | None, reader: str | None, timeout: float) -> Shown:
+    """Re-run one question: its record, what the SQL gave, and the verdict per component."""
+    record = dataset.find(record_id, data)
+    readiness.preflight(dsn, reader, tables_needed([record]))
+    [(_, outcome)] = Runner(readiness.reader_dsn(dsn, reader), timeout, 1).run([record])
+    flags = compare.instability(record.template_id, record.sql)
+    if outcome.kind != "rows":
+        return Shown(record, outcome, None, None, flags)
+    verdict = compare.judge(record.template_id, record.answers, outcome.rows)
+    return Shown(record, outcome, verdict, compare.exact_diff(record.template_id, record.answers, outcome.rows), flags)

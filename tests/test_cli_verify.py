@@ -1,0 +1,208 @@
+"""`reproduce verify` and `reproduce show` run as a user runs them: statuses, reports, exit codes, resume, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import psycopg
+import pytest
+from refdb_fixtures import grid_index, insert_raster
+from test_runner import running_reader_queries
+
+BIN = Path(sys.executable).parent
+UNREACHABLE = "postgresql://nobody@127.0.0.1:1/gsqa_nowhere"
+FROM_DEM = "FROM public.dem_us LIMIT 1"
+QUESTIONS = {  # R1-shaped questions with one outcome each
+    "pass": (f"SELECT 100.0 AS elevation {FROM_DEM}", 100.0),
+    "mismatch": (f"SELECT 120.5 AS elevation {FROM_DEM}", 100.0),
+    "empty": ("SELECT 1 AS elevation FROM public.dem_us WHERE false", 100.0),
+    "timeout": (f"SELECT pg_sleep(30)::text AS nap, 1 AS elevation {FROM_DEM}", 1.0),
+    "error": (f"SELECT no_such_column AS elevation {FROM_DEM}", 1.0),
+}
+IDS = {status: f"raster_only/elevation+poi/{n}" for n, status in enumerate(QUESTIONS)}
+
+
+def run(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "reproduce"), *argv], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def write_questions(folder: Path, questions: dict[str, tuple[str, float]]) -> Path:
+    target = folder / "qa2" / "raster_only"
+    target.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"question": f"{status}?", "sql": sql, "answers": [{"elevation": gold}],
+                         "answer_type": "elevation - point based", "question_entities": {}})
+             for status, (sql, gold) in questions.items()]
+    (target / "elevation+poi.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def db(initialized_dsn: str) -> str:
+    with psycopg.connect(initialized_dsn) as conn:
+        insert_raster(conn, *grid_index(10.5, 20.5), [[100]])
+    return initialized_dsn
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_questions(tmp_path_factory.mktemp("data"), QUESTIONS)
+
+
+def verify(db: str, data: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return run("verify", "--config", "raster_only", "--data", str(data), "--dsn", db, "--timeout", "1",
+               "--workers", "2", *extra)
+
+
+@pytest.fixture(scope="module")
+def full_run(db: str, data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path]:
+    out = tmp_path_factory.mktemp("reports")
+    result = verify(db, data, "--template", "R1", "--json-out", str(out / "run.json"), "--junit",
+                    str(out / "run.xml"), "--html", str(out / "run.html"))
+    return result, out
+
+
+def test_each_status_and_exit_1(full_run: tuple, db: str) -> None:
+    result, out = full_run
+    assert result.returncode == 1, result.stderr
+    report = json.loads((out / "run.json").read_text())
+    assert list(report) == ["provenance", "summary", "results"]
+    assert report["summary"] == {"total": 5, "passed": 1, "exact": 1, "mismatched": 1, "empty": 1, "timed_out": 1,
+                                 "errored": 1, "skipped": 0}
+    by_id = {entry["id"]: entry for entry in report["results"]}
+    assert {status: by_id[IDS[status]]["status"] for status in QUESTIONS} == {s: s for s in QUESTIONS}
+    assert all(list(entry) == ["id", "template_id", "status", "exact", "detail", "seconds"] for entry in by_id.values())
+    assert 0.9 <= by_id[IDS["timeout"]]["seconds"] < 2.5
+    assert "no_such_column" in by_id[IDS["error"]]["detail"]["error"]
+    failure = by_id[IDS["mismatch"]]["detail"]["failure"]
+    assert (failure["component"], failure["expected"], failure["actual"]) == ("elevation", 100.0, 120.5)
+    assert running_reader_queries(db) == []
+
+
+def test_provenance(full_run: tuple, data: Path) -> None:
+    provenance = json.loads((full_run[1] / "run.json").read_text())["provenance"]
+    assert provenance["database"]["version"].startswith("PostgreSQL")
+    assert "POSTGIS=" in provenance["database"]["postgis_full_version"]
+    assert provenance["database"]["row_counts"]["dem_us"] == 1
+    assert provenance["dataset"]["source"] == str(data) and len(provenance["dataset"]["checksum"]) == 64
+    assert (provenance["timeout"], provenance["workers"], provenance["tool_version"]) == (1.0, 2, "0.1.0")
+
+
+def test_stdout_table_and_stderr_progress(full_run: tuple) -> None:
+    result, _ = full_run
+    header, r1 = result.stdout.splitlines()[:2]
+    assert header.split()[:5] == ["config", "template", "questions", "pass", "%"]
+    assert r1.split()[:5] == ["raster_only", "R1", "5", "20.0", "20.0"]
+    assert f"{IDS['mismatch']} [R1] mismatch: elevation expected 100.0, got 120.5" in result.stdout
+    assert "verify" in result.stderr and "5/5" in result.stderr
+
+
+def test_junit_and_html(full_run: tuple) -> None:
+    _, out = full_run
+    suite = ET.parse(out / "run.xml").getroot().find("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("5", "2", "2")
+    cases = {case.get("name"): case for case in suite.iter("testcase")}
+    assert cases[IDS["timeout"]].find("error").get("type") == "timeout"
+    assert cases[IDS["pass"]].find("failure") is None
+    page = (out / "run.html").read_text()
+    assert "<svg" in page and IDS["mismatch"] in page and IDS["pass"] not in page
+    assert "src=" not in page and "<link" not in page  # self-contained
+
+
+def test_all_pass_is_exit_0(db: str, data: Path) -> None:
+    result = verify(db, data, "--id", IDS["pass"])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1].split()[:4] == ["raster_only", "R1", "1", "100.0"]
+
+
+def test_missing_template_file_is_skipped_and_exit_1(db: str, data: Path) -> None:
+    result = verify(db, data, "--template", "R2")
+    assert result.returncode == 1
+    assert "R2" in result.stdout and result.stdout.splitlines()[1].split()[-2:] == ["20", "0.0"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--dsn", UNREACHABLE], "cannot connect to PostgreSQL"),
+    (["--data", "/nonexistent"], "not a directory"),
+    (["--id", "raster_only/elevation+poi/99"], "no question raster_only/elevation+poi/99"),
+    (["--template", "R99"], "unknown template 'R99'"),
+    (["--template", "V1"], "belongs to config vector"),
+])
+def test_nothing_started_is_one_line_and_exit_2(db: str, data: Path, argv: list[str], message: str) -> None:
+    result = verify(db, data, *argv)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_failed_preflight_is_exit_2(initialized_dsn: str, data: Path, fresh_dsn: str) -> None:
+    from ingest.initdb import initialize
+
+    initialize(fresh_dsn)  # tables exist but dem_us is empty
+    result = verify(fresh_dsn, data)
+    assert result.returncode == 2 and "table public.dem_us is empty" in result.stderr
+
+
+def test_baseline_lists_regressions_first(db: str, data: Path, tmp_path: Path) -> None:
+    previous = {"results": [{"id": IDS["pass"], "status": "mismatch"}, {"id": IDS["mismatch"], "status": "pass"},
+                            {"id": IDS["error"], "status": "error"}]}
+    (tmp_path / "before.json").write_text(json.dumps(previous))
+    result = verify(db, data, "--id", IDS["pass"], "--id", IDS["mismatch"], "--id", IDS["error"],
+                    "--baseline", str(tmp_path / "before.json"))
+    tail = result.stdout.split("2 status changes since the baseline (1 regressions):\n")[1]
+    expected = [f"REGRESSION {IDS['mismatch']}: pass -> mismatch", f"{IDS['pass']}: mismatch -> pass"]
+    assert [line.strip() for line in tail.splitlines()] == expected
+
+
+def test_resume_skips_finished_questions_and_refuses_another_setup(db: str, data: Path, tmp_path: Path) -> None:
+    resume = tmp_path / "resume.jsonl"
+    first = verify(db, data, "--resume", str(resume))
+    lines = resume.read_text().splitlines()
+    assert first.returncode == 1 and len(lines) == 6 and json.loads(lines[0])["timeout"] == 1.0
+    started = time.perf_counter()
+    again = verify(db, data, "--resume", str(resume), "--json-out", str(tmp_path / "again.json"))
+    assert again.returncode == 1 and len(resume.read_text().splitlines()) == 6  # nothing re-run
+    assert time.perf_counter() - started < 10
+    assert json.loads((tmp_path / "again.json").read_text())["summary"]["timed_out"] == 1
+    refused = verify(db, data, "--resume", str(resume), "--timeout", "2")
+    assert refused.returncode == 2 and "another timeout" in refused.stderr
+    forced = run("verify", "--config", "raster_only", "--data", str(data), "--dsn", db, "--timeout", "2",
+                 "--resume", str(resume), "--force")
+    assert forced.returncode == 1
+
+
+def test_ctrl_c_cancels_running_queries_and_exits_130(db: str, tmp_path: Path) -> None:
+    sleepers = write_questions(tmp_path, {f"s{n}": (f"SELECT pg_sleep(60)::text AS x {FROM_DEM}", 1.0)
+                                          for n in range(4)})
+    resume = tmp_path / "resume.jsonl"
+    process = subprocess.Popen([str(BIN / "reproduce"), "verify", "--config", "raster_only", "--data", str(sleepers),
+                                "--dsn", db, "--timeout", "60", "--workers", "2", "--resume", str(resume)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while len(running_reader_queries(db)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(running_reader_queries(db)) == 2
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=15)
+    assert process.returncode == 130 and "interrupted" in stderr and "Traceback" not in stderr
+    assert running_reader_queries(db) == []
+    assert [json.loads(line)["format"] for line in resume.read_text().splitlines()] == ["gsqa-reproduce-resume/1"]
+
+
+def test_show_prints_sql_answers_and_verdict_per_component(db: str, data: Path) -> None:
+    shown = run("show", IDS["mismatch"], "--data", str(data), "--dsn", db)
+    assert shown.returncode == 1
+    assert "-- SQL\nSELECT 120.5 AS elevation" in shown.stdout
+    assert '-- stored answer (1 rows)\n{"elevation": 100.0}' in shown.stdout
+    assert '-- actual result (1 rows' in shown.stdout and '{"elevation": 120.5}' in shown.stdout
+    assert "FAIL elevation: elevation (m) = 20.5 (threshold 10.0); stored 100.0, got 120.5" in shown.stdout
+    passed = run("show", IDS["pass"], "--data", str(data), "--dsn", db)
+    assert passed.returncode == 0 and "-- verdict: pass" in passed.stdout and "-- exact: yes" in passed.stdout
+    unknown = run("show", "raster_only/nope/1", "--data", str(data), "--dsn", db)
+    assert unknown.returncode == 2 and unknown.stderr.startswith("error: unknown question id")

@@ -1,0 +1,130 @@
+"""The tolerances of BENCHMARK-FORMAT.md section 5 on the real records, and the strict row comparison."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from conftest import SHARED
+from perturb import EXPECTED, perturbed
+
+from reproduce import compare, configs, dataset
+
+BENCHMARK = SHARED / "benchmark"
+
+
+@pytest.fixture(scope="module")
+def records() -> list[dataset.Record]:
+    return dataset.load(Path(BENCHMARK), configs.templates_of("all")).records
+
+
+def test_token_f1_is_the_multiset_definition() -> None:
+    assert compare.token_f1("Cafe Cafe Roma", "cafe roma") == pytest.approx(0.8)  # c=2, P=2/3, R=1
+    assert compare.token_f1("Café", "Cafe") == 0.0  # é is not in [a-z0-9]
+    assert compare.token_f1("", "x") == 0.0 and compare.token_f1("x", "") == 0.0
+    assert compare.NAME.passes(compare.token_f1("a a b", "a b")) and not compare.NAME.passes(0.79)
+
+
+def test_haversine_reads_wkt_and_hex_ewkb() -> None:
+    ewkb = "0101000020E6100000000000000000F03F0000000000000040"  # SRID=4326;POINT(1 2)
+    assert compare.haversine_m(ewkb, "POINT (1 2)") == 0.0
+    assert compare.haversine_m("POINT (0 0)", "POINT (0 1)") == pytest.approx(math.pi / 180 * 6_371_008.8)
+    assert compare.haversine_m("POINT (0 0)", "not a geometry") == math.inf
+
+
+@pytest.mark.parametrize("actual, gold, error", [(359.0, 3.0, 4.0), (0.0, 354.9, 5.1), (-1.0, -1.0, 0.0),
+                                                 (-1.0, 10.0, math.inf), (10.0, -1.0, math.inf)])
+def test_aspect_is_circular_and_flat_only_matches_flat(actual: float, gold: float, error: float) -> None:
+    assert compare.aspect_error(actual, gold) == pytest.approx(error)
+
+
+def test_relative_error_with_gold_zero_accepts_only_zero() -> None:
+    assert compare.relative_error(0, 0) == 0.0
+    assert compare.relative_error(0.001, 0) == math.inf
+    assert compare.relative_error(105, 100) == pytest.approx(0.05) and compare.RELATIVE.passes(0.05)
+
+
+def test_yes_no_ignores_case_and_whitespace_only() -> None:
+    assert compare.yes_no_error(" YES ", "yes") == 0.0
+    assert compare.yes_no_error("yes.", "yes") == 1.0
+
+
+def test_every_template_has_the_documented_components() -> None:
+    for template_id, expected in EXPECTED.items():
+        declared = compare.components_of(template_id)
+        assert len(declared) == len(expected), template_id
+    for template in configs.TEMPLATES:
+        assert compare.components_of(template.id)  # an undeclared template would raise
+
+
+def test_stored_answers_judged_against_themselves_pass_exactly(records: list[dataset.Record]) -> None:
+    for record in records:
+        assert compare.judge(record.template_id, record.answers, record.answers).status == "pass", record.id
+        assert compare.exact_diff(record.template_id, record.answers, record.answers).exact, record.id
+
+
+def _judgements(record: dataset.Record, key: str, metric: str) -> tuple[compare.Verdict, compare.Verdict]:
+    inside = compare.judge(record.template_id, record.answers, perturbed(record.answers, key, metric, True))
+    beyond = compare.judge(record.template_id, record.answers, perturbed(record.answers, key, metric, False))
+    return inside, beyond
+
+
+def test_each_real_record_passes_just_inside_and_fails_just_beyond_each_tolerance(
+    records: list[dataset.Record],
+) -> None:
+    judged = 0
+    for record in records:
+        for key, metric in EXPECTED[record.template_id]:
+            if metric in ("name", "names") and not any(c.isalnum() for c in str(record.answers)):
+                continue
+            inside, beyond = _judgements(record, key, metric)
+            assert inside.status == "pass", (record.id, key, inside.first_failure)
+            assert beyond.status == "mismatch", (record.id, key)
+            judged += 1
+    assert judged >= len(records)
+
+
+def test_failure_names_the_component_and_both_values(records: list[dataset.Record]) -> None:
+    record = next(r for r in records if r.template_id == "VR5")
+    _, beyond = _judgements(record, "dist_m", "relative")
+    failure = beyond.first_failure
+    assert (failure.component, failure.expected) == ("dist_m", record.answers[0]["dist_m"])
+    assert failure.actual == pytest.approx(record.answers[0]["dist_m"] * 1.051)
+    assert failure.value == pytest.approx(0.051)
+
+
+def test_multi_row_answers_are_multisets_with_the_row_count_checked() -> None:
+    rows = [{"osm_id": 1, "geometry": "POINT (0 0)"}, {"osm_id": 2, "geometry": "POINT (1 1)"}]
+    assert compare.judge("V13", rows, list(reversed(rows))).status == "pass"
+    verdict = compare.judge("V13", rows, rows[:1])
+    assert verdict.status == "mismatch" and verdict.first_failure.component == "rows"
+    assert compare.judge("V13", rows, []).status == "empty"
+    assert compare.judge("V13", [], []).status == "pass"
+
+
+def test_exact_ignores_serial_id_and_v7_wikipedia_keys_but_keeps_duplicates() -> None:
+    stored = [{"id": 5, "osm_id": 9, "poi_name": "A", "geometry": "POINT (1.000001 2)", "multihop_answer": "1900"}]
+    returned = [{"id": 77, "osm_id": 9, "poi_name": "A", "geometry": "POINT (1.0000012 2)"}]
+    assert compare.exact_diff("V7", stored, returned).exact
+    assert not compare.exact_diff("V5", stored, returned).exact  # multihop_answer counts outside V7
+    assert compare.exact_diff("V7", stored * 2, returned).missing  # a multiset: the duplicate is missing
+
+
+def test_exact_tolerances_are_1e6_relative_and_1e6_degrees() -> None:
+    assert compare.exact_diff("V26", [{"distance": 1000.0}], [{"distance": 1000.0005}]).exact
+    diff = compare.exact_diff("V26", [{"distance": 1000.0}], [{"distance": 1000.01}])
+    assert diff.changed == [{"identity": "row", "differences": {"distance": [1000.0, 1000.01]}}]
+    assert not compare.exact_diff("V13", [{"poi_name": "A", "geometry": "POINT (1 2)"}],
+                                  [{"poi_name": "A", "geometry": "POINT (1.000002 2)"}]).exact
+
+
+def test_instability_flags(records: list[dataset.Record]) -> None:
+    r1 = next(r for r in records if r.template_id == "R1")
+    assert any("LIMIT without ORDER BY" in flag for flag in compare.instability("R1", r1.sql))
+    seam = "SELECT ST_Value(rast, 1, ST_GeomFromText('POINT (-87.00001 41.5)',4326)) FROM public.dem_us"
+    assert any("seam" in flag for flag in compare.instability("R1", seam))
+    edge = "SELECT 1 FROM dem_us WHERE x = ST_GeomFromText('POINT (-87.43125 41.5)',4326)"  # W + 4095/7200
+    assert any("internal DEM tile edge" in flag for flag in compare.instability("R1", edge))
+    v28 = next(r for r in records if r.template_id == "V28")
+    assert any("stale" in flag for flag in compare.instability("V28", v28.sql))
