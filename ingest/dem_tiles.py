@@ -12,6 +12,7 @@ This module runs in the encoder worker processes: it touches no database.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -76,13 +77,18 @@ class RasterFacts:
 
 
 @dataclass
-class EncodedFile:
-    """One file cut into tiles: the WKB of each written tile, in raster2pgsql's order."""
+class TileRow:
+    """One band row of tiles, encoded: the WKB of the written tiles back to back, where each one starts
+    and ends (offsets has one entry more than there are tiles), and the indices of skipped tiles."""
 
-    facts: RasterFacts
-    checksum: str
-    tiles: list[bytes] = field(default_factory=list)
-    skipped: list[int] = field(default_factory=list)  # indices (in facts.tiles() order) of all-NODATA tiles
+    blob: bytes
+    offsets: list[int]
+    skipped: list[int] = field(default_factory=list)  # indices in Grid.tiles() order of all-NODATA tiles
+
+    def tiles(self) -> Iterator[memoryview]:
+        view = memoryview(self.blob)
+        for start, end in itertools.pairwise(self.offsets):
+            yield view[start:end]
 
 
 def read_facts(path: Path) -> RasterFacts:
@@ -116,30 +122,33 @@ def file_checksum(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def encode_file(path: Path) -> EncodedFile:
-    """Read the file a band row of tiles at a time and encode every tile that raster2pgsql would write."""
+def encode_rows(path: Path, grid: Grid) -> Iterator[TileRow]:
+    """Read the file a band row of tiles at a time (each strip is decoded once) and encode every tile that
+    raster2pgsql would write, in its order. BadRaster if the pixels cannot be read."""
+    index = 0
     with rasterio.Env(GDAL_CACHEMAX=GDAL_CACHE_MB):
-        facts = read_facts(path)
-        encoded = EncodedFile(facts=facts, checksum=file_checksum(path))
         try:
             with rasterio.open(path) as src:
-                _encode_rows(src, facts.grid, encoded)
+                for top in range(0, grid.height, TILE):
+                    height = min(TILE, grid.height - top)
+                    pixels = src.read(1, window=Window(0, top, grid.width, height)).astype("<i2", copy=False)
+                    row = _encode_row(grid, top, pixels, index)
+                    index += (grid.width + TILE - 1) // TILE
+                    yield row
         except RasterioError as error:
             raise BadRaster(f"{path}: truncated or corrupt ({_first_line(error)})") from None
-    return encoded
 
 
-def _encode_rows(src: rasterio.DatasetReader, grid: Grid, encoded: EncodedFile) -> None:
-    band_row, band_row_top = None, -1
-    for index, (col, row, width, height) in enumerate(grid.tiles()):
-        if row != band_row_top:  # read one band row of tiles at a time: each strip is decoded once
-            band_row = src.read(1, window=Window(0, row, grid.width, height)).astype("<i2", copy=False)
-            band_row_top = row
-        block = band_row[:, col : col + width]
+def _encode_row(grid: Grid, top: int, pixels: np.ndarray, first_index: int) -> TileRow:
+    parts, offsets, skipped = [], [0], []
+    for index, left in enumerate(range(0, grid.width, TILE), start=first_index):
+        block = pixels[:, left : left + TILE]
         if grid.nodata is not None and bool((block == grid.nodata).all()):
-            encoded.skipped.append(index)
-        else:
-            encoded.tiles.append(tile_wkb(grid, col, row, block))
+            skipped.append(index)
+            continue
+        parts.append(tile_wkb(grid, left, top, block))
+        offsets.append(offsets[-1] + len(parts[-1]))
+    return TileRow(b"".join(parts), offsets, skipped)
 
 
 def tile_wkb(grid: Grid, col: int, row: int, block: np.ndarray) -> bytes:
