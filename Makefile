@@ -5,18 +5,24 @@ VENV ?= .venv
 PYTHON ?= $(VENV)/bin/python
 PSQL_IN_DB = $(COMPOSE) exec -T db psql -v ON_ERROR_STOP=1 -U postgres -d gsqa
 
+# Source folders. Inside the loader container GSQA_DATA (default ./data) is mounted at /data; without
+# Docker they are read from the host.
+DEM_DIR ?= /data/dem
+DEM_DIR_LOCAL ?= data/dem
 # The load stages in the order `make db` and `make db-local` run them; each is an `ingest` command line.
-# Later stages (DEM, OSM) are added here as they land.
-STAGES ?= "init" "finalize"
-# $(call run_stages,COMMAND): run COMMAND STAGE for each stage, stop at the first failure, keep its status.
-run_stages = status=0; for stage in $(STAGES); do echo "== ingest $$stage" >&2; \
+# Later stages (OSM) are added here as they land.
+STAGES ?= "init" "dem $(DEM_DIR)" "finalize"
+LOCAL_STAGES ?= "init" "dem $(DEM_DIR_LOCAL)" "finalize"
+# $(call run_stages,COMMAND,STAGES): run COMMAND STAGE for each stage, stop at the first failure, keep its
+# status. A stage is rerunnable: each resumes where an interrupted run stopped.
+run_stages = status=0; for stage in $(2); do echo "== ingest $$stage" >&2; \
 	$(1) $$stage || { status=$$?; break; }; done
 
 .PHONY: help db db-up db-local down clean venv test lint
 
 help:
 	@echo "make db        build and start the Docker PostGIS, then run the load stages: $(STAGES)"
-	@echo "make db-local  run the same stages against the server named by DATABASE_URL (no Docker)"
+	@echo "make db-local  the same stages against the server named by DATABASE_URL (no Docker): $(LOCAL_STAGES)"
 	@echo "make down      stop the containers (data is kept)"
 	@echo "make clean     stop the containers and delete the database volume (asks first)"
 	@echo "make venv      create $(VENV) with the project and its dev tools"
@@ -25,7 +31,7 @@ help:
 
 db: db-up
 	$(PSQL_IN_DB) -f /opt/gsqa/bulk_load_on.sql
-	$(call run_stages,$(COMPOSE) run --rm loader); \
+	$(call run_stages,$(COMPOSE) run --rm loader,$(STAGES)); \
 	$(PSQL_IN_DB) -f /opt/gsqa/bulk_load_off.sql && exit $$status
 
 db-up:
@@ -33,7 +39,7 @@ db-up:
 	$(COMPOSE) up --detach --wait db
 
 db-local: $(VENV)/bin/ingest
-	$(call run_stages,$(VENV)/bin/ingest); exit $$status
+	$(call run_stages,$(VENV)/bin/ingest,$(LOCAL_STAGES)); exit $$status
 
 down:
 	$(COMPOSE) down

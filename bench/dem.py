@@ -7,7 +7,8 @@ tag, uncompressed strips, like ANCHORS.md 1.x), then loads them twice into fresh
   raster2pgsql -s 4326 -I -C -M -F -Y 50 -t 256x256 <files> public.bench_r2p | psql -v ON_ERROR_STOP=1
   ingest dem <dir> --table public.bench_ingest
 and prints, for each: wall time, client CPU (all client processes), server CPU (all postgres processes),
-peak client RSS (the client processes together), table size; the wall-time ratio; and whether the
+peak client memory (RSS of the largest client process, and PSS of all of them together: shared pages
+split between processes, so forked workers are not counted twice), table size; the wall-time ratio; and whether the
 tiles are identical (md5 of every tile's WKB by rid).
 """
 
@@ -31,7 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.aster_synth import spectral_terrain, write_aster_tile  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 @dataclass
@@ -40,7 +40,8 @@ class Run:
     wall_s: float
     client_cpu_s: float
     server_cpu_s: float
-    peak_client_rss_mb: float
+    peak_client_rss_mb: float  # the largest client process
+    peak_client_pss_mb: float  # all client processes together, shared pages split between them
     table_mb: float
 
 
@@ -50,7 +51,7 @@ class Sampler(threading.Thread):
 
     def __init__(self, client_pid: int) -> None:
         super().__init__(daemon=True)
-        self.client_pid, self.stop, self.peak_rss = client_pid, threading.Event(), 0
+        self.client_pid, self.stop, self.peak_rss, self.peak_pss = client_pid, threading.Event(), 0, 0
         self.server_start: dict[int, int] = _postgres_cpu_ticks()
         self.server_last: dict[int, int] = dict(self.server_start)
 
@@ -60,7 +61,9 @@ class Sampler(threading.Thread):
             time.sleep(0.05)
 
     def sample(self) -> None:
-        self.peak_rss = max(self.peak_rss, sum(_rss_bytes(pid) for pid in _tree(self.client_pid)))
+        tree = _tree(self.client_pid)[1:]  # below the bash that runs the pipeline
+        self.peak_rss = max([self.peak_rss] + [_memory(pid, "Rss") for pid in tree])
+        self.peak_pss = max(self.peak_pss, sum(_memory(pid, "Pss") for pid in tree))
         self.server_last.update(_postgres_cpu_ticks())
 
     @property
@@ -94,11 +97,15 @@ def _tree(pid: int) -> list[int]:
     return pids
 
 
-def _rss_bytes(pid: int) -> int:
+def _memory(pid: int, field: str) -> int:
+    """Rss or Pss of a process in bytes, from /proc/PID/smaps_rollup (0 once it is gone)."""
     try:
-        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
     except OSError:
-        return 0
+        pass
+    return 0
 
 
 def make_files(folder: Path, count: int) -> list[Path]:
@@ -130,7 +137,7 @@ def timed(tool: str, command: str, dsn: str, table: str) -> Run:
     with psycopg.connect(dsn) as conn:
         size = conn.execute("SELECT pg_total_relation_size(%s)", [table]).fetchone()[0]
     return Run(tool, round(wall, 2), round(client_cpu, 2), round(sampler.server_cpu_s, 2),
-               round(sampler.peak_rss / 2**20, 1), round(size / 2**20, 1))
+               round(sampler.peak_rss / 2**20, 1), round(sampler.peak_pss / 2**20, 1), round(size / 2**20, 1))
 
 
 def identical(dsn: str, left: str, right: str) -> bool:
@@ -188,11 +195,12 @@ def main() -> None:
         print(json.dumps(result, indent=2))
         return
     print(f"{len(files)} files, ingest dem with {args.compression} TOAST compression")
-    header = ("tool", "wall s", "client CPU s", "server CPU s", "peak client RSS MB", "table MB")
-    print(f"{header[0]:<14}{header[1]:>9}{header[2]:>14}{header[3]:>14}{header[4]:>20}{header[5]:>10}")
+    header = ("tool", "wall s", "client CPU s", "server CPU s", "max RSS MB", "total PSS MB", "table MB")
+    print(f"{header[0]:<14}" + "".join(f"{title:>14}" for title in header[1:]))
     for run in runs:
-        print(f"{run.tool:<14}{run.wall_s:>9}{run.client_cpu_s:>14}{run.server_cpu_s:>14}"
-              f"{run.peak_client_rss_mb:>20}{run.table_mb:>10}")
+        values = (run.wall_s, run.client_cpu_s, run.server_cpu_s, run.peak_client_rss_mb, run.peak_client_pss_mb,
+                  run.table_mb)
+        print(f"{run.tool:<14}" + "".join(f"{value:>14}" for value in values))
     print(f"speed-up (wall): {result['speedup']}x; identical tiles: {result['identical_tiles']}")
 
 

@@ -193,6 +193,16 @@ def _wait_for(predicate, process: subprocess.Popen, seconds: float = 120) -> boo
     return False
 
 
+def _wait_until_gone(table: str, seconds: float = 10) -> bool:
+    """True once no process has `table` on its command line (forked encoders share the loader's)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if subprocess.run(["pgrep", "-f", "--", f"--table {table}"], capture_output=True).returncode == 1:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def _logged(dsn: str, table: str) -> int:
     with psycopg.connect(dsn) as conn:
         return conn.execute("SELECT count(*) FROM gsqa.load_log WHERE target_table = %s", [table]).fetchone()[0]
@@ -222,6 +232,7 @@ def test_kill_9_then_rerun_converges(initialized_dsn: str, tmp_path_factory: pyt
     assert _wait_for(condition, process), f"the load ended before {moment}"
     process.send_signal(signal.SIGKILL)
     process.wait()
+    assert _wait_until_gone(table), "encoder processes outlived the killed loader"
     rerun = ingest("dem", str(folder), "--dsn", initialized_dsn, "--table", table)
     assert rerun.returncode == 0, rerun.stderr
     assert "restoring the physical order" not in rerun.stderr  # resumed in order, no rewrite needed

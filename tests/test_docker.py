@@ -58,7 +58,8 @@ def test_make_db_names_its_steps_in_order() -> None:
     result = run("make", "-n", "db")
     assert result.returncode == 0, result.stderr
     steps = [
-        "--profile loader build", "up --detach --wait db", "bulk_load_on.sql", '"init" "finalize"', "run --rm loader",
+        "--profile loader build", "up --detach --wait db", "bulk_load_on.sql", '"init" "dem /data/dem" "finalize"',
+        "run --rm loader",
         "bulk_load_off.sql",
     ]
     positions = [result.stdout.find(step) for step in steps]
