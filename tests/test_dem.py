@@ -214,7 +214,16 @@ def _copy_running(dsn: str) -> bool:
                             "AND state = 'active' AND datname = current_database()").fetchone()[0]
 
 
-@pytest.mark.parametrize("moment", ["during_copy", "between_files", "after_last_file"])
+def _finishing(dsn: str) -> bool:
+    """The index/constraint phase is running (after the last file's COPY)."""
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT count(*) > 0 FROM pg_stat_activity WHERE state = 'active' AND datname = current_database() "
+            "AND (query ILIKE '%%AddRasterConstraints%%' OR query ILIKE 'VACUUM%%' OR query ILIKE '%%lag(ctid)%%' "
+            "OR query ILIKE 'ALTER TABLE%%')").fetchone()[0]
+
+
+@pytest.mark.parametrize("moment", ["during_copy", "between_files", "during_finish"])
 def test_kill_9_then_rerun_converges(initialized_dsn: str, tmp_path_factory: pytest.TempPathFactory,
                                      moment: str) -> None:
     folder = tmp_path_factory.getbasetemp() / "kill"
@@ -227,7 +236,7 @@ def test_kill_9_then_rerun_converges(initialized_dsn: str, tmp_path_factory: pyt
     condition = {
         "during_copy": lambda: _copy_running(initialized_dsn),
         "between_files": lambda: _logged(initialized_dsn, table) >= 1,
-        "after_last_file": lambda: _logged(initialized_dsn, table) == 3,
+        "during_finish": lambda: _logged(initialized_dsn, table) == 3 and _finishing(initialized_dsn),
     }[moment]
     assert _wait_for(condition, process), f"the load ended before {moment}"
     process.send_signal(signal.SIGKILL)
