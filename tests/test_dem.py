@@ -15,9 +15,11 @@ import pytest
 from dem_helpers import load_with_raster2pgsql, table_state, tile_size_census, with_nodata_tile, write_neighbours
 
 from bench.aster_synth import cheap_terrain, write_aster_tile
+from ingest.db import with_user
 from ingest.dem import load_dem
 from ingest.diskspace import NotEnoughDisk, check_room
 from ingest.errors import GsqaError
+from ingest.schema import READER_ROLE
 
 BIN = Path(sys.executable).parent
 
@@ -163,6 +165,8 @@ def test_foreign_table_is_refused_untouched_then_replaced(initialized_dsn: str, 
                       "--replace", "--json")
     assert replaced.returncode == 0, replaced.stderr
     assert json.loads(replaced.stdout)["tiles_written"] == 225
+    with psycopg.connect(with_user(initialized_dsn, READER_ROLE, None)) as reader:  # the new table is readable
+        assert reader.execute("SELECT count(*) FROM public.ref_full").fetchone()[0] == 225
 
 
 def test_a_second_loader_on_the_same_table_is_refused(initialized_dsn: str, full_files: list[Path]) -> None:
