@@ -28,7 +28,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
-from sqlalchemy import MetaData
+from sqlalchemy import MetaData, Table
 from tqdm import tqdm
 
 from ingest import schema
@@ -145,6 +145,8 @@ def load_dem(
             _require_bookkeeping(conn)
             if replace:
                 _drop_table(conn, target)
+            if not _exists(conn, target):
+                _create_table(conn, target)
             logged = _read_load_log(conn, target)
             _refuse_foreign_contents(conn, target, logged, {path.name for path in inputs})
             _prepare_table(conn, target, compression)
@@ -206,22 +208,31 @@ def _exists(conn: psycopg.Connection, target: Target) -> bool:
     return conn.execute("SELECT to_regclass(%s)", [target.qualified]).fetchone()[0] is not None
 
 
-def _prepare_table(conn: psycopg.Connection, target: Target, compression: str) -> None:
-    """Create the table if needed (as schema.dem_us), choose the TOAST compression, build the GiST index."""
-    definition = schema.dem_us.to_metadata(MetaData(), schema=target.schema, name=target.name)
+def _create_table(conn: psycopg.Connection, target: Target) -> None:
+    """Create the table as schema.dem_us defines it, forgetting load-log rows of an earlier table of that
+    name (they describe tiles that are gone)."""
+    if not conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [target.schema]).fetchone():
+        raise GsqaError(f"--table {target.qualified}: schema {target.schema} does not exist")
     with conn.transaction():
-        if not _exists(conn, target):
-            conn.execute(create_table_sql(definition))
-        else:
-            refuse_other_columns(conn, target.qualified, definition, "Use --table to load elsewhere, or drop it.")
+        conn.execute(create_table_sql(_definition(target)))
+        conn.execute(sql.SQL("DELETE FROM {} WHERE target_table = %s").format(_LOAD_LOG), [target.qualified])
+
+
+def _definition(target: Target) -> Table:
+    return schema.dem_us.to_metadata(MetaData(), schema=target.schema, name=target.name)
+
+
+def _prepare_table(conn: psycopg.Connection, target: Target, compression: str) -> None:
+    """Check the table's columns, choose the TOAST compression, build the GiST index."""
+    refuse_other_columns(conn, target.qualified, _definition(target), "Use --table to load elsewhere, or drop it.")
+    with conn.transaction():
         conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN rast SET COMPRESSION {}").format(
             target.ident, sql.SQL(compression)))
-        # Tiles that compress below 2 kB would stay inside the heap row, so rows would differ in size, and
-        # the free-space map would later put a small row into a gap left on an earlier page: heap order
-        # would drift from rid order (raster2pgsql's heap drifts this way). With every tile out of line,
-        # all rows of a file have the same size and land strictly one after the other.
+        # A tile over 2 kB that compresses below it would stay inside its row, and rows of different sizes
+        # let the free-space map put a later row into a gap on an earlier page (see _plug_free_space). With
+        # this target every tile but the tiny corner ones goes out of line, so a file's rows are alike.
         conn.execute(sql.SQL("ALTER TABLE {} SET (toast_tuple_target = 128)").format(target.ident))
-        # A VACUUM during the load would reopen the gaps that _plug_free_space filled (see there).
+        # A VACUUM during the load would reopen the gaps that _plug_free_space filled.
         conn.execute(sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = false)").format(target.ident))
         conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gist (st_convexhull(rast))").format(
             target.index, target.ident))
@@ -243,8 +254,6 @@ def _tile_grid(details: dict) -> TileGrid:
 
 def _refuse_foreign_contents(conn: psycopg.Connection, target: Target, logged: dict, inputs: set[str]) -> None:
     """Never mix our tiles with tiles we did not load, or silently keep files the user did not name."""
-    if not _exists(conn, target):
-        return
     rows = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(target.ident)).fetchone()[0]
     if rows and not logged:
         raise GsqaError(f"{target.qualified} holds {rows} tiles that `ingest dem` did not load; "

@@ -250,3 +250,18 @@ def test_kill_9_then_rerun_converges(initialized_dsn: str, tmp_path_factory: pyt
     assert rerun.returncode == 0, rerun.stderr
     assert "restoring the physical order" not in rerun.stderr  # resumed in order, no rewrite needed
     assert table_state(initialized_dsn, table) == table_state(initialized_dsn, "public.unbroken")
+
+
+def test_a_dropped_table_is_reloaded_not_trusted_to_the_log(initialized_dsn: str, tmp_path: Path) -> None:
+    files = write_neighbours(tmp_path, size=600, lat=46, lons=(-100,))
+    load_dem(files, initialized_dsn, table="public.dropped", progress=False)
+    with psycopg.connect(initialized_dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE public.dropped")
+    report = load_dem(files, initialized_dsn, table="public.dropped", progress=False)
+    assert report.loaded == [files[0].name] and report.tiles_written == 9
+
+
+def test_a_missing_schema_is_one_line(initialized_dsn: str, full_files: list[Path]) -> None:
+    result = ingest("dem", str(full_files[0]), "--dsn", initialized_dsn, "--table", "nowhere.dem")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: --table nowhere.dem: schema nowhere does not exist"
