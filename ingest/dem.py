@@ -452,7 +452,8 @@ def finish(conn: psycopg.Connection, target: Target) -> None:
             target.index, target.ident))
         conn.execute(sql.SQL("SELECT setval(pg_get_serial_sequence(%s, 'rid'), coalesce(max(rid), 1), "
                              "max(rid) IS NOT NULL) FROM {}").format(target.ident), [target.qualified])
-        conn.execute(sql.SQL("ALTER TABLE {} RESET (autovacuum_enabled)").format(target.ident))
+        # Load-time settings (see _prepare_table) go, so the table's options are raster2pgsql's again.
+        conn.execute(sql.SQL("ALTER TABLE {} RESET (autovacuum_enabled, toast_tuple_target)").format(target.ident))
     conn.execute(sql.SQL("VACUUM ANALYZE {}").format(target.ident))
 
 

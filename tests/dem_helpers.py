@@ -59,8 +59,9 @@ def table_state(dsn: str, table: str) -> dict:
         indexes = sorted(definition.replace(name, "T") for (definition,) in conn.execute(
             "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND tablename = %s", [schema_name, name]))
         sequence = conn.execute(f"SELECT last_value FROM {table}_rid_seq").fetchone()[0]
+        options = conn.execute("SELECT reloptions FROM pg_class WHERE oid = %s::regclass", [table]).fetchone()[0]
     return {"rows": rows, "physical_order": physical, "constraints": constraints, "raster_columns": columns,
-            "indexes": indexes, "sequence": sequence}
+            "indexes": indexes, "sequence": sequence, "table_options": options}
 
 
 def tile_size_census(dsn: str, table: str) -> dict[tuple[int, int], int]:
