@@ -6,9 +6,12 @@
    The difference divided by the number of questions is the overhead per question. Target: < 5 ms.
 2. Speed-up: CPU-bound questions (a fixed amount of arithmetic in the server) with 1..N workers.
    Target: >= 1.8x with 2 workers.
+3. Judging: the verdict and the strict diff of every real record in ../shared/benchmark against its own
+   stored answer, per question (runs in the main thread while the workers query).
 
-Usage: .venv/bin/python bench/reproduce.py [--repeat 15] [--cpu-questions 12] [--max-workers 2]
-Needs the local PostgreSQL (as for the tests); creates and drops the database gsqa_bench_reproduce.
+Usage: .venv/bin/python bench/reproduce.py [--repeat 15] [--cpu-questions 12] [--max-workers 2] [--keep]
+Needs the local PostgreSQL (as for the tests); creates and drops the database gsqa_bench_reproduce (--keep
+leaves it, with the R1-R4 and VR1-VR3 fixture in which the stored answers hold, to try `reproduce` on).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from ingest.db import resolve_dsn, with_user  # noqa: E402
 from ingest.initdb import initialize  # noqa: E402
 from reproduce import configs, dataset  # noqa: E402
 from reproduce.dataset import Record  # noqa: E402
-from reproduce.runner import Runner  # noqa: E402
+from reproduce.runner import Outcome, Runner  # noqa: E402
 from reproduce.verify import evaluate  # noqa: E402
 
 DATABASE = "gsqa_bench_reproduce"
@@ -77,10 +80,15 @@ def timed_harness(reader: str, records: list[Record], workers: int) -> float:
     return time.perf_counter() - start
 
 
+BENCHMARK = ROOT.parent / "shared" / "benchmark"
+STORED = ["R1", "R2", "R3", "R4", "VR1", "VR2", "VR3"]  # the templates whose stored answers the fixture makes hold
+
+
 def overhead(dsn: str, reader: str, repeat: int) -> None:
-    r1 = dataset.load(ROOT.parent / "shared" / "benchmark", [configs.template("R1")]).records
+    stored = dataset.load(BENCHMARK, [configs.template(name) for name in STORED]).records
     with psycopg.connect(dsn) as conn:
-        load_stored_answers(conn, r1)
+        load_stored_answers(conn, stored)
+    r1 = [record for record in stored if record.template_id == "R1"]
     records = r1 * repeat
     statements = [record.sql.strip() for record in records]
     timed_harness(reader, r1, 1)  # warm the cache
@@ -101,12 +109,22 @@ def speed_up(reader: str, questions: int, max_workers: int, rows: int) -> None:
               f"{base / seconds:.2f}x")
 
 
+def judging() -> None:
+    records = dataset.load(BENCHMARK, configs.templates_of("all")).records
+    start = time.perf_counter()
+    for record in records:
+        evaluate(record, Outcome("rows", 0.0, record.answers))
+    per_question = (time.perf_counter() - start) / len(records) * 1000
+    print(f"judging: {len(records)} real records against their stored answers, {per_question:.2f} ms/question")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15, help="R1 records are repeated this often (20 each)")
     parser.add_argument("--cpu-questions", type=int, default=12)
     parser.add_argument("--cpu-rows", type=int, default=2_000_000, help="generate_series size per CPU question")
     parser.add_argument("--max-workers", type=int, default=2)
+    parser.add_argument("--keep", action="store_true", help=f"leave the database {DATABASE} in place")
     args = parser.parse_args()
     dsn = create_database()
     reader = with_user(dsn, "gsqa_reader", os.environ.get("GSQA_READER_PASSWORD"))
@@ -117,8 +135,12 @@ def main() -> None:
         print(f"server: {version}; cores: {os.cpu_count()}; load average before: {load}")
         overhead(dsn, reader, args.repeat)
         speed_up(reader, args.cpu_questions, args.max_workers, args.cpu_rows)
+        judging()
     finally:
-        drop_database()
+        if args.keep:
+            print(f"kept: --dsn {dsn}")
+        else:
+            drop_database()
 
 
 if __name__ == "__main__":

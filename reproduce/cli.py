@@ -82,7 +82,7 @@ TimeoutOption = Annotated[float, typer.Option("--timeout", min=0.1, help="Second
 
 @app.command()
 def verify(
-    config: Annotated[ConfigName, typer.Option("--config", help="Which part of the benchmark.")] = "all",
+    config: Annotated[ConfigName, typer.Option("--config", help="Which part of the benchmark.")],
     data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None, timeout: TimeoutOption = 120,
     workers: Annotated[int, typer.Option("--workers", min=1, help="Parallel connections (default: cores).",
                                          show_default=False)] = os.cpu_count() or 1,
@@ -118,12 +118,14 @@ def verify(
     Example: reproduce verify --config raster_only --data ../shared/benchmark --json-out run.json
 
     Exit codes: 0 every selected question passes; 1 the run went through but some did not pass (skipped
-    ones included); 2 nothing started (usage error, unreadable data, unreachable database, failed preflight);
+    ones included); 2 nothing started (usage error, unreadable data, an output file that cannot be written,
+    unreachable database, failed preflight);
     130 interrupted: running queries were cancelled on the server and the --resume file flushed.
     """
     request = Request(ConfigName(config).value, data, dsn, reader_dsn, timeout, workers, template, question,
                       resume, force)
     with reported_as_exit_code():
+        report.check_writable([json_out, junit, html, resume])
         previous = report.read_baseline(baseline) if baseline else None
         try:
             run = verification.verify(request)

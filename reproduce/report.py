@@ -22,6 +22,14 @@ from reproduce.results import STATUSES, Result, summarize
 _COLUMNS = ("config", "template", "questions", "pass %", "exact %", *STATUSES, "seconds")
 
 
+def check_writable(paths: Iterable[Path | None]) -> None:
+    """Refuse before a run the output files its end could not write (a run can take hours)."""
+    for path in filter(None, paths):
+        folder = Path(path).resolve().parent
+        if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+            raise GsqaError(f"cannot write {path}: folder {folder} does not exist or is not writable")
+
+
 def write_atomically(path: Path, text: str) -> None:
     path = Path(path)
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent or ".", prefix=f".{path.name}.",

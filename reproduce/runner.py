@@ -4,8 +4,9 @@ Each question runs on a worker connection logged in as the read-only role, in it
 starts with SET LOCAL statement_timeout (so a question that changes the setting cannot affect the next
 one) and always ends in ROLLBACK. The SQL is sent with the extended protocol (a prepared statement), which
 refuses more than one statement, so "COMMIT; DELETE ..." is an error and nothing of it runs. A client
-watchdog cancels on the server if the server-side timeout did not fire (ANCHORS.md section 5). N workers
-pull from one queue; closing the iterator early (Ctrl-C) cancels whatever is still running.
+watchdog cancels on the server if the server-side timeout did not fire (ANCHORS.md section 5), and ends the
+backend if the SQL catches that cancel too. N workers pull from one queue; closing the iterator early
+(Ctrl-C) cancels whatever is still running, the same way.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from reproduce.dataset import Record
 
 WATCHDOG_GRACE_S = 2.0  # the server's own timeout gets this long before the client cancels
 CANCEL_WAIT_S = 5.0
+# A statement can catch the cancel (a DO block with EXCEPTION WHEN query_canceled) and go on: if the same
+# question still runs this long after the cancel, its backend is terminated.
+TERMINATE_AFTER_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,8 @@ class Session:
         self.dsn, self.timeout = dsn, timeout
         self.conn = self._connect()
         self.watchdog_fired = False
+        self.running: int | None = None  # the number of the question on the server now, if any
+        self._questions = 0
 
     def _connect(self) -> psycopg.Connection:
         try:
@@ -71,6 +77,8 @@ class Session:
             self.conn = self._connect()
         start = time.perf_counter()
         self.watchdog_fired = False
+        self._questions += 1
+        self.running = self._questions
         watchdog = threading.Timer(self.timeout + WATCHDOG_GRACE_S, self.cancel)
         try:
             with self.conn.cursor() as cur:
@@ -80,12 +88,14 @@ class Session:
                 cur.execute(statement, prepare=True)  # extended protocol: exactly one statement
                 rows = self._fetch(cur)
             return Outcome("rows", time.perf_counter() - start, rows)
-        except psycopg.errors.QueryCanceled as error:
-            who = "the client watchdog" if self.watchdog_fired else "statement_timeout"
-            return Outcome("timeout", time.perf_counter() - start, error=f"cancelled by {who}: {_message(error)}")
         except psycopg.Error as error:
+            # A terminated backend surfaces as a lost connection: still the watchdog's timeout.
+            if self.watchdog_fired or isinstance(error, psycopg.errors.QueryCanceled):
+                who = "the client watchdog" if self.watchdog_fired else "statement_timeout"
+                return Outcome("timeout", time.perf_counter() - start, error=f"cancelled by {who}: {_message(error)}")
             return Outcome("error", time.perf_counter() - start, error=_message(error))
         finally:
+            self.running = None
             watchdog.cancel()
             self._rollback()
 
@@ -106,11 +116,22 @@ class Session:
             self.conn.close()  # the next question reconnects
 
     def cancel(self) -> None:
-        """Cancel the running query on the server; if the cancel cannot be delivered, end the backend."""
+        """Cancel the running query on the server; end the backend if the cancel cannot be delivered, or if
+        the same question is still running TERMINATE_AFTER_S later (it caught the cancel)."""
         self.watchdog_fired = True
+        question = self.running
         try:
             self.conn.cancel_safe(timeout=CANCEL_WAIT_S)
         except (psycopg.Error, OSError):
+            self._terminate()
+            return
+        if question is not None:
+            check = threading.Timer(TERMINATE_AFTER_S, self._terminate_if_running, [question])
+            check.daemon = True
+            check.start()
+
+    def _terminate_if_running(self, question: int) -> None:
+        if self.running == question:
             self._terminate()
 
     def _terminate(self) -> None:

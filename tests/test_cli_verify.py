@@ -134,11 +134,18 @@ def test_missing_template_file_is_skipped_and_exit_1(db: str, data: Path) -> Non
     (["--id", "raster_only/elevation+poi/99"], "no question raster_only/elevation+poi/99"),
     (["--template", "R99"], "unknown template 'R99'"),
     (["--template", "V1"], "belongs to config vector"),
+    (["--json-out", "/nonexistent/run.json"], "cannot write /nonexistent/run.json"),
+    (["--resume", "/nonexistent/run.jsonl"], "cannot write /nonexistent/run.jsonl"),
 ])
 def test_nothing_started_is_one_line_and_exit_2(db: str, data: Path, argv: list[str], message: str) -> None:
     result = verify(db, data, *argv)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_config_is_required(db: str, data: Path) -> None:
+    result = run("verify", "--data", str(data), "--dsn", db)
+    assert result.returncode == 2 and "Missing option '--config'" in result.stderr
 
 
 def test_failed_preflight_is_exit_2(initialized_dsn: str, data: Path, fresh_dsn: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import threading
 import time
 
@@ -11,7 +12,7 @@ import pytest
 from ingest.db import with_user
 from ingest.schema import READER_ROLE
 from reproduce.dataset import Record
-from reproduce.runner import Runner, Session
+from reproduce.runner import TERMINATE_AFTER_S, WATCHDOG_GRACE_S, Runner, Session
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +61,31 @@ def test_watchdog_cancels_on_the_server(reader: str, initialized_dsn: str) -> No
     assert running_reader_queries(initialized_dsn) == []
     assert session.run("SELECT 1 AS one").rows == [{"one": 1}]
     session.close()
+
+
+# Catches every cancel (statement_timeout's and the watchdog's) and sleeps on: only ending the backend stops it.
+STUBBORN = ("DO $$ BEGIN FOR i IN 1..600 LOOP BEGIN PERFORM pg_sleep(0.1); EXCEPTION WHEN query_canceled THEN "
+            "NULL; END; END LOOP; END $$")
+
+
+def test_a_question_that_catches_the_cancel_is_ended_by_the_watchdog(reader: str, initialized_dsn: str) -> None:
+    session = Session(reader, timeout=1.0)
+    outcome = session.run(STUBBORN)  # 60 s if nothing ended it
+    assert outcome.kind == "timeout" and "client watchdog" in outcome.error
+    assert outcome.seconds < 1.0 + WATCHDOG_GRACE_S + TERMINATE_AFTER_S + 2
+    assert running_reader_queries(initialized_dsn) == []
+    assert session.run("SELECT 1 AS one").rows == [{"one": 1}]  # the next question gets a new connection
+    session.close()
+
+
+def test_ctrl_c_ends_a_question_that_catches_the_cancel(reader: str, initialized_dsn: str) -> None:
+    record = Record("raster_only/elevation+poi/0", "R1", "raster_only", "elevation+poi", "", STUBBORN, "", [], {})
+    threading.Timer(1.0, _thread.interrupt_main).start()
+    start = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        list(Runner(reader, timeout=60.0, workers=1).run([record]))
+    assert time.perf_counter() - start < 1.0 + TERMINATE_AFTER_S + 2
+    assert running_reader_queries(initialized_dsn) == []
 
 
 @pytest.mark.parametrize("statement", [
