@@ -11,25 +11,20 @@ import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from ingest import dem, initdb
+from ingest.cli_common import JsonOption, command_group
 from ingest.db import DsnOption
 from ingest.errors import reported_as_exit_code
 
-app = typer.Typer(
-    name="ingest",
-    no_args_is_help=True,
-    add_completion=False,
-    rich_markup_mode="markdown",
-    pretty_exceptions_show_locals=False,
-    help="""Build the GS-QA2 reference database (PostGIS) stage by stage.
+app = command_group(
+    "ingest",
+    """Build the GS-QA2 reference database (PostGIS) stage by stage.
 
-Stages, in the order `make db` runs them: init (schema, role), the load stages, finalize (indexes).
+Stages, in the order `make db` runs them: init (schema, role), dem (the DEM), finalize (indexes).
 Every command resolves the database the same way: --dsn, then $DATABASE_URL, then libpq's PG* variables.
 
 Exit codes: 0 ok; 1 the run went through but some inputs failed; 2 nothing started (usage error,
 unreachable database, no readable input).""",
 )
-
-JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 
 
 @app.command()

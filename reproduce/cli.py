@@ -11,19 +11,16 @@ from typing import Annotated
 
 import typer
 
+from ingest.cli_common import JsonOption, command_group
 from ingest.db import DsnOption
 from ingest.errors import EXIT_OK, EXIT_SOME_FAILED, reported_as_exit_code
 from reproduce import configs, readiness, report
 from reproduce import verify as verification
 from reproduce.verify import Request, Run, Shown
 
-app = typer.Typer(
-    name="reproduce",
-    no_args_is_help=True,
-    add_completion=False,
-    rich_markup_mode="markdown",
-    pretty_exceptions_show_locals=False,
-    help="""Re-run the GS-QA2 benchmark SQL against the reference database and compare with the stored answers.
+app = command_group(
+    "reproduce",
+    """Re-run the GS-QA2 benchmark SQL against the reference database and compare with the stored answers.
 
 The database is resolved as everywhere: --dsn, then $DATABASE_URL, then libpq's PG* variables.
 Benchmark SQL runs as the read-only login role gsqa_reader (--reader-dsn, or the main DSN with that user
@@ -33,6 +30,7 @@ Exit codes: 0 ok; 1 the run went through but something failed or differs; 2 noth
 130 interrupted (Ctrl-C).""",
 )
 
+
 ReaderDsnOption = Annotated[
     str | None,
     typer.Option("--reader-dsn", help="DSN of the read-only role (default: --dsn as gsqa_reader).", show_default=False),
@@ -41,7 +39,7 @@ ReaderDsnOption = Annotated[
 
 @app.command()
 def check(dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
-          as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False) -> None:
+          as_json: JsonOption = False) -> None:
     """Say whether the database is ready for benchmark runs: PostGIS >= 3.2, the six reference tables
     present and not empty (with planner row estimates), and the gsqa_reader login usable and read-only.
 
