@@ -201,7 +201,11 @@ def _drop_table(conn: psycopg.Connection, target: Target) -> None:
     """--replace: the table and its load log go together, in one transaction."""
     with conn.transaction():
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(target.ident))
-        conn.execute(sql.SQL("DELETE FROM {} WHERE target_table = %s").format(_LOAD_LOG), [target.qualified])
+        _forget_log(conn, target)
+
+
+def _forget_log(conn: psycopg.Connection, target: Target) -> None:
+    conn.execute(sql.SQL("DELETE FROM {} WHERE target_table = %s").format(_LOAD_LOG), [target.qualified])
 
 
 def _exists(conn: psycopg.Connection, target: Target) -> bool:
@@ -215,7 +219,7 @@ def _create_table(conn: psycopg.Connection, target: Target) -> None:
         raise GsqaError(f"--table {target.qualified}: schema {target.schema} does not exist")
     with conn.transaction():
         conn.execute(create_table_sql(_definition(target)))
-        conn.execute(sql.SQL("DELETE FROM {} WHERE target_table = %s").format(_LOAD_LOG), [target.qualified])
+        _forget_log(conn, target)
 
 
 def _definition(target: Target) -> Table:

@@ -62,9 +62,9 @@ _ALL_FLAGS = ["srid", "scale_x", "scale_y", "blocksize_x", "blocksize_y", "same_
 
 
 def reconcile(conn: psycopg.Connection, schema_name: str, table: str, grids: Sequence[TileGrid], *,
-              extent: bool) -> list[str]:
+              extent: bool) -> None:
     """Give the table the constraints AddRasterConstraints would give it if it held `grids` (without the
-    max extent unless `extent`). Returns the names that changed; unchanged constraints are left alone.
+    max extent unless `extent`); on a loaded table, constraints that are already right are left alone.
 
     Definitions PostGIS writes are used as PostGIS wrote them: a definition read back from the catalog and
     added again can come out spelled differently (negative scale literals do), and raster_columns parses
@@ -73,23 +73,25 @@ def reconcile(conn: psycopg.Connection, schema_name: str, table: str, grids: Seq
     changed, by letting it scan. Only the max extent, whose definition survives the round trip, is copied.
     """
     ident = sql.Identifier(schema_name, table)
+    if _is_empty(conn, ident):
+        _remake_through_proxy_rows(conn, schema_name, table, grids)
+        return
     existing = existing_definitions(conn, ident)
     desired = desired_definitions(conn, table, grids, extent=extent)
-    changed = sorted(name for name in set(existing) | set(desired) if existing.get(name) != desired.get(name))
-    if not changed:
-        return []
-    drops = [sql.SQL("DROP CONSTRAINT {}").format(sql.Identifier(name)) for name in changed if name in existing]
-    if drops:
-        conn.execute(sql.SQL("ALTER TABLE {} ").format(ident) + sql.SQL(", ").join(drops))
+    changed = [name for name in sorted(set(existing) | set(desired)) if existing.get(name) != desired.get(name)]
+    _drop(conn, ident, [name for name in changed if name in existing])
     flags = {_FLAG_OF[name] for name in changed if name != _EXTENT and name in desired}
-    if flags and _is_empty(conn, ident):
-        _add_through_proxy_rows(conn, schema_name, table, grids, existing)
-    elif flags:
+    if flags:
         _add_raster_constraints(conn, schema_name, table, flags)
     if _EXTENT in changed and _EXTENT in desired:
         conn.execute(sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} ").format(ident, sql.Identifier(_EXTENT))
                      + sql.SQL(desired[_EXTENT]))
-    return changed
+
+
+def _drop(conn: psycopg.Connection, table: sql.Identifier, names: list[str]) -> None:
+    if names:
+        conn.execute(sql.SQL("ALTER TABLE {} ").format(table) + sql.SQL(", ").join(
+            sql.SQL("DROP CONSTRAINT {}").format(sql.Identifier(name)) for name in names))
 
 
 def desired_definitions(conn: psycopg.Connection, table: str, grids: Sequence[TileGrid], *, extent: bool) -> dict:
@@ -114,15 +116,15 @@ def _proxy_definitions(conn: psycopg.Connection, table: str, rows: list[tuple], 
         return existing_definitions(conn, proxy)
 
 
-def _add_through_proxy_rows(conn: psycopg.Connection, schema_name: str, table: str, grids: Sequence[TileGrid],
-                            existing: dict) -> None:
-    """On an empty table: (re)make every constraint but the extent with AddRasterConstraints run over proxy
-    rows inserted into the table itself, then TRUNCATE them (all inside the caller's transaction)."""
+def _remake_through_proxy_rows(conn: psycopg.Connection, schema_name: str, table: str,
+                               grids: Sequence[TileGrid]) -> None:
+    """On an empty table: every constraint but the extent (which describes rows, and there are none) made
+    by AddRasterConstraints over proxy rows inserted into the table itself, then TRUNCATEd, all inside the
+    caller's transaction. Nothing needs validating, so this costs no scan."""
     ident = sql.Identifier(schema_name, table)
-    left = [name for name in existing_definitions(conn, ident) if name != _EXTENT]
-    if left:
-        conn.execute(sql.SQL("ALTER TABLE {} ").format(ident) + sql.SQL(", ").join(
-            sql.SQL("DROP CONSTRAINT {}").format(sql.Identifier(name)) for name in left))
+    _drop(conn, ident, list(existing_definitions(conn, ident)))
+    if not grids:
+        return
     for rows, flags in ((_first_row_proxies(grids), _FIRST_ROW_FLAGS), (_blocksize_proxies(grids), _BLOCKSIZE_FLAGS)):
         _insert_rows(conn, ident, rows)
         _add_raster_constraints(conn, schema_name, table, flags)
