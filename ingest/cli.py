@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -13,7 +14,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from ingest import dem, initdb
 from ingest.cli_common import JsonOption, command_group
 from ingest.db import DsnOption
-from ingest.errors import reported_as_exit_code
+from ingest.errors import EXIT_INTERRUPTED, reported_as_exit_code
 
 app = command_group(
     "ingest",
@@ -97,14 +98,19 @@ def dem_command(
 
     Exit codes: 0 every file loaded; 1 some files failed (the rest loaded); 2 nothing started (missing
     path, no readable GeoTIFF, unreachable database, a table holding tiles we did not load, not enough
-    disk).
+    disk); 130 interrupted (Ctrl-C): the file being loaded is rolled back, a rerun resumes.
     """
     if compression not in dem.COMPRESSIONS:
         raise typer.BadParameter(f"expected one of {', '.join(dem.COMPRESSIONS)}", param_hint="--compression")
     _log_to_stderr()
     with reported_as_exit_code(), logging_redirect_tqdm([logging.getLogger("ingest")]):
-        report = dem.load_dem(paths, dsn, table=table, workers=workers, replace=replace, compression=compression,
-                              check_disk=not skip_disk_check)
+        try:
+            report = dem.load_dem(paths, dsn, table=table, workers=workers, replace=replace,
+                                  compression=compression, check_disk=not skip_disk_check)
+        except KeyboardInterrupt:
+            print("interrupted: the file being loaded was rolled back, the files before it are kept; "
+                  "run the same command again to resume", file=sys.stderr)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
     if as_json:
         typer.echo(json.dumps(report.as_json()))
     else:

@@ -11,6 +11,7 @@ import typer
 EXIT_OK = 0
 EXIT_SOME_FAILED = 1  # the run went through, but some inputs failed or answers differ
 EXIT_NOT_STARTED = 2  # usage error, unreachable database, no readable input
+EXIT_INTERRUPTED = 130  # Ctrl-C, after what was running has been cancelled or rolled back
 
 
 class GsqaError(Exception):

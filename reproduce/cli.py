@@ -13,7 +13,7 @@ import typer
 
 from ingest.cli_common import JsonOption, command_group
 from ingest.db import DsnOption
-from ingest.errors import EXIT_OK, EXIT_SOME_FAILED, reported_as_exit_code
+from ingest.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_SOME_FAILED, reported_as_exit_code
 from reproduce import configs, readiness, report
 from reproduce import verify as verification
 from reproduce.verify import Request, Run, Shown
@@ -69,7 +69,6 @@ def _describe_rows(rows: int | None) -> str:
     return "empty" if rows == 0 else f"~{rows:,} rows"
 
 
-EXIT_INTERRUPTED = 130
 # The choices come from the registry, so the help and the error for an unknown name list the real names.
 ConfigName = enum.Enum("ConfigName", {name: name for name in configs.CONFIG_NAMES}, type=str)
 DataOption = Annotated[Path | None, typer.Option(

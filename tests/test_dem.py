@@ -252,6 +252,23 @@ def test_kill_9_then_rerun_converges(initialized_dsn: str, tmp_path_factory: pyt
     assert table_state(initialized_dsn, table) == table_state(initialized_dsn, "public.unbroken")
 
 
+def test_ctrl_c_rolls_back_the_current_file_and_exits_130(initialized_dsn: str, full_files: list[Path]) -> None:
+    table = "public.interrupted"
+    process = subprocess.Popen([str(BIN / "ingest"), "dem", *map(str, full_files), "--dsn", initialized_dsn,
+                                "--table", table], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert _wait_for(lambda: _copy_running(initialized_dsn), process), "the load ended before its first COPY"
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert "run the same command again to resume" in stderr and "Traceback" not in stderr
+    with psycopg.connect(initialized_dsn) as conn:  # whole files only: tiles and log agree
+        tiles = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        logged = conn.execute("SELECT coalesce(sum(rows_written), 0) FROM gsqa.load_log WHERE target_table = %s",
+                              [table]).fetchone()[0]
+    assert tiles == logged and tiles % 225 == 0
+    assert _wait_until_gone(table)
+
+
 def test_a_dropped_table_is_reloaded_not_trusted_to_the_log(initialized_dsn: str, tmp_path: Path) -> None:
     files = write_neighbours(tmp_path, size=600, lat=46, lons=(-100,))
     load_dem(files, initialized_dsn, table="public.dropped", progress=False)
