@@ -145,7 +145,7 @@ def load_dem(
             _require_bookkeeping(conn)
             if replace:
                 _drop_table(conn, target)
-            if not _exists(conn, target):
+            if not _relation_exists(conn, target.qualified):
                 _create_table(conn, target)
             logged = _read_load_log(conn, target)
             _refuse_foreign_contents(conn, target, logged, {path.name for path in inputs})
@@ -193,7 +193,7 @@ def _lock_exclusively(conn: psycopg.Connection, target: Target) -> None:
 
 
 def _require_bookkeeping(conn: psycopg.Connection) -> None:
-    if conn.execute("SELECT to_regclass(%s)", [f"{schema.BOOKKEEPING_SCHEMA}.load_log"]).fetchone()[0] is None:
+    if not _relation_exists(conn, f"{schema.BOOKKEEPING_SCHEMA}.load_log"):
         raise GsqaError("the database has no gsqa.load_log: run `ingest init` first")
 
 
@@ -208,8 +208,8 @@ def _forget_log(conn: psycopg.Connection, target: Target) -> None:
     conn.execute(sql.SQL("DELETE FROM {} WHERE target_table = %s").format(_LOAD_LOG), [target.qualified])
 
 
-def _exists(conn: psycopg.Connection, target: Target) -> bool:
-    return conn.execute("SELECT to_regclass(%s)", [target.qualified]).fetchone()[0] is not None
+def _relation_exists(conn: psycopg.Connection, qualified_name: str) -> bool:
+    return conn.execute("SELECT to_regclass(%s)", [qualified_name]).fetchone()[0] is not None
 
 
 def _create_table(conn: psycopg.Connection, target: Target) -> None:
@@ -238,8 +238,13 @@ def _prepare_table(conn: psycopg.Connection, target: Target, compression: str) -
         conn.execute(sql.SQL("ALTER TABLE {} SET (toast_tuple_target = 128)").format(target.ident))
         # A VACUUM during the load would reopen the gaps that _plug_free_space filled.
         conn.execute(sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = false)").format(target.ident))
-        conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gist (st_convexhull(rast))").format(
-            target.index, target.ident))
+        _ensure_index(conn, target)
+
+
+def _ensure_index(conn: psycopg.Connection, target: Target) -> None:
+    """raster2pgsql -I's GiST index; kept during the load, so each tile is indexed from memory."""
+    conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gist (st_convexhull(rast))").format(
+        target.index, target.ident))
 
 
 def _read_load_log(conn: psycopg.Connection, target: Target) -> dict[str, Logged]:
@@ -452,8 +457,7 @@ def finish(conn: psycopg.Connection, target: Target) -> None:
         _restore_heap_order(conn, target)
         grids = [entry.tiles for entry in _read_load_log(conn, target).values()]
         reconcile(conn, target.schema, target.name, grids, extent=True)
-        conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gist (st_convexhull(rast))").format(
-            target.index, target.ident))
+        _ensure_index(conn, target)
         conn.execute(sql.SQL("SELECT setval(pg_get_serial_sequence(%s, 'rid'), coalesce(max(rid), 1), "
                              "max(rid) IS NOT NULL) FROM {}").format(target.ident), [target.qualified])
         # Load-time settings (see _prepare_table) go, so the table's options are raster2pgsql's again.
