@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from ingest import dem, initdb
+from ingest import dem, initdb, osm
 from ingest.cli_common import JsonOption, command_group
 from ingest.db import DsnOption
 from ingest.errors import EXIT_INTERRUPTED, reported_as_exit_code
@@ -20,7 +22,8 @@ app = command_group(
     "ingest",
     """Build the GS-QA2 reference database (PostGIS) stage by stage.
 
-Stages, in the order `make db` runs them: init (schema, role), dem (the DEM), finalize (indexes).
+Stages, in the order `make db` runs them: init (schema, role), dem (the DEM), osm (the five vector
+tables), finalize (indexes).
 Every command resolves the database the same way: --dsn, then $DATABASE_URL, then libpq's PG* variables.
 
 Exit codes: 0 ok; 1 the run went through but some inputs failed; 2 nothing started (usage error,
@@ -102,15 +105,9 @@ def dem_command(
     """
     if compression not in dem.COMPRESSIONS:
         raise typer.BadParameter(f"expected one of {', '.join(dem.COMPRESSIONS)}", param_hint="--compression")
-    _log_to_stderr()
-    with reported_as_exit_code(), logging_redirect_tqdm([logging.getLogger("ingest")]):
-        try:
-            report = dem.load_dem(paths, dsn, table=table, workers=workers, replace=replace,
-                                  compression=compression, check_disk=not skip_disk_check)
-        except KeyboardInterrupt:
-            print("interrupted: the file being loaded was rolled back, the files before it are kept; "
-                  "run the same command again to resume", file=sys.stderr)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+    with _load_stage():
+        report = dem.load_dem(paths, dsn, table=table, workers=workers, replace=replace,
+                              compression=compression, check_disk=not skip_disk_check)
     if as_json:
         typer.echo(json.dumps(report.as_json()))
     else:
@@ -119,6 +116,79 @@ def dem_command(
         for name, error in report.failed.items():
             typer.echo(f"  failed: {name}: {error}")
     raise typer.Exit(report.exit_code)
+
+
+@app.command("osm")
+def osm_command(
+    source: Annotated[Path, typer.Argument(help="Folder holding the layer folders (pois/, roads/, parks/, lakes/, "
+                                           "postal_codes/), or a dataset root holding osm/osm_extract/.",
+                                           show_default=False)],
+    layers: Annotated[str | None, typer.Option(help="Comma-separated layers to load, of pois, roads, parks, "
+                                               "lakes, regions [default: every layer folder in SOURCE].",
+                                               show_default=False)] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="Parser processes [default: number of cores].",
+                                                show_default=False)] = None,
+    replace: Annotated[bool, typer.Option("--replace", help="Empty the tables and their load log first.")] = False,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Load the osmx GeoJSON layers (the published `osm/osm_extract/`) into pois, roads, parks, lakes and
+    regions, with the rows, values and ids of the benchmark's loader ("loader 1", docs/DESIGN.md).
+
+    Files load in name order, each in one transaction with its gsqa.load_log entry; pois are numbered in
+    loader 1's pass order (tourism, amenity, leisure) once every pois file is in. A rerun skips files
+    already loaded with the same size and checksum and reloads changed ones, so an interrupted load is
+    resumed by running the same command again. A feature loader 1 could not have stored (no geometry,
+    invalid JSON, a tag value over 255 characters, an id that is not an integer, ...) is skipped and
+    listed; a file that is truncated or not JSON is reported on one line and the other files still load.
+    Progress goes to stderr; run `ingest finalize` afterwards for the indexes.
+
+    Example: ingest osm /data/osm_extract --dsn postgresql://postgres@localhost:5432/gsqa
+
+    Exit codes: 0 everything loaded; 1 some features or files were skipped (the rest loaded); 2 nothing
+    started (missing or unknown layer folder, no *.geojson file, unreachable database, a table holding
+    rows we did not load, another load running); 130 interrupted (Ctrl-C): the file being loaded is rolled
+    back, a rerun resumes.
+    """
+    wanted = [name.strip() for name in layers.split(",") if name.strip()] if layers else None
+    with _load_stage():
+        report = osm.load_osm(source, dsn, layers=wanted, workers=workers, replace=replace)
+    if as_json:
+        typer.echo(json.dumps(report.as_json()))
+    else:
+        _print_osm_report(report)
+    raise typer.Exit(report.exit_code)
+
+
+def _print_osm_report(report: osm.OsmLoadReport, listed: int = 20) -> None:
+    for layer in report.layers.values():
+        typer.echo(f"{layer.table}: loaded {len(layer.loaded)} of {layer.files} files ({layer.rows_written:,} rows "
+                   f"from {layer.features_read:,} features); {len(layer.unchanged)} already loaded; "
+                   f"{len(layer.failed)} failed; {layer.skipped_count:,} features skipped")
+        for name, error in layer.failed.items():
+            typer.echo(f"  failed: {name}: {error}")
+    skipped = [entry for layer in report.layers.values() for entry in layer.skipped]
+    total = sum(layer.skipped_count for layer in report.layers.values())
+    if total:
+        typer.echo(f"skipped features ({total:,}; loader 1 could not have stored them):")
+        for entry in skipped[:listed]:
+            typer.echo(f"  {osm.describe_skip(entry)}")
+        if total > listed:
+            typer.echo(f"  ... and {total - listed:,} more (see --json)")
+    typer.echo(f"done in {report.seconds:.1f} s")
+
+
+@contextlib.contextmanager
+def _load_stage() -> Iterator[None]:
+    """A load stage's run: warnings on stderr, user errors as one line, Ctrl-C as exit 130."""
+    _log_to_stderr()
+    with reported_as_exit_code(), logging_redirect_tqdm([logging.getLogger("ingest")]):
+        try:
+            yield
+        except KeyboardInterrupt:
+            print("interrupted: the file being loaded was rolled back, the files before it are kept; "
+                  "run the same command again to resume", file=sys.stderr)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 def _log_to_stderr() -> None:

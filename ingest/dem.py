@@ -21,30 +21,39 @@ import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
 from psycopg import sql
-from psycopg.types.json import Jsonb
 from sqlalchemy import MetaData, Table
 from tqdm import tqdm
 
 from ingest import schema
 from ingest.db import connect
-from ingest.dem_tiles import BadRaster, Grid, RasterFacts, file_checksum, read_facts
-from ingest.dem_workers import EncoderPool, FileStream
+from ingest.dem_tiles import BadRaster, Grid, RasterFacts, read_facts
+from ingest.dem_workers import EncoderPool
 from ingest.diskspace import check_room
 from ingest.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
 from ingest.initdb import create_table_sql, refuse_other_columns
+from ingest.load_state import (
+    forget_log,
+    lock_target,
+    plan_from_first_change,
+    read_log,
+    refuse_unknown_rows,
+    relation_exists,
+    require_bookkeeping,
+    unchanged,
+    write_log,
+)
+from ingest.ordered_pool import JobStream
 from ingest.raster_constraints import TileGrid, reconcile
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TABLE = "public.dem_us"
 COMPRESSIONS = ("lz4", "pglz")
-_LOAD_LOG = sql.Identifier(schema.BOOKKEEPING_SCHEMA, "load_log")
 
 
 @dataclass
@@ -95,15 +104,6 @@ class Target:
         return sql.Identifier(f"{self.name}_st_convexhull_idx")  # the name raster2pgsql -I gets
 
 
-@dataclass(frozen=True)
-class Logged:
-    """A file's entry in gsqa.load_log."""
-
-    size: int
-    checksum: str
-    tiles: TileGrid
-
-
 def discover(paths: Sequence[Path]) -> list[Path]:
     """GeoTIFF files named directly or found as *.tif in named directories, sorted by file name."""
     found: dict[str, Path] = {}
@@ -141,23 +141,23 @@ def load_dem(
     with EncoderPool(workers) as pool:
         facts = _read_headers(inputs, report)
         with connect(dsn, autocommit=True) as conn:
-            _lock_exclusively(conn, target)
-            _require_bookkeeping(conn)
+            lock_target(conn, "dem", target.qualified)
+            require_bookkeeping(conn)
             if replace:
                 _drop_table(conn, target)
-            if not _relation_exists(conn, target.qualified):
+            if not relation_exists(conn, target.qualified):
                 _create_table(conn, target)
-            logged = _read_load_log(conn, target)
+            logged = read_log(conn, target.qualified)
             _refuse_foreign_contents(conn, target, logged, {path.name for path in inputs})
             _prepare_table(conn, target, compression)
-            unchanged = _unchanged(workers, facts, logged)
-            plan = _plan(facts, unchanged)
+            same = unchanged({name: (path, header.size) for name, (path, header) in facts.items()}, logged, workers)
+            plan = plan_from_first_change(facts, same)
             if plan and check_disk:
                 _check_disk(conn, [facts[name] for name in plan], report)
             streams = pool.streams([(facts[name][0], facts[name][1].grid) for name in plan])
-            _expect_files(conn, target, facts, logged, unchanged)
+            _expect_files(conn, target, facts, logged, same)
             _open_copy_route(conn, target)
-            _publish(conn, target, [facts[name][1] for name in plan], streams, unchanged, report, progress)
+            _publish(conn, target, [facts[name][1] for name in plan], streams, same, report, progress)
             finish(conn, target)
     report.seconds = time.monotonic() - started
     return report
@@ -184,32 +184,11 @@ def _fail(report: DemLoadReport, name: str, message: str) -> None:
     log.error("error: %s", message)
 
 
-def _lock_exclusively(conn: psycopg.Connection, target: Target) -> None:
-    """One loader per table: a second one would interleave tiles and break rid and heap order. The lock
-    belongs to the session, so it goes away with the connection, however the process ends."""
-    key = f"gsqa ingest dem {target.qualified}"
-    if not conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [key]).fetchone()[0]:
-        raise GsqaError(f"another `ingest dem` is loading into {target.qualified} right now")
-
-
-def _require_bookkeeping(conn: psycopg.Connection) -> None:
-    if not _relation_exists(conn, f"{schema.BOOKKEEPING_SCHEMA}.load_log"):
-        raise GsqaError("the database has no gsqa.load_log: run `ingest init` first")
-
-
 def _drop_table(conn: psycopg.Connection, target: Target) -> None:
     """--replace: the table and its load log go together, in one transaction."""
     with conn.transaction():
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(target.ident))
-        _forget_log(conn, target)
-
-
-def _forget_log(conn: psycopg.Connection, target: Target) -> None:
-    conn.execute(sql.SQL("DELETE FROM {} WHERE target_table = %s").format(_LOAD_LOG), [target.qualified])
-
-
-def _relation_exists(conn: psycopg.Connection, qualified_name: str) -> bool:
-    return conn.execute("SELECT to_regclass(%s)", [qualified_name]).fetchone()[0] is not None
+        forget_log(conn, target.qualified)
 
 
 def _create_table(conn: psycopg.Connection, target: Target) -> None:
@@ -219,7 +198,7 @@ def _create_table(conn: psycopg.Connection, target: Target) -> None:
         raise GsqaError(f"--table {target.qualified}: schema {target.schema} does not exist")
     with conn.transaction():
         conn.execute(create_table_sql(_definition(target)))
-        _forget_log(conn, target)
+        forget_log(conn, target.qualified)
 
 
 def _definition(target: Target) -> Table:
@@ -247,54 +226,14 @@ def _ensure_index(conn: psycopg.Connection, target: Target) -> None:
         target.index, target.ident))
 
 
-def _read_load_log(conn: psycopg.Connection, target: Target) -> dict[str, Logged]:
-    rows = conn.execute(
-        sql.SQL("SELECT source_name, source_size, source_checksum, details FROM {} "
-                "WHERE target_table = %s ORDER BY source_name").format(_LOAD_LOG),
-        [target.qualified],
-    )
-    return {name: Logged(size, checksum, _tile_grid(details)) for name, size, checksum, details in rows}
-
-
 def _tile_grid(details: dict) -> TileGrid:
     grid = Grid(details["width"], details["height"], tuple(details["geotransform"]), details["nodata"])
     return TileGrid(grid, frozenset(details["skipped"]))
 
 
 def _refuse_foreign_contents(conn: psycopg.Connection, target: Target, logged: dict, inputs: set[str]) -> None:
-    """Never mix our tiles with tiles we did not load, or silently keep files the user did not name."""
     rows = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(target.ident)).fetchone()[0]
-    if rows and not logged:
-        raise GsqaError(f"{target.qualified} holds {rows} tiles that `ingest dem` did not load; "
-                        "pass --replace to reload it from the given files")
-    foreign = sorted(set(logged) - inputs)
-    if foreign:
-        raise GsqaError(f"{target.qualified} holds tiles of {len(foreign)} files that are not among the inputs "
-                        f"(first: {foreign[0]}); name them too, or pass --replace")
-    logged_rows = conn.execute(sql.SQL("SELECT coalesce(sum(rows_written), 0) FROM {} WHERE target_table = %s")
-                               .format(_LOAD_LOG), [target.qualified]).fetchone()[0]
-    if rows != logged_rows:
-        raise GsqaError(f"{target.qualified} holds {rows} tiles but its load log accounts for {logged_rows}; "
-                        "pass --replace to reload it")
-
-
-def _unchanged(workers: int, facts: dict, logged: dict[str, Logged]) -> set[str]:
-    """Loaded files whose size and checksum still match (hashlib releases the GIL: threads suffice)."""
-    same_size = [name for name in facts if name in logged and facts[name][1].size == logged[name].size]
-    with ThreadPoolExecutor(workers) as pool:
-        checksums = list(pool.map(file_checksum, [facts[name][0] for name in same_size]))
-    return {name for name, checksum in zip(same_size, checksums, strict=True) if checksum == logged[name].checksum}
-
-
-def _plan(facts: dict, unchanged: set[str]) -> list[str]:
-    """Files to (re)load, in name order: from the first file that is new or changed to the end.
-
-    Unchanged files after it are in the plan because tiles are numbered and stored in name order: once an
-    earlier file is (re)loaded, every later one must follow it again. They are only rewritten if that
-    earlier file really loads (see _publish).
-    """
-    pending = sorted(set(facts) - unchanged)
-    return [name for name in sorted(facts) if pending and name >= pending[0]]
+    refuse_unknown_rows(target.qualified, rows, logged, inputs, "tiles", "dem")
 
 
 def _check_disk(conn: psycopg.Connection, files: list[tuple[Path, RasterFacts]], report: DemLoadReport) -> None:
@@ -309,7 +248,8 @@ def _check_disk(conn: psycopg.Connection, files: list[tuple[Path, RasterFacts]],
 def _expect_files(conn: psycopg.Connection, target: Target, facts: dict, logged: dict, unchanged: set) -> None:
     """Put the raster constraints of the finished table in place before loading (extent excepted), so that
     each tile is checked in memory as it arrives."""
-    grids = [logged[name].tiles if name in unchanged else TileGrid(facts[name][1].grid) for name in sorted(facts)]
+    grids = [_tile_grid(logged[name].details) if name in unchanged else TileGrid(facts[name][1].grid)
+             for name in sorted(facts)]
     with conn.transaction():
         reconcile(conn, target.schema, target.name, grids, extent=False)
 
@@ -318,7 +258,7 @@ def _publish(
     conn: psycopg.Connection,
     target: Target,
     plan: list[RasterFacts],
-    streams: Iterator[FileStream],
+    streams: Iterator[JobStream],
     unchanged: set[str],
     report: DemLoadReport,
     progress: bool,
@@ -340,7 +280,7 @@ def _publish(
     report.unchanged += sorted(unchanged - {facts.name for facts in plan})
 
 
-def _write_file(conn: psycopg.Connection, target: Target, facts: RasterFacts, stream: FileStream,
+def _write_file(conn: psycopg.Connection, target: Target, facts: RasterFacts, stream: JobStream,
                 report: DemLoadReport, *, first_write: bool) -> bool:
     """One transaction: (on the first write, drop this and every later file), the tiles, the log row."""
     try:
@@ -365,9 +305,7 @@ def _write_file(conn: psycopg.Connection, target: Target, facts: RasterFacts, st
 
 
 def _forget_from(conn: psycopg.Connection, target: Target, name: str) -> None:
-    later = [row[0] for row in conn.execute(
-        sql.SQL("DELETE FROM {} WHERE target_table = %s AND source_name >= %s RETURNING source_name")
-        .format(_LOAD_LOG), [target.qualified, name])]
+    later = forget_log(conn, target.qualified, from_name=name)
     if later:
         conn.execute(sql.SQL("DELETE FROM {} WHERE filename = ANY(%s)").format(target.ident), [later])
 
@@ -427,27 +365,24 @@ def _open_copy_route(conn: psycopg.Connection, target: Target) -> None:
     conn.execute(sql.SQL(_COPY_ROUTE).format(table=target.ident))
 
 
-def _copy_tiles(conn: psycopg.Connection, target: Target, facts: RasterFacts, stream: FileStream) -> int:
+def _copy_tiles(conn: psycopg.Connection, target: Target, facts: RasterFacts, stream: JobStream) -> int:
     """COPY the file's tiles as they are encoded; returns how many were written."""
     rid = conn.execute(sql.SQL("SELECT coalesce(max(rid), 0) FROM {}").format(target.ident)).fetchone()[0]
     first_rid = rid + 1
     with conn.cursor().copy("COPY gsqa_dem_copy (rid, wkb, filename) FROM STDIN (FORMAT BINARY)") as copy:
         copy.set_types(["int4", "bytea", "text"])
-        for row in stream.rows():
+        for row in stream.items():
             for wkb in row.tiles():
                 rid += 1
                 copy.write_row((rid, wkb, facts.name))
     return rid - first_rid + 1
 
 
-def _log_file(conn: psycopg.Connection, target: Target, facts: RasterFacts, stream: FileStream, tiles: int) -> None:
+def _log_file(conn: psycopg.Connection, target: Target, facts: RasterFacts, stream: JobStream, tiles: int) -> None:
+    checksum, skipped = stream.result
     details = {"width": facts.grid.width, "height": facts.grid.height, "geotransform": list(facts.grid.geotransform),
-               "nodata": facts.grid.nodata, "skipped": stream.skipped}
-    conn.execute(
-        sql.SQL("INSERT INTO {} (target_table, source_name, source_size, source_checksum, rows_written, details) "
-                "VALUES (%s, %s, %s, %s, %s, %s)").format(_LOAD_LOG),
-        [target.qualified, facts.name, facts.size, stream.checksum, tiles, Jsonb(details)],
-    )
+               "nodata": facts.grid.nodata, "skipped": skipped}
+    write_log(conn, target.qualified, facts.name, facts.size, checksum, tiles, details)
 
 
 def finish(conn: psycopg.Connection, target: Target) -> None:
@@ -455,7 +390,7 @@ def finish(conn: psycopg.Connection, target: Target) -> None:
     redoes it. Heap order is verified and restored (CLUSTER) if a rerun had to replace files."""
     with conn.transaction():
         _restore_heap_order(conn, target)
-        grids = [entry.tiles for entry in _read_load_log(conn, target).values()]
+        grids = [_tile_grid(entry.details) for entry in read_log(conn, target.qualified).values()]
         reconcile(conn, target.schema, target.name, grids, extent=True)
         _ensure_index(conn, target)
         conn.execute(sql.SQL("SELECT setval(pg_get_serial_sequence(%s, 'rid'), coalesce(max(rid), 1), "

@@ -11,7 +11,6 @@ This module runs in the encoder worker processes: it touches no database.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import struct
 from collections.abc import Iterator
@@ -115,11 +114,6 @@ def _facts_of(path: Path, src: rasterio.DatasetReader) -> RasterFacts:
         raise BadRaster(f"{path}: NODATA tag {nodata} is not an Int16 value")
     grid = Grid(src.width, src.height, tuple(src.transform.to_gdal()), None if nodata is None else int(nodata))
     return RasterFacts(name=path.name, size=path.stat().st_size, grid=grid)
-
-
-def file_checksum(path: Path) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def encode_rows(path: Path, grid: Grid) -> Iterator[TileRow]:

@@ -84,4 +84,18 @@ load_log = Table(
     schema=BOOKKEEPING_SCHEMA,
 )
 
+# pois rows as `ingest osm` parses them, before they are numbered in loader 1's order: all tourism matches,
+# then all amenity matches, then all leisure matches, each in file and feature order (pass, source_name,
+# seq = the feature's byte offset or index in its file). Kept after the load, so that a changed file is
+# staged again on its own and the numbering redone, without parsing the other files again.
+pois_stage = Table(
+    "pois_stage",
+    metadata,
+    Column("source_name", Text, nullable=False),
+    Column("pass", Integer, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    *[Column(column.name, column.type) for column in pois.columns if column.name != "id"],
+    schema=BOOKKEEPING_SCHEMA,
+)
+
 REFERENCE_TABLES = [pois, roads, parks, lakes, regions, dem_us]

@@ -59,10 +59,10 @@ def template_db(server_dsn: str) -> Iterator[str]:
     with _admin_connect(make_conninfo(server_dsn, dbname=name)) as conn:
         conn.execute("CREATE EXTENSION postgis; CREATE EXTENSION postgis_raster")
     yield name
-    _drop_database(server_dsn, name)
+    drop_database(server_dsn, name)
 
 
-def _drop_database(server_dsn: str, name: str) -> None:
+def drop_database(server_dsn: str, name: str) -> None:
     with _admin_connect(server_dsn) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
@@ -70,7 +70,7 @@ def _drop_database(server_dsn: str, name: str) -> None:
 def make_scratch_database(server_dsn: str, template: str | None, label: str) -> str:
     """Create a fresh database (from `template`, or empty) and return its DSN."""
     name = f"gsqa_test_{re.sub(r'[^a-z0-9]+', '_', label.lower())[-30:]}_{os.getpid()}"
-    _drop_database(server_dsn, name)
+    drop_database(server_dsn, name)
     with _admin_connect(server_dsn) as conn:
         create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
         if template:
@@ -84,7 +84,7 @@ def scratch_dsn(request: pytest.FixtureRequest, server_dsn: str, template_db: st
     """A scratch database with the extensions, private to the test module."""
     dsn = make_scratch_database(server_dsn, template_db, request.module.__name__)
     yield dsn
-    _drop_database(server_dsn, psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
+    drop_database(server_dsn, psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
 
 
 @pytest.fixture
@@ -92,7 +92,7 @@ def fresh_dsn(request: pytest.FixtureRequest, server_dsn: str) -> Iterator[str]:
     """An empty database (no extensions), private to one test."""
     dsn = make_scratch_database(server_dsn, None, request.node.name)
     yield dsn
-    _drop_database(server_dsn, psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
+    drop_database(server_dsn, psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,122 @@
+"""Worker processes that turn jobs into streams of items, handed back in job order with bounded memory.
+
+Both loaders need the same thing: parse or encode several inputs in parallel, but write them into one
+connection in a fixed order (a table's heap and serial ids follow the order of the sources). Jobs are
+dealt round-robin to N processes. Each streams the items of its current job through its own bounded
+queue, and the consumer reads the queues in job order. So memory stays bounded (`queue_items` items per
+process) however many and large the inputs are, nothing is copied whole between processes, and the
+consumer starts on a job as soon as its first item is ready while the other processes work ahead.
+
+Processes rather than threads because parsing and packing hold the GIL. They are forked (on Linux) when
+the pool starts, before the parent opens any connection, so they cost no interpreter start-up; elsewhere
+they are spawned (then `work` must be a module-level function). A worker dies with its parent.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import signal
+import sys
+from collections.abc import Callable, Generator, Iterator
+from typing import Any
+
+Work = Callable[[Any], Generator[Any, None, Any]]
+
+
+class WorkerCrashed(RuntimeError):
+    """A worker hit a bug (not an input problem): the load stops with its message."""
+
+
+class JobStream:
+    """The items of one job as they arrive; afterwards `result`, the value the job's generator returned."""
+
+    def __init__(self, results: multiprocessing.Queue, failure: type[Exception]) -> None:
+        self._results = results
+        self._failure = failure
+        self.finished = False
+        self.result: Any = None
+
+    def items(self) -> Iterator[Any]:
+        """Yields every item; raises the pool's failure type if the job reported an input problem."""
+        while not self.finished:
+            kind, payload = self._results.get()
+            if kind == "item":
+                yield payload
+                continue
+            self.finished = True
+            if kind == "failed":
+                raise self._failure(payload)
+            if kind == "crashed":
+                raise WorkerCrashed(payload)
+            self.result = payload
+
+    def drain(self) -> None:
+        """Consume what is left of this job, so the worker's queue is at the next one."""
+        try:
+            for _ in self.items():
+                pass
+        except self._failure:
+            pass
+
+
+class OrderedPool:
+    """`work(job)` is a generator: it yields the job's items and returns its result. Raising `failure`
+    (an input problem) ends the job with that message; the other jobs go on."""
+
+    def __init__(self, workers: int, work: Work, failure: type[Exception], queue_items: int = 4,
+                 name: str = "ingest-worker") -> None:
+        context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+        self._failure = failure
+        self._jobs = [context.Queue() for _ in range(workers)]
+        self._results = [context.Queue(maxsize=queue_items) for _ in range(workers)]
+        self._processes = [
+            context.Process(target=_serve, args=(work, failure, jobs, results), daemon=True, name=f"{name}-{n}")
+            for n, (jobs, results) in enumerate(zip(self._jobs, self._results, strict=True))
+        ]
+        for process in self._processes:
+            process.start()
+
+    def streams(self, jobs: list[Any]) -> Iterator[JobStream]:
+        """A JobStream per job, in the given order; each must be read or drained before the next."""
+        for number, job in enumerate(jobs):
+            self._jobs[number % len(self._jobs)].put(job)
+        for number in range(len(jobs)):
+            yield JobStream(self._results[number % len(self._results)], self._failure)
+
+    def close(self) -> None:
+        for process in self._processes:
+            process.terminate()  # mid-job workers may be blocked on a full queue; nothing of theirs persists
+        for process in self._processes:
+            process.join()
+
+    def __enter__(self) -> OrderedPool:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _serve(work: Work, failure: type[Exception], jobs: multiprocessing.Queue,
+           results: multiprocessing.Queue) -> None:
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    for job in iter(jobs.get, None):
+        try:
+            generator = work(job)
+            while True:
+                try:
+                    results.put(("item", next(generator)))
+                except StopIteration as done:
+                    results.put(("done", done.value))
+                    break
+        except failure as error:
+            results.put(("failed", str(error)))
+        except Exception as error:  # a bug: report it rather than leave the consumer waiting forever
+            results.put(("crashed", f"{type(error).__name__}: {error} (in {multiprocessing.current_process().name})"))
+
+
+def _die_with_parent() -> None:
+    """A killed loader must not leave workers behind (Linux: PR_SET_PDEATHSIG)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)

@@ -1,0 +1,400 @@
+"""`ingest osm`: the five vector tables from the osmx GeoJSON layers, row for row as loader 1 built them.
+
+Loader 1 (REFERENCE-DB.md section 4) inserted each layer's features file by file with a SERIAL id; pois in
+three passes over all files (tourism, amenity, leisure). We load the same rows (osm_rules.py), in file
+name order (loader 1 took the file system's order, which nobody can reproduce), and:
+
+- parser processes read several pieces of the files at once (osm_geojson.py, ordered_pool.py) while one
+  connection writes them in file order with binary COPY, so ids and the heap follow file and feature
+  order; ids come from the table's sequence, set at the start of each file to the rows already there;
+- each file is one transaction together with its gsqa.load_log row (load_state.py): kill the load
+  anywhere and a rerun resumes after the last committed file; a changed file is reloaded with every file
+  after it (their ids follow it);
+- pois rows go to gsqa.pois_stage first, one transaction per file, and are then numbered in one
+  transaction in loader 1's pass order (pass, file, position in file) into public.pois: the pass order
+  spans all files, so ids are known only once every file has been read. A rerun redoes the numbering if
+  the staged files changed; parsing is never repeated for unchanged files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+from tqdm import tqdm
+
+from ingest import schema
+from ingest.db import connect
+from ingest.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
+from ingest.initdb import create_table_sql
+from ingest.load_state import (
+    LogEntry,
+    file_checksum,
+    forget_log,
+    lock_target,
+    plan_from_first_change,
+    read_log,
+    refuse_unknown_rows,
+    relation_exists,
+    require_bookkeeping,
+    unchanged,
+    write_log,
+)
+from ingest.ordered_pool import JobStream, OrderedPool
+from ingest.osm_features import COPY_HEADER, COPY_TRAILER
+from ingest.osm_geojson import Job, SourceError, jobs_for, layer_files, parse_job
+from ingest.osm_rules import LAYER_BY_FOLDER, LAYERS, Layer
+
+log = logging.getLogger(__name__)
+
+STAGE = schema.pois_stage.fullname
+_PBF_MAGIC = b"OSMHeader"
+_REPORTED_SKIPS = 10_000  # skipped features listed in the report (all are counted)
+_LOGGED_SKIPS = 100  # skipped features a file's load_log row lists, for the reports of later reruns
+
+
+@dataclass
+class LayerReport:
+    table: str
+    files: int = 0
+    loaded: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    rows_written: int = 0
+    features_read: int = 0
+    skipped: list[dict] = field(default_factory=list)
+    skipped_count: int = 0
+
+    def add_skipped(self, count: int, listed: list[dict]) -> None:
+        self.skipped_count += count
+        self.skipped += listed[:max(0, _REPORTED_SKIPS - len(self.skipped))]
+
+    def as_json(self) -> dict:
+        return {"table": self.table, "files": self.files, "loaded": self.loaded, "unchanged": self.unchanged,
+                "failed": self.failed, "rows_written": self.rows_written, "features_read": self.features_read,
+                "skipped_count": self.skipped_count, "skipped": self.skipped}
+
+
+@dataclass
+class OsmLoadReport:
+    source: str
+    layers: dict[str, LayerReport] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        troubled = any(layer.failed or layer.skipped_count for layer in self.layers.values())
+        return EXIT_SOME_FAILED if troubled else EXIT_OK
+
+    def as_json(self) -> dict:
+        return {"source": self.source, "layers": {name: layer.as_json() for name, layer in self.layers.items()},
+                "warnings": self.warnings, "seconds": round(self.seconds, 3)}
+
+
+# --- what to load -------------------------------------------------------------------------------------
+
+
+def find_layer_folders(source: Path) -> dict[str, Path]:
+    """Layer name -> folder. SOURCE holds the layer folders, or is a dataset root holding osm/osm_extract/."""
+    if not source.exists():
+        raise GsqaError(f"{source}: no such file or directory")
+    if source.is_file():
+        with open(source, "rb") as handle:
+            head = handle.read(64)
+        if _PBF_MAGIC in head:
+            raise GsqaError(f"{source}: an OpenStreetMap PBF; `ingest osm` reads the osmx GeoJSON layers for now "
+                            "(a folder holding pois/, roads/, parks/, lakes/, postal_codes/)")
+        raise GsqaError(f"{source}: expected a folder holding the layer folders (pois/, roads/, parks/, lakes/, "
+                        "postal_codes/) or a dataset root holding osm/osm_extract/")
+    for root in (source / "osm" / "osm_extract", source / "osm_extract", source):
+        if root.is_dir() and any((root / folder).is_dir() for folder in LAYER_BY_FOLDER):
+            return _layer_folders(root)
+    raise GsqaError(f"{source}: no layer folder in it; expected pois/, roads/, parks/, lakes/ or postal_codes/ "
+                    "(here or under osm/osm_extract/)")
+
+
+def _layer_folders(root: Path) -> dict[str, Path]:
+    unknown = sorted(entry.name for entry in root.iterdir()
+                     if entry.is_dir() and entry.name not in LAYER_BY_FOLDER and not entry.name.startswith("."))
+    if unknown:
+        raise GsqaError(f"{root}: unknown layer folder {unknown[0]}/; expected only "
+                        f"{', '.join(f'{folder}/' for folder in LAYER_BY_FOLDER)}")
+    return {layer.name: root / layer.folder for layer in LAYERS.values() if (root / layer.folder).is_dir()}
+
+
+def select_layers(folders: dict[str, Path], wanted: list[str] | None, report: OsmLoadReport) -> list[Layer]:
+    """The layers to load, in table order: those asked for (all must have a folder), else all present."""
+    if wanted:
+        names = [LAYER_BY_FOLDER[name].name if name in LAYER_BY_FOLDER else name for name in wanted]
+        unknown = [name for name in names if name not in LAYERS]
+        if unknown:
+            raise GsqaError(f"--layers: unknown layer {unknown[0]!r}; expected some of {', '.join(LAYERS)}")
+        missing = [name for name in names if name not in folders]
+        if missing:
+            raise GsqaError(f"--layers: SOURCE has no {LAYERS[missing[0]].folder}/ folder for {missing[0]}")
+        return [layer for name, layer in LAYERS.items() if name in names]
+    absent = [name for name in LAYERS if name not in folders]
+    if absent:
+        _warn(report, f"SOURCE has no folder for {', '.join(absent)}: not loaded")
+    return [layer for name, layer in LAYERS.items() if name in folders]
+
+
+def _warn(report: OsmLoadReport, message: str) -> None:
+    report.warnings.append(message)
+    log.warning("warning: %s", message)
+
+
+# --- the load ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Plan:
+    layer: Layer
+    files: dict[str, Path]  # name -> path, sorted by name
+    logged: dict[str, LogEntry]
+    same: set[str] = field(default_factory=set)
+    todo: list[str] = field(default_factory=list)
+
+    @property
+    def target(self) -> str:
+        """Where the parsed rows go: the table, or for pois the staging table."""
+        return STAGE if self.layer.in_passes else self.layer.table.fullname
+
+
+def load_osm(source: Path, dsn: str | None = None, *, layers: list[str] | None = None, workers: int | None = None,
+             replace: bool = False, progress: bool = True) -> OsmLoadReport:
+    """Load the layers of `source`; see the module docstring. Raises GsqaError before any write when
+    nothing can start; problems with files and features end up in the report instead."""
+    started = time.monotonic()
+    report = OsmLoadReport(source=str(source))
+    folders = find_layer_folders(source)
+    selected = select_layers(folders, layers, report)
+    files = {layer.name: {path.name: path for path in layer_files(folders[layer.name])} for layer in selected}
+    for layer in selected:
+        report.layers[layer.name] = LayerReport(table=layer.table.fullname, files=len(files[layer.name]))
+        if not files[layer.name]:
+            _warn(report, f"{folders[layer.name]}: no *.geojson files")
+    if not any(files.values()):
+        raise GsqaError(f"no readable input: no *.geojson files in the layer folders of {source}")
+    workers = workers or os.cpu_count() or 1
+    # The parsers start first: forked before any connection is open (see ordered_pool).
+    with OrderedPool(workers, parse_job, SourceError, name="ingest-osm-parser") as pool, \
+            connect(dsn, autocommit=True) as conn:
+        plans = _prepare(conn, selected, files, replace, workers)
+        for plan in plans:
+            _load_layer(conn, pool, plan, report.layers[plan.layer.name], progress)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _prepare(conn: psycopg.Connection, selected: list[Layer], files: dict[str, dict[str, Path]], replace: bool,
+             workers: int) -> list[_Plan]:
+    """Locks, checks and plans for every layer before anything is written."""
+    require_bookkeeping(conn)
+    for layer in selected:
+        lock_target(conn, "osm", layer.table.fullname)
+        if not relation_exists(conn, layer.table.fullname):
+            raise GsqaError(f"table {layer.table.fullname} does not exist: run `ingest init` first")
+    if not relation_exists(conn, STAGE):
+        conn.execute(create_table_sql(schema.pois_stage))
+    plans = [_Plan(layer, files[layer.name], {}) for layer in selected]
+    if not replace:
+        for plan in plans:
+            plan.logged = read_log(conn, plan.target)
+            _refuse_foreign_rows(conn, plan)
+    for plan in plans:
+        if replace:
+            _empty(conn, plan.layer)
+        plan.same = unchanged({name: (path, path.stat().st_size) for name, path in plan.files.items()},
+                              plan.logged, workers)
+        if plan.layer.in_passes:
+            plan.todo = [name for name in plan.files if name not in plan.same]
+        else:
+            plan.todo = plan_from_first_change(plan.files, plan.same)
+    return plans
+
+
+def _refuse_foreign_rows(conn: psycopg.Connection, plan: _Plan) -> None:
+    table = plan.layer.table.fullname
+    rows = _count(conn, table)
+    if plan.layer.in_passes:
+        numbered = read_log(conn, table)
+        if rows and not numbered:
+            raise GsqaError(f"{table} holds {rows:,} rows that `ingest osm` did not load; "
+                            "pass --replace to reload it from the given files")
+        rows = _count(conn, STAGE)
+    refuse_unknown_rows(table, rows, plan.logged, set(plan.files), "rows", "osm")
+
+
+def _count(conn: psycopg.Connection, table: str) -> int:
+    return conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(*table.split(".")))).fetchone()[0]
+
+
+def _empty(conn: psycopg.Connection, layer: Layer) -> None:
+    """--replace: the table (and for pois its staging rows) and their load log go, in one transaction."""
+    with conn.transaction():
+        targets = [layer.table.fullname] + ([STAGE] if layer.in_passes else [])
+        for target in targets:
+            conn.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY").format(sql.Identifier(*target.split("."))))
+            forget_log(conn, target)
+
+
+def _load_layer(conn: psycopg.Connection, pool: OrderedPool, plan: _Plan, report: LayerReport,
+                progress: bool) -> None:
+    report.unchanged = sorted(plan.same - set(plan.todo))
+    jobs = {name: jobs_for(plan.files[name], plan.layer.name) for name in plan.todo}
+    streams = pool.streams([job for name in plan.todo for job in jobs[name]])
+    total = sum(plan.files[name].stat().st_size for name in plan.todo)
+    bar = tqdm(total=total, unit="B", unit_scale=True, desc=f"ingest osm -> {plan.layer.table.fullname}",
+               disable=not (progress and total))
+    rewriting = False  # direct tables: once a file is written, every later one must follow it
+    with ThreadPoolExecutor(1) as hasher:
+        for name in plan.todo:
+            file_streams = [(job, next(streams)) for job in jobs[name]]
+            if name in plan.same and not rewriting:
+                _drain(file_streams, bar)
+                report.unchanged.append(name)
+                continue
+            checksum = hasher.submit(file_checksum, plan.files[name])
+            if _write_file(conn, plan, name, file_streams, checksum, report, bar, first_write=not rewriting):
+                rewriting = not plan.layer.in_passes
+    bar.close()
+    report.unchanged.sort()
+    for name in report.unchanged:  # what an earlier run skipped is still missing: say so again
+        details = plan.logged[name].details or {}
+        report.add_skipped(details.get("skipped_count", 0), details.get("skipped", []))
+    if plan.layer.in_passes:
+        _number_pois(conn)
+
+
+def _drain(file_streams: list[tuple[Job, JobStream]], bar: tqdm) -> None:
+    for job, stream in file_streams:
+        stream.drain()
+        bar.update(job.end - job.start)
+
+
+def _write_file(conn: psycopg.Connection, plan: _Plan, name: str, file_streams: list[tuple[Job, JobStream]],
+                checksum: Future, report: LayerReport, bar: tqdm, *, first_write: bool) -> bool:
+    """One transaction: make room for the file, COPY its rows, log it. False if the file failed."""
+    skipped = _Skipped()
+    try:
+        with conn.transaction():
+            # The rows and their log row commit together, so a commit lost in a server crash loses both and
+            # the rerun loads the file again: no need to wait for each commit's WAL flush.
+            conn.execute("SET LOCAL synchronous_commit = off")
+            _make_room(conn, plan, name, first_write)
+            rows, features = _copy_file(conn, plan, file_streams, skipped, bar)
+            details = {"features": features, "skipped_count": skipped.count, "skipped": skipped.listed[:_LOGGED_SKIPS]}
+            write_log(conn, plan.target, name, plan.files[name].stat().st_size, checksum.result(), rows, details)
+    except SourceError as error:
+        _fail(report, name, str(error), file_streams, bar)
+        return False
+    except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as error:
+        message = f"{plan.files[name]}: rejected by {plan.target}: {error.diag.message_primary} ({error.diag.context})"
+        _fail(report, name, message, file_streams, bar)
+        return False
+    report.loaded.append(name)
+    report.rows_written += rows
+    report.features_read += features
+    report.add_skipped(skipped.count, skipped.listed)
+    return True
+
+
+def _fail(report: LayerReport, name: str, message: str, file_streams: list[tuple[Job, JobStream]], bar: tqdm) -> None:
+    report.failed[name] = message
+    log.error("error: %s", message)
+    for job, stream in file_streams:
+        if not stream.finished:
+            stream.drain()
+            bar.update(job.end - job.start)
+
+
+@dataclass
+class _Skipped:
+    """Features of one file that loader 1 could not have stored: how many, and the first ones in detail."""
+
+    count: int = 0
+    listed: list[dict] = field(default_factory=list)
+
+
+def describe_skip(entry: dict) -> str:
+    where = f"feature {entry['feature']}" + (f" (byte {entry['byte']})" if entry.get("byte") is not None else "")
+    return f"{entry['file']}: {where}: {entry['reason']}"
+
+
+def _make_room(conn: psycopg.Connection, plan: _Plan, name: str, first_write: bool) -> None:
+    """Staging: drop this file's earlier rows. Direct: on the first write drop the rows of this file and
+    every later one; then point the id sequence just past the rows that stay."""
+    if plan.layer.in_passes:
+        conn.execute(sql.SQL("DELETE FROM {} WHERE source_name = %s").format(_ident(STAGE)), [name])
+        forget_log(conn, STAGE, name=name)
+        return
+    table = _ident(plan.target)
+    if first_write:
+        forget_log(conn, plan.target, from_name=name)
+        kept = sum(entry.rows for entry in read_log(conn, plan.target).values())
+        conn.execute(sql.SQL("DELETE FROM {} WHERE id > %s").format(table), [kept])
+    conn.execute(sql.SQL("SELECT setval(pg_get_serial_sequence(%s, 'id'), coalesce(max(id), 0) + 1, false) FROM {}")
+                 .format(table), [plan.target])
+
+
+def _ident(qualified: str) -> sql.Identifier:
+    return sql.Identifier(*qualified.split("."))
+
+
+def _copy_file(conn: psycopg.Connection, plan: _Plan, file_streams: list[tuple[Job, JobStream]],
+               skipped: _Skipped, bar: tqdm) -> tuple[int, int]:
+    """COPY the rows of every piece of the file as they are parsed; returns (rows, features)."""
+    columns = ("source_name", "pass", "seq") * plan.layer.in_passes + plan.layer.columns
+    statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+        _ident(plan.target), sql.SQL(", ").join(map(sql.Identifier, columns)))
+    rows = features = 0
+    with conn.cursor().copy(statement) as copy:
+        copy.write(COPY_HEADER)
+        for job, stream in file_streams:
+            base = features
+            for batch in stream.items():
+                copy.write(batch.data)
+                rows, features = rows + batch.rows, features + batch.features
+                skipped.count += batch.skipped_count
+                skipped.listed += [{"file": job.source_name, "feature": base + index,
+                                    "byte": offset if job.layout == "lines" else None, "reason": reason}
+                                   for index, offset, reason in batch.skipped]
+            bar.update(job.end - job.start)
+        copy.write(COPY_TRAILER)
+    return rows, features
+
+
+# Loader 1's pois ids: the pass order (tourism, amenity, leisure) spans all files, then file, then feature.
+_NUMBER_POIS = """
+TRUNCATE {pois} RESTART IDENTITY;
+INSERT INTO {pois} (id, {columns})
+    SELECT row_number() OVER (ORDER BY pass, source_name COLLATE "C", seq), {columns}
+    FROM {stage} ORDER BY pass, source_name COLLATE "C", seq;
+SELECT setval(pg_get_serial_sequence({pois_name}, 'id'), greatest(max(id), 1), max(id) IS NOT NULL) FROM {pois};
+DELETE FROM {log} WHERE target_table = {pois_name};
+INSERT INTO {log} (target_table, source_name, source_size, source_checksum, rows_written, details)
+    SELECT {pois_name}, source_name, source_size, source_checksum, rows_written, details
+    FROM {log} WHERE target_table = {stage_name};
+"""
+
+
+def _number_pois(conn: psycopg.Connection) -> None:
+    """One transaction: public.pois becomes the staged rows in loader 1's order, with the log to match.
+    Skipped when public.pois already holds exactly the staged files."""
+    pois = schema.pois.fullname
+    staged, numbered = read_log(conn, STAGE), read_log(conn, pois)
+    if staged == numbered and _count(conn, pois) == sum(entry.rows for entry in staged.values()):
+        return
+    columns = sql.SQL(", ").join(map(sql.Identifier, LAYERS["pois"].columns))
+    with conn.transaction():
+        conn.execute(sql.SQL(_NUMBER_POIS).format(
+            pois=_ident(pois), stage=_ident(STAGE), columns=columns, pois_name=sql.Literal(pois),
+            stage_name=sql.Literal(STAGE), log=sql.Identifier(schema.BOOKKEEPING_SCHEMA, "load_log")))

@@ -1,0 +1,249 @@
+"""Reading osmx GeoJSON layer files in parallel pieces: FeatureCollection -> batches of binary COPY rows.
+
+Two layouts, told apart by the first megabyte of a file (`sniff`):
+
+- lines (the fast path): the `features` array holds one feature per line, as extractors write them.
+  The file is cut at line starts into byte ranges of about RANGE_BYTES that workers parse at the same
+  time, a line at a time with simdjson (no Python object per coordinate; osm_features.py). A malformed
+  line is one skipped feature: the next line starts afresh. The range holding the end of the file must
+  find the closing `]` of the array, or the file is truncated.
+- stream: anything else that is JSON (pretty-printed, one single line, ...): one worker reads the whole
+  file with ijson's C backend, feature by feature, in constant memory. A JSON error here cannot be
+  stepped over, so it fails the file.
+
+Every job yields Batch items of about BATCH_BYTES and returns the number of features it saw; an input
+problem that spoils the whole file (truncated, not JSON, unreadable) raises SourceError.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ijson
+import simdjson
+
+from ingest.osm_features import encoder
+from ingest.osm_rules import LAYERS, BadFeature, may_yield_rows
+
+SNIFF_BYTES = 1 << 20
+RANGE_BYTES = 16 << 20
+BATCH_BYTES = 1 << 20
+_FEATURES_START = re.compile(rb'"features"\s*:\s*\[')
+_MAX_REPORTED_PER_JOB = 1000  # skipped features are counted without limit; their details up to this
+
+
+class SourceError(Exception):
+    """The whole file cannot be loaded; the message names the file and what was expected."""
+
+
+@dataclass
+class Batch:
+    data: bytes  # binary COPY tuples, no header
+    rows: int
+    features: int
+    skipped: list[tuple[int, int, str]] = field(default_factory=list)  # (feature in job, offset, reason)
+    skipped_count: int = 0
+
+
+@dataclass(frozen=True)
+class Job:
+    """A piece of a layer file: bytes [start, end) of a lines file, or a whole stream file."""
+
+    path: str
+    source_name: str
+    layer: str
+    layout: str
+    start: int = 0
+    end: int = 0
+    last: bool = True
+
+
+def sniff(path: Path) -> tuple[str, int]:
+    """("lines", offset where the features array's content starts) or ("stream", 0)."""
+    with open(path, "rb") as handle:
+        head = handle.read(SNIFF_BYTES)
+    match = _FEATURES_START.search(head)
+    if not match:
+        return "stream", 0
+    body = match.end()
+    first_line_end = head.find(b"\n", body)
+    if first_line_end < 0:
+        return "stream", 0
+    first = head[body:first_line_end].strip().strip(b",").strip()
+    if first.startswith(b"{") and _parses(first):
+        return "lines", body
+    if not first and _next_line_is_feature(head, first_line_end + 1):
+        return "lines", body
+    return "stream", 0
+
+
+def _next_line_is_feature(head: bytes, start: int) -> bool:
+    end = head.find(b"\n", start)
+    line = head[start:end if end >= 0 else len(head)].strip().strip(b",").strip()
+    return line.startswith(b"{") and _parses(line)
+
+
+def _parses(text: bytes) -> bool:
+    try:
+        simdjson.Parser().parse(text)
+    except ValueError:
+        return False
+    return True
+
+
+def jobs_for(path: Path, layer: str, range_bytes: int = RANGE_BYTES) -> list[Job]:
+    """The file's jobs: line-aligned ranges for the lines layout, one job otherwise."""
+    layout, body = sniff(path)
+    size = path.stat().st_size
+    if layout == "stream":
+        return [Job(str(path), path.name, layer, "stream", 0, size)]
+    starts = [body]
+    with open(path, "rb") as handle:
+        while starts[-1] + range_bytes < size:
+            handle.seek(starts[-1] + range_bytes)
+            handle.readline()  # to the start of the next line
+            if handle.tell() >= size:
+                break
+            starts.append(handle.tell())
+    ends = starts[1:] + [size]
+    return [Job(str(path), path.name, layer, "lines", start, end, end == size) for start, end in zip(starts, ends,
+                                                                                                     strict=True)]
+
+
+class _Batcher:
+    """Collects encoded rows and skipped features into Batch items."""
+
+    def __init__(self) -> None:
+        self.batch = Batch(b"", 0, 0)
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.features = 0
+
+    def add(self, rows: list[bytes]) -> None:
+        self.features += 1
+        self.batch.features += 1
+        self.parts += rows
+        self.batch.rows += len(rows)
+        self.size += sum(map(len, rows))
+
+    def skip(self, offset: int, reason: str) -> None:
+        self.batch.skipped_count += 1
+        if len(self.batch.skipped) < _MAX_REPORTED_PER_JOB:
+            self.batch.skipped.append((self.features, offset, reason))
+        self.features += 1
+        self.batch.features += 1
+
+    def full(self) -> bool:
+        return self.size >= BATCH_BYTES
+
+    def take(self) -> Batch:
+        batch, self.batch = self.batch, Batch(b"", 0, 0)
+        batch.data, self.parts, self.size = b"".join(self.parts), [], 0
+        return batch
+
+
+def parse_job(job: Job) -> Generator[Batch, None, int]:
+    """The pool's work function: the job's batches; returns how many features it saw."""
+    try:
+        reader = _read_lines if job.layout == "lines" else _read_stream
+        batcher = _Batcher()
+        yield from reader(job, batcher)
+        yield batcher.take()
+    except OSError as error:
+        raise SourceError(f"{job.path}: cannot read ({error.strerror or error})") from None
+    return batcher.features
+
+
+def _encode_safely(encode: Any, feature: Any, offset: int, batcher: _Batcher) -> None:
+    try:
+        batcher.add(encode(feature, offset))
+    except BadFeature as error:
+        batcher.skip(offset, str(error))
+
+
+def _read_lines(job: Job, batcher: _Batcher) -> Iterator[Batch]:
+    encode = encoder(LAYERS[job.layer], job.source_name)
+    parser = simdjson.Parser()
+    closed = False
+    with open(job.path, "rb") as handle:
+        handle.seek(job.start)
+        offset = job.start
+        for line in _lines(handle, job.end - job.start):
+            here, offset = offset, offset + len(line)
+            text = line.strip().strip(b",").strip()
+            if not text:
+                continue
+            if closed or text.startswith(b"]"):
+                closed = True  # the end of the features array; the rest is the collection's tail
+                continue
+            closed = _parse_line(parser, text, encode, here, batcher)
+            if batcher.full():
+                yield batcher.take()
+    if job.last and not closed:
+        raise SourceError(f"{job.path}: truncated: the file ends inside the features array (after "
+                          f"{batcher.features} features of this piece); expected a complete GeoJSON "
+                          "FeatureCollection")
+
+
+def _lines(handle: Any, length: int) -> Iterator[bytes]:
+    """The lines that start within the next `length` bytes."""
+    remaining = length
+    while remaining > 0:
+        line = handle.readline()
+        if not line:
+            return
+        remaining -= len(line)
+        yield line
+
+
+def _parse_line(parser: simdjson.Parser, text: bytes, encode: Any, offset: int, batcher: _Batcher) -> bool:
+    """Encode one feature line; True if the line also closed the features array (`{...}]}`)."""
+    if not may_yield_rows(encode.layer, text):
+        batcher.add([])
+        return text.endswith(b"]}") or text.endswith(b"]")
+    try:
+        _encode_safely(encode, parser.parse(text), offset, batcher)
+        return False
+    except ValueError as error:  # simdjson: not valid JSON (or not UTF-8) on its own
+        reason = " ".join(str(error).split())
+    closing = text.rfind(b"]")
+    if closing > 0 and text.endswith(b"}"):  # the last feature and the end of the collection on one line
+        try:
+            _encode_safely(encode, parser.parse(text[:closing].rstrip()), offset, batcher)
+            return True
+        except ValueError:
+            pass
+    batcher.skip(offset, f"not valid JSON ({reason})")
+    return False
+
+
+def _read_stream(job: Job, batcher: _Batcher) -> Iterator[Batch]:
+    encode = encoder(LAYERS[job.layer], job.source_name)
+    with open(job.path, "rb") as handle:
+        try:
+            for index, feature in enumerate(ijson.items(handle, "features.item", use_float=True)):
+                _encode_safely(encode, feature, index, batcher)
+                if batcher.full():
+                    yield batcher.take()
+        except ijson.JSONError as error:
+            first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise SourceError(f"{job.path}: not valid JSON after {batcher.features} features ({first_line}); "
+                              "expected a GeoJSON FeatureCollection") from None
+    if not batcher.features and not _has_features_array(job.path):
+        raise SourceError(f"{job.path}: no `features` array; expected a GeoJSON FeatureCollection")
+
+
+def _has_features_array(path: str) -> bool:
+    with open(path, "rb") as handle:
+        return any(prefix == "features" and event == "start_array" for prefix, event, _ in ijson.parse(handle))
+
+
+def layer_files(folder: Path) -> list[Path]:
+    """The *.geojson files of a layer folder, sorted by name (loader 1 took glob()'s file system order)."""
+    return sorted((folder / name for name in os.listdir(folder) if name.endswith(".geojson")),
+                  key=lambda path: path.name)

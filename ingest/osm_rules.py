@@ -1,0 +1,179 @@
+"""Loader 1's rules: which OSM features become which rows of the five vector tables, and with what values.
+
+"Loader 1" is the set of `*_processor.py` scripts that built the database the stored answers come from
+(REFERENCE-DB.md section 4; docs/REFERENCE-DB.md here). Both readers, the osmx GeoJSON one
+(`osm_geojson.py`) and the OpenStreetMap PBF one, hand every feature to `rows_of`, so the rules live here
+and nowhere else:
+
+- each table column is looked up in the feature's tags: the name column from `name`, a column `addr_x`
+  from the tag `addr:x` (every underscore becomes a colon), any other column from the tag of its own name;
+  a missing tag is NULL;
+- a value is stored as Python's `str(value)` of the decoded JSON value (so `12` -> "12", `true` -> "True",
+  `null` -> "None"), unchanged: no trimming, no case folding;
+- `osm_id` (pois and parks only) is the feature's `id`, an integer;
+- pois keeps only named features whose `tourism`, `amenity` or `leisure` value is in loader 1's lists, in
+  three passes (tourism, amenity, leisure) over all files: a feature in two lists yields two rows;
+- nothing is repaired, de-duplicated or coerced.
+
+A feature loader 1 could not have inserted (its INSERT would have failed) raises BadFeature with the reason.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Table
+
+from ingest import schema
+
+VARCHAR_LIMIT = 255
+
+# Loader 1's category lists, in its pass order; matched exactly (case-sensitive), name required.
+POI_PASSES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("tourism", ("aquarium", "attraction", "viewpoint", "art_gallery", "theme_park", "museum",
+                 "bed_and_breakfast", "gallery", "zoo", "hotel")),
+    ("amenity", ("restaurant", "hospital", "university", "food", "fast_food", "coffee", "cafe")),
+    ("leisure", ("park", "beach_resort", "golf_course", "nature_reserve", "garden", "stadium")),
+)
+
+
+class BadFeature(ValueError):
+    """A feature that cannot become a row; the message says what was expected."""
+
+
+MISSING = object()  # a feature without properties.id (loader 1 read it for every row it inserted)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One osmx layer folder and the table it fills."""
+
+    folder: str
+    table: Table
+    name_column: str
+    # The columns a row carries, in table order after `id`: geometry first.
+    columns: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "columns", tuple(column.name for column in self.table.columns if column.name != "id"))
+
+    @property
+    def name(self) -> str:
+        return self.table.name
+
+    @property
+    def has_osm_id(self) -> bool:
+        return "osm_id" in self.columns
+
+    @property
+    def attribute_columns(self) -> tuple[str, ...]:
+        return self.columns[1:]
+
+    @property
+    def in_passes(self) -> bool:
+        """pois: rows are numbered pass by pass over all files, not file by file."""
+        return self is LAYERS["pois"]
+
+
+LAYERS: dict[str, Layer] = {
+    "pois": Layer("pois", schema.pois, "poi_name"),
+    "roads": Layer("roads", schema.roads, "road_name"),
+    "parks": Layer("parks", schema.parks, "park_name"),
+    "lakes": Layer("lakes", schema.lakes, "lake_name"),
+    "regions": Layer("postal_codes", schema.regions, "region_name"),
+}
+LAYER_BY_FOLDER = {layer.folder: layer for layer in LAYERS.values()}
+
+
+def python_str(value: Any) -> str:
+    """What loader 1 stored for a decoded JSON value: str() of it (json.loads types)."""
+    return value if isinstance(value, str) else str(value)
+
+
+def poi_passes(tags: dict[str, Any]) -> list[int]:
+    """The pass numbers (0 tourism, 1 amenity, 2 leisure) in which loader 1 inserts a pois feature."""
+    if "name" not in tags:
+        return []
+    return [number for number, (key, values) in enumerate(POI_PASSES) if key in tags and tags[key] in values]
+
+
+def _quoted(text: str) -> bytes:
+    return f'"{text}"'.encode()
+
+
+_POI_NEEDLES = (_quoted("name"), tuple(_quoted(key) for key, _ in POI_PASSES),
+                tuple(_quoted(value) for _, values in POI_PASSES for value in values))
+
+
+def may_yield_rows(layer: Layer, raw: bytes) -> bool:
+    """False when the raw JSON text of a feature cannot pass the layer's filter, so it need not be parsed:
+    a pois feature must spell out `"name"`, a category key and one of the listed values (any escape
+    sequence in the text and it is parsed anyway)."""
+    if not layer.in_passes or b"\\" in raw:
+        return True
+    name, keys, values = _POI_NEEDLES
+    return name in raw and any(key in raw for key in keys) and any(value in raw for value in values)
+
+
+def osm_id_of(layer: Layer, feature_id: Any) -> int | None:
+    """The osm_id column value; loader 1 wrote `id` unquoted into a BIGINT, so it must be an integer."""
+    if feature_id is MISSING:
+        raise BadFeature("properties.id is missing")
+    if not layer.has_osm_id:
+        return None
+    if isinstance(feature_id, int) and not isinstance(feature_id, bool):
+        number = feature_id
+    elif isinstance(feature_id, str) and feature_id.strip().lstrip("-").isdigit() and feature_id.isascii():
+        number = int(feature_id)
+    else:
+        raise BadFeature(f"properties.id {feature_id!r} is not an integer")
+    if not -(2**63) <= number < 2**63:
+        raise BadFeature(f"properties.id {feature_id!r} does not fit in a BIGINT")
+    return number
+
+
+@functools.cache
+def _tag_columns(layer: Layer) -> dict[str, int]:
+    """Tag key -> position among the attribute columns: `addr:x` for addr_x, else the column's own name
+    (the name column also reads its own name, but only when there is no `name` tag)."""
+    return {(column.replace("_", ":") if column.startswith("addr_") else column): index
+            for index, column in enumerate(layer.attribute_columns) if column != "osm_id"}
+
+
+def _text(layer: Layer, key: str, value: Any) -> str:
+    text = python_str(value)
+    if len(text) > VARCHAR_LIMIT:
+        raise BadFeature(f"tag {key!r} is {len(text)} characters long; {layer.name} columns hold {VARCHAR_LIMIT}")
+    if "\x00" in text:
+        raise BadFeature(f"tag {key!r} contains a NUL character, which PostgreSQL text cannot hold")
+    return text
+
+
+def attribute_values(layer: Layer, feature_id: Any, tags: dict[str, Any]) -> list[str | int | None]:
+    """The row's values after geometry, in column order, as loader 1 computed them. The work is per tag
+    present, not per column: most columns of most rows are NULL."""
+    columns = _tag_columns(layer)
+    values: list[str | int | None] = [None] * len(layer.attribute_columns)
+    osm_id = osm_id_of(layer, feature_id)  # loader 1 read the id of every feature it inserted, in every layer
+    for key, value in tags.items():
+        index = columns.get(key)
+        if index is not None:
+            values[index] = _text(layer, key, value)
+    if "name" in tags:
+        values[columns[layer.name_column]] = _text(layer, "name", tags["name"])
+    if osm_id is not None:
+        values[layer.attribute_columns.index("osm_id")] = osm_id
+    return values
+
+
+def rows_of(layer: Layer, feature_id: Any, tags: Any) -> list[tuple[int, list[str | int | None]]]:
+    """(pass number, attribute values) of each row a feature becomes: none, one, or (pois) up to three."""
+    if not isinstance(tags, dict):
+        raise BadFeature("properties.tagsMap is missing or not an object")
+    passes = poi_passes(tags) if layer.in_passes else [0]
+    if not passes:
+        return []
+    values = attribute_values(layer, feature_id, tags)
+    return [(number, values) for number in passes]
