@@ -9,10 +9,12 @@ PSQL_IN_DB = $(COMPOSE) exec -T db psql -v ON_ERROR_STOP=1 -U postgres -d gsqa
 # Docker they are read from the host.
 DEM_DIR ?= /data/dem
 DEM_DIR_LOCAL ?= data/dem
+# The osmx GeoJSON layers: a folder holding pois/ roads/ parks/ lakes/ postal_codes/, or osm_extract/ with them.
+OSM_DIR ?= /data/osm
+OSM_DIR_LOCAL ?= data/osm
 # The load stages in the order `make db` and `make db-local` run them; each is an `ingest` command line.
-# Later stages (OSM) are added here as they land.
-STAGES ?= "init" "dem $(DEM_DIR)" "finalize"
-LOCAL_STAGES ?= "init" "dem $(DEM_DIR_LOCAL)" "finalize"
+STAGES ?= "init" "dem $(DEM_DIR)" "osm $(OSM_DIR)" "finalize"
+LOCAL_STAGES ?= "init" "dem $(DEM_DIR_LOCAL)" "osm $(OSM_DIR_LOCAL)" "finalize"
 # $(call run_stages,COMMAND,STAGES): run COMMAND STAGE for each stage, stop at the first failure, keep its
 # status. A stage is rerunnable: each resumes where an interrupted run stopped.
 run_stages = status=0; for stage in $(2); do echo "== ingest $$stage" >&2; \

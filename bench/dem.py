@@ -135,7 +135,8 @@ def make_files(folder: Path, count: int) -> list[Path]:
     return sorted(paths)
 
 
-def timed(tool: str, command: str, dsn: str, table: str) -> Run:
+def timed(tool: str, command: str, dsn: str, tables: list[str]) -> Run:
+    """Run a shell command, sampling it; table_mb is the total size of `tables` afterwards."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     process = subprocess.Popen(["bash", "-o", "pipefail", "-c", command], stdout=subprocess.DEVNULL)
@@ -149,7 +150,7 @@ def timed(tool: str, command: str, dsn: str, table: str) -> Run:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     client_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     with psycopg.connect(dsn) as conn:
-        size = conn.execute("SELECT pg_total_relation_size(%s)", [table]).fetchone()[0]
+        size = sum(conn.execute("SELECT pg_total_relation_size(%s)", [table]).fetchone()[0] for table in tables)
     return Run(tool, round(wall, 2), round(client_cpu, 2), round(sampler.server_cpu_s, 2),
                round(sampler.peak_rss / 2**20, 1), round(sampler.peak_pss / 2**20, 1), round(size / 2**20, 1))
 
@@ -162,7 +163,9 @@ def identical(dsn: str, left: str, right: str) -> bool:
             "WHERE a.m IS DISTINCT FROM b.m OR a.filename IS DISTINCT FROM b.filename").fetchone()[0]
 
 
-def prepare_database(server_dsn: str, name: str) -> str:
+def prepare_database(server_dsn: str, name: str,
+                     drop: tuple[str, ...] | list[str] = ("public.bench_r2p", "public.bench_ingest")) -> str:
+    """The benchmark database, initialized, without the tables `drop` names (nor their load log)."""
     with psycopg.connect(server_dsn, autocommit=True) as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
             conn.execute(f'CREATE DATABASE "{name}"')
@@ -170,8 +173,8 @@ def prepare_database(server_dsn: str, name: str) -> str:
     subprocess.run([str(Path(sys.executable).parent / "ingest"), "init", "--dsn", dsn], check=True,
                    stdout=subprocess.DEVNULL)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS public.bench_r2p, public.bench_ingest")
-        conn.execute("DELETE FROM gsqa.load_log WHERE target_table = 'public.bench_ingest'")
+        conn.execute(f"DROP TABLE IF EXISTS {', '.join(drop)}")
+        conn.execute("DELETE FROM gsqa.load_log WHERE target_table = ANY(%s)", [list(drop)])
     return dsn
 
 
@@ -199,7 +202,7 @@ def main() -> None:
     ]:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("CHECKPOINT")
-        runs.append(timed(tool, command, dsn, table))
+        runs.append(timed(tool, command, dsn, [table]))
     result = {
         "files": len(files), "compression": args.compression, "runs": [asdict(run) for run in runs],
         "speedup": round(runs[0].wall_s / runs[1].wall_s, 2),

@@ -8,15 +8,18 @@ import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from ingest import dem, initdb, osm
+from ingest import initdb, schema
 from ingest.cli_common import JsonOption, command_group
 from ingest.db import DsnOption
 from ingest.errors import EXIT_INTERRUPTED, reported_as_exit_code
+
+if TYPE_CHECKING:
+    from ingest.osm import OsmLoadReport
 
 app = command_group(
     "ingest",
@@ -73,11 +76,12 @@ def finalize(dsn: DsnOption = None) -> None:
     typer.echo("post-load indexes in place; vector tables analyzed")
 
 
+# The stages import their loaders when they run: `ingest osm` need not load rasterio, nor `ingest dem` shapely.
 @app.command("dem")
 def dem_command(
     paths: Annotated[list[Path], typer.Argument(help="GeoTIFF files, or directories of *.tif files.",
                                                 show_default=False)],
-    table: Annotated[str, typer.Option(help="Raster table to load.")] = dem.DEFAULT_TABLE,
+    table: Annotated[str, typer.Option(help="Raster table to load.")] = schema.dem_us.fullname,
     workers: Annotated[int | None, typer.Option(min=1, help="Encoder processes [default: number of cores].",
                                                 show_default=False)] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Drop the table and its load log first.")] = False,
@@ -103,6 +107,8 @@ def dem_command(
     path, no readable GeoTIFF, unreachable database, a table holding tiles we did not load, not enough
     disk); 130 interrupted (Ctrl-C): the file being loaded is rolled back, a rerun resumes.
     """
+    from ingest import dem
+
     if compression not in dem.COMPRESSIONS:
         raise typer.BadParameter(f"expected one of {', '.join(dem.COMPRESSIONS)}", param_hint="--compression")
     with _load_stage():
@@ -129,6 +135,8 @@ def osm_command(
     workers: Annotated[int | None, typer.Option(min=1, help="Parser processes [default: number of cores].",
                                                 show_default=False)] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Empty the tables and their load log first.")] = False,
+    compression: Annotated[str, typer.Option(help="TOAST compression of the geometries: lz4 (fast) or pglz "
+                                             "(loader 1's, a little smaller).")] = "lz4",
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -150,9 +158,13 @@ def osm_command(
     rows we did not load, another load running); 130 interrupted (Ctrl-C): the file being loaded is rolled
     back, a rerun resumes.
     """
+    from ingest import osm
+
+    if compression not in osm.COMPRESSIONS:
+        raise typer.BadParameter(f"expected one of {', '.join(osm.COMPRESSIONS)}", param_hint="--compression")
     wanted = [name.strip() for name in layers.split(",") if name.strip()] if layers else None
     with _load_stage():
-        report = osm.load_osm(source, dsn, layers=wanted, workers=workers, replace=replace)
+        report = osm.load_osm(source, dsn, layers=wanted, workers=workers, replace=replace, compression=compression)
     if as_json:
         typer.echo(json.dumps(report.as_json()))
     else:
@@ -160,7 +172,9 @@ def osm_command(
     raise typer.Exit(report.exit_code)
 
 
-def _print_osm_report(report: osm.OsmLoadReport, listed: int = 20) -> None:
+def _print_osm_report(report: OsmLoadReport, listed: int = 20) -> None:
+    from ingest.osm import describe_skip
+
     for layer in report.layers.values():
         typer.echo(f"{layer.table}: loaded {len(layer.loaded)} of {layer.files} files ({layer.rows_written:,} rows "
                    f"from {layer.features_read:,} features); {len(layer.unchanged)} already loaded; "
@@ -172,7 +186,7 @@ def _print_osm_report(report: osm.OsmLoadReport, listed: int = 20) -> None:
     if total:
         typer.echo(f"skipped features ({total:,}; loader 1 could not have stored them):")
         for entry in skipped[:listed]:
-            typer.echo(f"  {osm.describe_skip(entry)}")
+            typer.echo(f"  {describe_skip(entry)}")
         if total > listed:
             typer.echo(f"  ... and {total - listed:,} more (see --json)")
     typer.echo(f"done in {report.seconds:.1f} s")

@@ -52,7 +52,7 @@ from ingest.raster_constraints import TileGrid, reconcile
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TABLE = "public.dem_us"
+DEFAULT_TABLE = schema.dem_us.fullname
 COMPRESSIONS = ("lz4", "pglz")
 
 

@@ -1,6 +1,6 @@
 """Reading osmx GeoJSON layer files in parallel pieces: FeatureCollection -> batches of binary COPY rows.
 
-Two layouts, told apart by the first megabyte of a file (`sniff`):
+Two layouts, told apart by the start of a file (`sniff`):
 
 - lines (the fast path): the `features` array holds one feature per line, as extractors write them.
   The file is cut at line starts into byte ranges of about RANGE_BYTES that workers parse at the same
@@ -30,9 +30,11 @@ import simdjson
 from ingest.osm_features import encoder
 from ingest.osm_rules import LAYERS, BadFeature, may_yield_rows
 
-SNIFF_BYTES = 1 << 20
+SNIFF_BYTES = 64 << 10  # where the `features` array starts
+MAX_LINE_BYTES = 256 << 20  # a first line longer than this is not the one-feature-per-line layout
 RANGE_BYTES = 16 << 20
 BATCH_BYTES = 1 << 20
+_CLOSE = ord("]")
 _FEATURES_START = re.compile(rb'"features"\s*:\s*\[')
 _MAX_REPORTED_PER_JOB = 1000  # skipped features are counted without limit; their details up to this
 
@@ -64,28 +66,18 @@ class Job:
 
 
 def sniff(path: Path) -> tuple[str, int]:
-    """("lines", offset where the features array's content starts) or ("stream", 0)."""
+    """("lines", offset where the features array's content starts) or ("stream", 0): lines when the first
+    feature stands complete on a line of its own (after the `[`, or on the next line)."""
     with open(path, "rb") as handle:
-        head = handle.read(SNIFF_BYTES)
-    match = _FEATURES_START.search(head)
-    if not match:
-        return "stream", 0
-    body = match.end()
-    first_line_end = head.find(b"\n", body)
-    if first_line_end < 0:
-        return "stream", 0
-    first = head[body:first_line_end].strip().strip(b",").strip()
-    if first.startswith(b"{") and _parses(first):
-        return "lines", body
-    if not first and _next_line_is_feature(head, first_line_end + 1):
-        return "lines", body
-    return "stream", 0
-
-
-def _next_line_is_feature(head: bytes, start: int) -> bool:
-    end = head.find(b"\n", start)
-    line = head[start:end if end >= 0 else len(head)].strip().strip(b",").strip()
-    return line.startswith(b"{") and _parses(line)
+        match = _FEATURES_START.search(handle.read(SNIFF_BYTES))
+        if not match:
+            return "stream", 0
+        handle.seek(match.end())
+        for _ in range(2):
+            first = handle.readline(MAX_LINE_BYTES).strip(b" \t\r\n,")
+            if first:
+                break
+    return ("lines", match.end()) if first.startswith(b"{") and _parses(first) else ("stream", 0)
 
 
 def _parses(text: bytes) -> bool:
@@ -96,8 +88,9 @@ def _parses(text: bytes) -> bool:
     return True
 
 
-def jobs_for(path: Path, layer: str, range_bytes: int = RANGE_BYTES) -> list[Job]:
+def jobs_for(path: Path, layer: str, range_bytes: int | None = None) -> list[Job]:
     """The file's jobs: line-aligned ranges for the lines layout, one job otherwise."""
+    range_bytes = range_bytes or RANGE_BYTES
     layout, body = sniff(path)
     size = path.stat().st_size
     if layout == "stream":
@@ -130,6 +123,11 @@ class _Batcher:
         self.parts += rows
         self.batch.rows += len(rows)
         self.size += sum(map(len, rows))
+
+    def pass_over(self) -> None:
+        """A feature that yields no row."""
+        self.features += 1
+        self.batch.features += 1
 
     def skip(self, offset: int, reason: str) -> None:
         self.batch.skipped_count += 1
@@ -168,6 +166,7 @@ def _encode_safely(encode: Any, feature: Any, offset: int, batcher: _Batcher) ->
 
 def _read_lines(job: Job, batcher: _Batcher) -> Iterator[Batch]:
     encode = encoder(LAYERS[job.layer], job.source_name)
+    prefilter = LAYERS[job.layer].in_passes
     parser = simdjson.Parser()
     closed = False
     with open(job.path, "rb") as handle:
@@ -175,14 +174,17 @@ def _read_lines(job: Job, batcher: _Batcher) -> Iterator[Batch]:
         offset = job.start
         for line in _lines(handle, job.end - job.start):
             here, offset = offset, offset + len(line)
-            text = line.strip().strip(b",").strip()
-            if not text:
+            text = line.strip(b" \t\r\n,")
+            if not text or closed:
                 continue
-            if closed or text.startswith(b"]"):
+            if text[0] == _CLOSE:
                 closed = True  # the end of the features array; the rest is the collection's tail
-                continue
-            closed = _parse_line(parser, text, encode, here, batcher)
-            if batcher.full():
+            elif prefilter and not may_yield_rows(encode.layer, text):
+                batcher.pass_over()
+                closed = text.endswith(b"]}")
+            else:
+                closed = _parse_line(parser, text, encode, here, batcher)
+            if batcher.size >= BATCH_BYTES:
                 yield batcher.take()
     if job.last and not closed:
         raise SourceError(f"{job.path}: truncated: the file ends inside the features array (after "
@@ -203,9 +205,6 @@ def _lines(handle: Any, length: int) -> Iterator[bytes]:
 
 def _parse_line(parser: simdjson.Parser, text: bytes, encode: Any, offset: int, batcher: _Batcher) -> bool:
     """Encode one feature line; True if the line also closed the features array (`{...}]}`)."""
-    if not may_yield_rows(encode.layer, text):
-        batcher.add([])
-        return text.endswith(b"]}") or text.endswith(b"]")
     try:
         _encode_safely(encode, parser.parse(text), offset, batcher)
         return False

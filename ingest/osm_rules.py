@@ -21,6 +21,7 @@ A feature loader 1 could not have inserted (its INSERT would have failed) raises
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,22 +100,17 @@ def poi_passes(tags: dict[str, Any]) -> list[int]:
     return [number for number, (key, values) in enumerate(POI_PASSES) if key in tags and tags[key] in values]
 
 
-def _quoted(text: str) -> bytes:
-    return f'"{text}"'.encode()
-
-
-_POI_NEEDLES = (_quoted("name"), tuple(_quoted(key) for key, _ in POI_PASSES),
-                tuple(_quoted(value) for _, values in POI_PASSES for value in values))
+_POI_VALUE = re.compile(b'"(?:' + b"|".join(re.escape(value.encode()) for _, values in POI_PASSES
+                                              for value in values) + b')"')
 
 
 def may_yield_rows(layer: Layer, raw: bytes) -> bool:
     """False when the raw JSON text of a feature cannot pass the layer's filter, so it need not be parsed:
-    a pois feature must spell out `"name"`, a category key and one of the listed values (any escape
-    sequence in the text and it is parsed anyway)."""
+    a pois feature must spell out `"name"` and one of the listed category values (with any escape sequence
+    in the text it is parsed anyway)."""
     if not layer.in_passes or b"\\" in raw:
         return True
-    name, keys, values = _POI_NEEDLES
-    return name in raw and any(key in raw for key in keys) and any(value in raw for value in values)
+    return b'"name"' in raw and _POI_VALUE.search(raw) is not None
 
 
 def osm_id_of(layer: Layer, feature_id: Any) -> int | None:
@@ -143,7 +139,7 @@ def _tag_columns(layer: Layer) -> dict[str, int]:
 
 
 def _text(layer: Layer, key: str, value: Any) -> str:
-    text = python_str(value)
+    text = value if type(value) is str else python_str(value)
     if len(text) > VARCHAR_LIMIT:
         raise BadFeature(f"tag {key!r} is {len(text)} characters long; {layer.name} columns hold {VARCHAR_LIMIT}")
     if "\x00" in text:
@@ -151,12 +147,15 @@ def _text(layer: Layer, key: str, value: Any) -> str:
     return text
 
 
-def attribute_values(layer: Layer, feature_id: Any, tags: dict[str, Any]) -> list[str | int | None]:
-    """The row's values after geometry, in column order, as loader 1 computed them. The work is per tag
-    present, not per column: most columns of most rows are NULL."""
+Values = dict[int, str | int]  # position among the attribute columns -> value; absent means NULL
+
+
+def attribute_values(layer: Layer, feature_id: Any, tags: dict[str, Any]) -> Values:
+    """The row's non-NULL values after geometry, by column position, as loader 1 computed them. The work
+    is per tag present, not per column: most columns of most rows are NULL."""
     columns = _tag_columns(layer)
-    values: list[str | int | None] = [None] * len(layer.attribute_columns)
     osm_id = osm_id_of(layer, feature_id)  # loader 1 read the id of every feature it inserted, in every layer
+    values: Values = {}
     for key, value in tags.items():
         index = columns.get(key)
         if index is not None:
@@ -164,11 +163,16 @@ def attribute_values(layer: Layer, feature_id: Any, tags: dict[str, Any]) -> lis
     if "name" in tags:
         values[columns[layer.name_column]] = _text(layer, "name", tags["name"])
     if osm_id is not None:
-        values[layer.attribute_columns.index("osm_id")] = osm_id
+        values[_osm_id_column(layer)] = osm_id
     return values
 
 
-def rows_of(layer: Layer, feature_id: Any, tags: Any) -> list[tuple[int, list[str | int | None]]]:
+@functools.cache
+def _osm_id_column(layer: Layer) -> int:
+    return layer.attribute_columns.index("osm_id")
+
+
+def rows_of(layer: Layer, feature_id: Any, tags: Any) -> list[tuple[int, Values]]:
     """(pass number, attribute values) of each row a feature becomes: none, one, or (pois) up to three."""
     if not isinstance(tags, dict):
         raise BadFeature("properties.tagsMap is missing or not an object")

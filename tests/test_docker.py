@@ -58,7 +58,8 @@ def test_make_db_names_its_steps_in_order() -> None:
     result = run("make", "-n", "db")
     assert result.returncode == 0, result.stderr
     steps = [
-        "--profile loader build", "up --detach --wait db", "bulk_load_on.sql", '"init" "dem /data/dem" "finalize"',
+        "--profile loader build", "up --detach --wait db", "bulk_load_on.sql",
+        '"init" "dem /data/dem" "osm /data/osm" "finalize"',
         "run --rm loader",
         "bulk_load_off.sql",
     ]

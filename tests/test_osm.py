@@ -170,6 +170,10 @@ def test_refusals_write_nothing(initialized_dsn: str, rules_source: Path, tmp_pa
         assert refused.returncode == 2 and "did not load" not in refused.stderr  # rows beyond the log
         assert "load log accounts for" in refused.stderr
         conn.execute("DELETE FROM roads WHERE road_name = 'foreign'")
+        conn.execute("INSERT INTO pois (poi_name) VALUES ('foreign')")  # numbering would have dropped it
+        refused = ingest("osm", str(rules_source), "--dsn", initialized_dsn, "--layers", "pois")
+        assert refused.returncode == 2 and "public.pois holds" in refused.stderr
+        conn.execute("DELETE FROM pois WHERE poi_name = 'foreign'")
         conn.execute("SELECT pg_advisory_lock(hashtext('gsqa ingest osm public.parks'))")
         busy = ingest("osm", str(rules_source), "--dsn", initialized_dsn)
         assert busy.returncode == 2 and "right now" in busy.stderr
@@ -267,6 +271,8 @@ def test_kill_9_then_rerun_converges(new_database, synthetic: Path, unbroken: di
     dsn = new_database(f"osm_kill_{moment}")
     blocker = psycopg.connect(dsn)
     if moment == "during_pois_numbering":  # numbering waits for this lock: the loader is caught inside it
+        with psycopg.connect(dsn, autocommit=True) as conn:  # nothing else of the load needs to lock pois
+            conn.execute("ALTER TABLE public.pois ALTER COLUMN geometry SET COMPRESSION lz4")
         blocker.execute("LOCK TABLE public.pois IN ACCESS SHARE MODE")
     process = subprocess.Popen([str(BIN / "ingest"), "osm", str(synthetic), "--dsn", dsn, "--workers", "1"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

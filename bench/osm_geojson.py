@@ -1,0 +1,120 @@
+"""GeoJSON layer load benchmark: `ingest osm` against ogr2ogr on the same osmx-like layers, server and settings.
+
+    .venv/bin/python bench/osm_geojson.py [--total-mb 1000] [--files-per-layer 4] [--runs 3] [--dsn DSN] [--json]
+
+Generates osmx-like layers (bench/osmx_synth.py: named and unnamed POIs with many tags, long road lines,
+parks and lakes with multipolygons and holes, postal-code polygons; one feature per line), then, `--runs`
+times and alternating which goes first, loads them into one database:
+  ogr2ogr -f PostgreSQL PG:<dsn> <file> -nln ogr_<layer> -append -lco GEOMETRY_NAME=geometry
+          -lco GEOM_TYPE=geography -lco SPATIAL_INDEX=NONE --config PG_USE_COPY YES      (every file in turn)
+  ingest osm <dir> --replace
+ogr2ogr applies no loader-1 rule: it keeps every feature and every property (tagsMap as one JSON column).
+For each tool: wall time, client CPU (all client processes), server CPU (all postgres processes), peak
+client memory (largest process RSS; PSS of the process tree), input MB/s, rows/s; then the medians with
+the spread (min-max) and the wall-time ratio of the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.dem import prepare_database, timed  # noqa: E402
+from bench.osmx_synth import LAYER_FOLDERS, write_layers  # noqa: E402
+
+INGEST = Path(sys.executable).parent / "ingest"
+TABLES = ["public.pois", "public.roads", "public.parks", "public.lakes", "public.regions"]
+OGR_TABLES = [f"public.ogr_{folder}" for folder in LAYER_FOLDERS]
+
+
+def make_layers(data_dir: Path, total_mb: float, files_per_layer: int) -> Path:
+    folder = data_dir / f"{total_mb:g}mb-{files_per_layer}files"
+    if not (folder / "done").exists():
+        print(f"generating {folder}", file=sys.stderr)
+        write_layers(folder, total_mb, files_per_layer)
+        (folder / "done").touch()
+    return folder
+
+
+def ogr2ogr_command(folder: Path, dsn: str) -> str:
+    steps = [f"ogr2ogr -f PostgreSQL 'PG:{dsn}' {path} -nln ogr_{layer} -append -lco GEOMETRY_NAME=geometry "
+             "-lco GEOM_TYPE=geography -lco SPATIAL_INDEX=NONE --config PG_USE_COPY YES 2>/dev/null"
+             for layer in LAYER_FOLDERS for path in sorted((folder / layer).glob("*.geojson"))]
+    return " && ".join(steps)
+
+
+def rows(dsn: str, tables: list[str]) -> int:
+    with psycopg.connect(dsn) as conn:
+        return sum(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for table in tables)
+
+
+def one_round(folder: Path, dsn: str, mb: float, ingest_first: bool) -> dict[str, dict]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {', '.join(OGR_TABLES)}")
+    tools = [("ogr2ogr", ogr2ogr_command(folder, dsn), OGR_TABLES),
+             ("ingest osm", f"{INGEST} osm {folder} --replace --dsn '{dsn}' >/dev/null 2>&1", TABLES)]
+    results = {}
+    for tool, command, tables in (tools[::-1] if ingest_first else tools):
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CHECKPOINT")
+        run = timed(tool, command, dsn, tables)
+        count = rows(dsn, tables)
+        results[tool] = {**run.__dict__, "rows": count, "mb_per_s": round(mb / run.wall_s, 1),
+                         "rows_per_s": round(count / run.wall_s)}
+    return results
+
+
+def summary(rounds: list[dict[str, dict]]) -> dict:
+    out = {}
+    for tool in rounds[0]:
+        walls = [r[tool]["wall_s"] for r in rounds]
+        out[tool] = {key: statistics.median(r[tool][key] for r in rounds) for key in rounds[0][tool]
+                     if key != "tool"} | {"wall_min_s": min(walls), "wall_max_s": max(walls)}
+    out["ratio_of_median_walls"] = round(out["ogr2ogr"]["wall_s"] / out["ingest osm"]["wall_s"], 2)
+    out["ratios_per_round"] = [round(r["ogr2ogr"]["wall_s"] / r["ingest osm"]["wall_s"], 2) for r in rounds]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--total-mb", type=float, default=1000)
+    parser.add_argument("--files-per-layer", type=int, default=4)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--dsn", default=os.environ.get("DATABASE_URL", ""))
+    parser.add_argument("--database", default="gsqa_bench_osm")
+    parser.add_argument("--data-dir", type=Path, default=Path("/tmp/gsqa-bench-osm"))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    folder = make_layers(args.data_dir, args.total_mb, args.files_per_layer)
+    mb = sum(path.stat().st_size for path in folder.rglob("*.geojson")) / 1e6
+    dsn = prepare_database(args.dsn, args.database, drop=OGR_TABLES)
+    subprocess.run(["cat", *map(str, folder.rglob("*.geojson"))], stdout=subprocess.DEVNULL, check=True)
+    rounds = [one_round(folder, dsn, mb, ingest_first=bool(n % 2)) for n in range(args.runs)]
+    result = {"input_mb": round(mb, 1), "files": len(list(folder.rglob("*.geojson"))), "rounds": rounds,
+              "median": summary(rounds)}
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"{result['input_mb']} MB in {result['files']} files, {args.runs} rounds (medians; wall min-max)")
+    header = ("tool", "wall s", "min-max", "client CPU s", "server CPU s", "max RSS MB", "PSS MB", "MB/s", "rows/s")
+    print(f"{header[0]:<12}" + "".join(f"{title:>14}" for title in header[1:]))
+    for tool in ("ogr2ogr", "ingest osm"):
+        m = result["median"][tool]
+        values = (m["wall_s"], f"{m['wall_min_s']}-{m['wall_max_s']}", m["client_cpu_s"], m["server_cpu_s"],
+                  m["peak_client_rss_mb"], m["peak_client_pss_mb"], m["mb_per_s"], m["rows_per_s"])
+        print(f"{tool:<12}" + "".join(f"{value:>14}" for value in values))
+    print(f"speed-up (ratio of median walls): {result['median']['ratio_of_median_walls']}x; per round: "
+          f"{result['median']['ratios_per_round']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Loader 1's rules, feature by feature, without a database."""
+
+from __future__ import annotations
+
+import pytest
+
+from ingest.osm_rules import LAYERS, MISSING, POI_PASSES, BadFeature, may_yield_rows, python_str, rows_of
+
+POIS, ROADS, PARKS, REGIONS = LAYERS["pois"], LAYERS["roads"], LAYERS["parks"], LAYERS["regions"]
+
+
+def row(layer, tags, feature_id=1) -> dict[str, object]:
+    (_, values), = rows_of(layer, feature_id, tags)
+    return {layer.attribute_columns[index]: value for index, value in values.items()}
+
+
+@pytest.mark.parametrize("key, value", [(key, value) for key, values in POI_PASSES for value in values])
+def test_every_listed_category_passes_with_a_name(key: str, value: str) -> None:
+    number = [k for k, _ in POI_PASSES].index(key)
+    assert [n for n, _ in rows_of(POIS, 1, {"name": "x", key: value})] == [number]
+    assert rows_of(POIS, 1, {key: value}) == []  # no name: not a pois row
+
+
+@pytest.mark.parametrize("tags", [
+    {"name": "x", "tourism": "Museum"}, {"name": "x", "tourism": "museum "}, {"name": "x", "amenity": "bar"},
+    {"name": "x", "leisure": "pitch"}, {"name": "x", "shop": "museum"}, {"name": "x", "tourism": ["museum"]},
+])
+def test_near_misses_are_not_pois(tags: dict) -> None:
+    assert rows_of(POIS, 1, tags) == []
+
+
+def test_a_feature_in_two_or_three_lists_is_a_row_per_pass() -> None:
+    tags = {"name": "x", "tourism": "hotel", "amenity": "cafe", "leisure": "park"}
+    assert [number for number, _ in rows_of(POIS, 1, tags)] == [0, 1, 2]
+    assert [number for number, _ in rows_of(POIS, 1, {"name": "x", "tourism": "zoo", "leisure": "garden"})] == [0, 2]
+
+
+def test_values_are_python_str_of_the_decoded_json() -> None:
+    values = row(POIS, {"name": "N", "tourism": "museum", "capacity": 12, "wheelchair": True, "fee": None,
+                        "cuisine": 1.5, "website": " Spaced "})
+    assert values == {"poi_name": "N", "osm_id": 1, "tourism": "museum", "capacity": "12", "wheelchair": "True",
+                      "fee": "None", "cuisine": "1.5", "website": " Spaced "}
+    assert python_str({"a": 1}) == "{'a': 1}" and python_str(1e16) == "1e+16"
+
+
+def test_addr_columns_read_colon_tags_and_the_name_column_prefers_name() -> None:
+    values = row(ROADS, {"addr:city": "Austin", "addr_city": "ignored", "addr:housenumber": "7", "road_name": "raw",
+                         "name": "Main", "tiger:cfcc": "A41"})
+    assert values == {"road_name": "Main", "addr_city": "Austin", "addr_housenumber": "7"}
+    assert row(ROADS, {"road_name": "raw"}) == {"road_name": "raw"}  # loader 1 looked the column name up too
+
+
+def test_osm_id_only_where_the_table_has_it() -> None:
+    assert "osm_id" in POIS.columns and "osm_id" in PARKS.columns
+    assert "osm_id" not in ROADS.columns and "osm_id" not in REGIONS.columns
+    assert row(PARKS, {"leisure": "park"}, feature_id="42")["osm_id"] == 42
+    assert row(ROADS, {"highway": "service"}, feature_id="not a number") == {"highway": "service"}
+
+
+@pytest.mark.parametrize("layer, feature_id, tags, message", [
+    (PARKS, "abc", {}, "not an integer"),
+    (PARKS, 1.5, {}, "not an integer"),
+    (PARKS, True, {}, "not an integer"),
+    (PARKS, 2**63, {}, "BIGINT"),
+    (ROADS, MISSING, {}, "missing"),
+    (ROADS, 1, {"highway": "x" * 256}, "256 characters"),
+    (ROADS, 1, {"name": "a\x00b"}, "NUL"),
+    (ROADS, 1, None, "tagsMap"),
+    (ROADS, 1, ["a"], "tagsMap"),
+])
+def test_what_loader_1_could_not_insert_is_a_bad_feature(layer, feature_id, tags, message: str) -> None:
+    with pytest.raises(BadFeature, match=message):
+        rows_of(layer, feature_id, tags)
+
+
+def test_255_characters_fit_and_only_stored_tags_count() -> None:
+    assert row(ROADS, {"highway": "x" * 255})["highway"] == "x" * 255
+    assert row(ROADS, {"highway": "a", "note": "y" * 1000}) == {"highway": "a"}  # note is not a roads column
+
+
+def test_the_pois_prefilter_never_drops_a_feature_the_rules_keep() -> None:
+    assert may_yield_rows(POIS, b'{"tagsMap": {"name": "x", "tourism": "museum"}}')
+    assert not may_yield_rows(POIS, b'{"tagsMap": {"tourism": "museum"}}')
+    assert not may_yield_rows(POIS, b'{"tagsMap": {"name": "x", "shop": "bakery"}}')
+    assert may_yield_rows(POIS, b'{"tagsMap": {"n\\u0061me": "x", "tourism": "museum"}}')  # escapes: parse it
+    assert may_yield_rows(ROADS, b"anything")
