@@ -57,6 +57,9 @@ log = logging.getLogger(__name__)
 STAGE = schema.pois_stage.fullname
 _PBF_MAGIC = b"OSMHeader"
 COMPRESSIONS = ("lz4", "pglz")
+# Batches a parser may hold ready: a whole piece of a file (RANGE_BYTES), so that while the writer drains one
+# parser's piece the other parsers finish theirs instead of waiting on a full queue.
+QUEUE_BATCHES = 8
 _REPORTED_SKIPS = 10_000  # skipped features listed in the report (all are counted)
 _LOGGED_SKIPS = 100  # skipped features a file's load_log row lists, for the reports of later reruns
 
@@ -188,7 +191,7 @@ def load_osm(source: Path, dsn: str | None = None, *, layers: list[str] | None =
         raise GsqaError(f"no readable input: no *.geojson files in the layer folders of {source}")
     workers = workers or os.cpu_count() or 1
     # The parsers start first: forked before any connection is open (see ordered_pool).
-    with OrderedPool(workers, parse_job, SourceError, name="ingest-osm-parser") as pool, \
+    with OrderedPool(workers, parse_job, SourceError, queue_items=QUEUE_BATCHES, name="ingest-osm-parser") as pool, \
             connect(dsn, autocommit=True) as conn:
         plans = _prepare(conn, selected, files, replace, workers, compression)
         # Every layer's pieces are queued at once, so the parsers work ahead across layer boundaries.

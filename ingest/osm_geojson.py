@@ -32,7 +32,7 @@ from ingest.osm_rules import LAYERS, BadFeature, may_yield_rows
 
 SNIFF_BYTES = 64 << 10  # where the `features` array starts
 MAX_LINE_BYTES = 256 << 20  # a first line longer than this is not the one-feature-per-line layout
-RANGE_BYTES = 16 << 20
+RANGE_BYTES = 8 << 20
 BATCH_BYTES = 1 << 20
 _CLOSE = ord("]")
 _FEATURES_START = re.compile(rb'"features"\s*:\s*\[')
