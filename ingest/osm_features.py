@@ -179,7 +179,10 @@ def encoder(layer: Layer, source_name: str) -> Callable[[Any, int], list[bytes]]
         geometry = geometry_wkb(feature)
         fields = nulls.copy()
         for index, value in rows[0][1].items():
-            fields[index] = _field(value, columns[index])
+            if type(value) is str and value.isascii():  # the common case without a call
+                fields[index] = _INT32.pack(len(value)) + value.encode("ascii")
+            else:
+                fields[index] = _field(value, columns[index])
         body = b"".join([_INT32.pack(len(geometry)), geometry, *fields])
         if not staged:
             return [field_count + body]

@@ -165,58 +165,52 @@ def _encode_safely(encode: Any, feature: Any, offset: int, batcher: _Batcher) ->
 
 
 def _read_lines(job: Job, batcher: _Batcher) -> Iterator[Batch]:
-    encode = encoder(LAYERS[job.layer], job.source_name)
-    prefilter = LAYERS[job.layer].in_passes
-    parser = simdjson.Parser()
-    closed = False
+    """The features of a piece of a lines file. The piece holds whole lines (jobs_for cuts at line starts),
+    so it is read at once and split in C; this loop runs once per feature of 53 GB."""
+    layer = LAYERS[job.layer]
+    encode, parse = encoder(layer, job.source_name), simdjson.Parser().parse
+    prefilter, closed = layer.in_passes, False
     with open(job.path, "rb") as handle:
         handle.seek(job.start)
-        offset = job.start
-        for line in _lines(handle, job.end - job.start):
-            here, offset = offset, offset + len(line)
-            text = line.strip(b" \t\r\n,")
-            if not text or closed:
-                continue
-            if text[0] == _CLOSE:
-                closed = True  # the end of the features array; the rest is the collection's tail
-            elif prefilter and not may_yield_rows(encode.layer, text):
-                batcher.pass_over()
-                closed = text.endswith(b"]}")
-            else:
-                closed = _parse_line(parser, text, encode, here, batcher)
-            if batcher.size >= BATCH_BYTES:
-                yield batcher.take()
+        piece = handle.read(job.end - job.start)
+    offset = job.start
+    for line in piece.split(b"\n"):
+        here, offset = offset, offset + len(line) + 1
+        text = line.strip(b" \t\r,")
+        if not text or closed:
+            continue
+        if text[0] == _CLOSE:
+            closed = True  # the end of the features array; the rest is the collection's tail
+        elif prefilter and not may_yield_rows(layer, text):
+            batcher.pass_over()
+            closed = text.endswith(b"]}")
+        else:
+            try:
+                batcher.add(encode(parse(text), here))
+            except BadFeature as error:
+                batcher.skip(here, str(error))
+            except ValueError as error:  # simdjson: not valid JSON (or not UTF-8) on its own
+                closed = _last_feature(parse, encode, text, here, batcher, " ".join(str(error).split()))
+        if batcher.size >= BATCH_BYTES:
+            yield batcher.take()
     if job.last and not closed:
         raise SourceError(f"{job.path}: truncated: the file ends inside the features array (after "
                           f"{batcher.features} features of this piece); expected a complete GeoJSON "
                           "FeatureCollection")
 
 
-def _lines(handle: Any, length: int) -> Iterator[bytes]:
-    """The lines that start within the next `length` bytes."""
-    remaining = length
-    while remaining > 0:
-        line = handle.readline()
-        if not line:
-            return
-        remaining -= len(line)
-        yield line
-
-
-def _parse_line(parser: simdjson.Parser, text: bytes, encode: Any, offset: int, batcher: _Batcher) -> bool:
-    """Encode one feature line; True if the line also closed the features array (`{...}]}`)."""
-    try:
-        _encode_safely(encode, parser.parse(text), offset, batcher)
-        return False
-    except ValueError as error:  # simdjson: not valid JSON (or not UTF-8) on its own
-        reason = " ".join(str(error).split())
+def _last_feature(parse: Any, encode: Any, text: bytes, offset: int, batcher: _Batcher, reason: str) -> bool:
+    """A line that is not JSON on its own: the last feature with the end of the collection (`{...}]}`),
+    then True; otherwise a skipped feature."""
     closing = text.rfind(b"]")
-    if closing > 0 and text.endswith(b"}"):  # the last feature and the end of the collection on one line
+    if closing > 0 and text.endswith(b"}"):
         try:
-            _encode_safely(encode, parser.parse(text[:closing].rstrip()), offset, batcher)
-            return True
+            feature = parse(text[:closing].rstrip())
         except ValueError:
             pass
+        else:
+            _encode_safely(encode, feature, offset, batcher)
+            return True
     batcher.skip(offset, f"not valid JSON ({reason})")
     return False
 

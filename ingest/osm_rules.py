@@ -20,7 +20,6 @@ A feature loader 1 could not have inserted (its INSERT would have failed) raises
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,18 +46,29 @@ class BadFeature(ValueError):
 MISSING = object()  # a feature without properties.id (loader 1 read it for every row it inserted)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Layer:
-    """One osmx layer folder and the table it fills."""
+    """One osmx layer folder and the table it fills. What the rules look up per feature is computed once
+    here (compared and hashed by identity: a Layer is a constant)."""
 
     folder: str
     table: Table
     name_column: str
-    # The columns a row carries, in table order after `id`: geometry first.
-    columns: tuple[str, ...] = field(init=False)
+    in_passes: bool = False  # pois: rows are numbered pass by pass over all files, not file by file
+    columns: tuple[str, ...] = field(init=False)  # what a row carries, in table order after `id`: geometry first
+    tag_columns: dict[str, int] = field(init=False)  # tag key -> position among the attribute columns
+    osm_id_index: int | None = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "columns", tuple(column.name for column in self.table.columns if column.name != "id"))
+        columns = tuple(column.name for column in self.table.columns if column.name != "id")
+        attributes = columns[1:]
+        # `addr:x` fills addr_x, any other column the tag of its own name (the name column reads its own
+        # name too, but only when there is no `name` tag).
+        tags = {(column.replace("_", ":") if column.startswith("addr_") else column): index
+                for index, column in enumerate(attributes) if column != "osm_id"}
+        object.__setattr__(self, "columns", columns)
+        object.__setattr__(self, "tag_columns", tags)
+        object.__setattr__(self, "osm_id_index", attributes.index("osm_id") if "osm_id" in attributes else None)
 
     @property
     def name(self) -> str:
@@ -66,20 +76,15 @@ class Layer:
 
     @property
     def has_osm_id(self) -> bool:
-        return "osm_id" in self.columns
+        return self.osm_id_index is not None
 
     @property
     def attribute_columns(self) -> tuple[str, ...]:
         return self.columns[1:]
 
-    @property
-    def in_passes(self) -> bool:
-        """pois: rows are numbered pass by pass over all files, not file by file."""
-        return self is LAYERS["pois"]
-
 
 LAYERS: dict[str, Layer] = {
-    "pois": Layer("pois", schema.pois, "poi_name"),
+    "pois": Layer("pois", schema.pois, "poi_name", in_passes=True),
     "roads": Layer("roads", schema.roads, "road_name"),
     "parks": Layer("parks", schema.parks, "park_name"),
     "lakes": Layer("lakes", schema.lakes, "lake_name"),
@@ -130,14 +135,6 @@ def osm_id_of(layer: Layer, feature_id: Any) -> int | None:
     return number
 
 
-@functools.cache
-def _tag_columns(layer: Layer) -> dict[str, int]:
-    """Tag key -> position among the attribute columns: `addr:x` for addr_x, else the column's own name
-    (the name column also reads its own name, but only when there is no `name` tag)."""
-    return {(column.replace("_", ":") if column.startswith("addr_") else column): index
-            for index, column in enumerate(layer.attribute_columns) if column != "osm_id"}
-
-
 def _text(layer: Layer, key: str, value: Any) -> str:
     text = value if type(value) is str else python_str(value)
     if len(text) > VARCHAR_LIMIT:
@@ -153,23 +150,19 @@ Values = dict[int, str | int]  # position among the attribute columns -> value; 
 def attribute_values(layer: Layer, feature_id: Any, tags: dict[str, Any]) -> Values:
     """The row's non-NULL values after geometry, by column position, as loader 1 computed them. The work
     is per tag present, not per column: most columns of most rows are NULL."""
-    columns = _tag_columns(layer)
+    columns = layer.tag_columns
     osm_id = osm_id_of(layer, feature_id)  # loader 1 read the id of every feature it inserted, in every layer
     values: Values = {}
     for key, value in tags.items():
         index = columns.get(key)
-        if index is not None:
-            values[index] = _text(layer, key, value)
+        if index is not None:  # the common case, a short clean string, without a call
+            unusual = type(value) is not str or len(value) > VARCHAR_LIMIT or "\x00" in value
+            values[index] = _text(layer, key, value) if unusual else value
     if "name" in tags:
         values[columns[layer.name_column]] = _text(layer, "name", tags["name"])
     if osm_id is not None:
-        values[_osm_id_column(layer)] = osm_id
+        values[layer.osm_id_index] = osm_id
     return values
-
-
-@functools.cache
-def _osm_id_column(layer: Layer) -> int:
-    return layer.attribute_columns.index("osm_id")
 
 
 def rows_of(layer: Layer, feature_id: Any, tags: Any) -> list[tuple[int, Values]]:
