@@ -18,8 +18,10 @@ name order (loader 1 took the file system's order, which nobody can reproduce), 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -57,6 +59,9 @@ log = logging.getLogger(__name__)
 STAGE = schema.pois_stage.fullname
 _PBF_MAGIC = b"OSMHeader"
 COMPRESSIONS = ("lz4", "pglz")
+# Writer connections: each loads whole layers, so two tables fill at once and one lane's server backend works
+# while the other lane waits for its parsers (on 2 cores a single writer left about a fifth of the CPU idle).
+LANES = 2
 # Batches a parser may hold ready: a whole piece of a file (RANGE_BYTES), so that while the writer drains one
 # parser's piece the other parsers finish theirs instead of waiting on a full queue.
 QUEUE_BATCHES = 8
@@ -190,18 +195,73 @@ def load_osm(source: Path, dsn: str | None = None, *, layers: list[str] | None =
     if not any(files.values()):
         raise GsqaError(f"no readable input: no *.geojson files in the layer folders of {source}")
     workers = workers or os.cpu_count() or 1
-    # The parsers start first: forked before any connection is open (see ordered_pool).
-    with OrderedPool(workers, parse_job, SourceError, queue_items=QUEUE_BATCHES, name="ingest-osm-parser") as pool, \
-            connect(dsn, autocommit=True) as conn:
-        plans = _prepare(conn, selected, files, replace, workers, compression)
-        # Every layer's pieces are queued at once, so the parsers work ahead across layer boundaries.
-        for plan in plans:
-            plan.jobs = {name: jobs_for(plan.files[name], plan.layer.name) for name in plan.todo}
-        streams = pool.streams([job for plan in plans for name in plan.todo for job in plan.jobs[name]])
-        for plan in plans:
-            _load_layer(conn, streams, plan, report.layers[plan.layer.name], progress)
+    lanes = _lanes(selected, files, min(LANES, workers))
+    with contextlib.ExitStack() as stack:
+        # The parsers start first: forked before any connection is open or thread started (ordered_pool).
+        pools = [stack.enter_context(OrderedPool(max(1, workers // len(lanes)), parse_job, SourceError,
+                                                 queue_items=QUEUE_BATCHES, name=f"ingest-osm-parser-{number}"))
+                 for number in range(len(lanes))]
+        control = stack.enter_context(connect(dsn, autocommit=True))  # holds the locks until the end
+        plans = {plan.layer.name: plan for plan in _prepare(control, selected, files, replace, workers, compression)}
+        writers = [stack.enter_context(connect(dsn, autocommit=True)) for _ in lanes]
+        _run_lanes([_Lane(pool, writer, [plans[layer.name] for layer in lane], number)
+                    for number, (pool, writer, lane) in enumerate(zip(pools, writers, lanes, strict=True))],
+                   report, progress)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _lanes(selected: list[Layer], files: dict[str, dict[str, Path]], count: int) -> list[list[Layer]]:
+    """The layers split into `count` lanes of about equal bytes (largest first into the lightest lane),
+    each lane in table order."""
+    lanes: list[list[Layer]] = [[] for _ in range(count)]
+    weights = [0] * count
+    for layer in sorted(selected, key=lambda item: -sum(path.stat().st_size for path in files[item.name].values())):
+        lightest = weights.index(min(weights))
+        lanes[lightest].append(layer)
+        weights[lightest] += sum(path.stat().st_size for path in files[layer.name].values())
+    return [sorted(lane, key=selected.index) for lane in lanes if lane]
+
+
+@dataclass
+class _Lane:
+    """Layers written one after the other by one connection, fed by its own parsers."""
+
+    pool: OrderedPool
+    conn: psycopg.Connection
+    plans: list[_Plan]
+    number: int
+
+
+class _Stopped(Exception):
+    """Another lane failed or the user interrupted: roll the file in progress back."""
+
+
+def _run_lanes(lanes: list[_Lane], report: OsmLoadReport, progress: bool) -> None:
+    """Each lane in its own thread (psycopg and the parsers' pipes release the GIL), so that one lane's
+    server backend works while the other's waits for its parsers: two tables fill at once, each in its
+    own file order. On Ctrl-C or a failure every lane rolls its current file back before this returns."""
+    stop = threading.Event()
+    with ThreadPoolExecutor(len(lanes), thread_name_prefix="ingest-osm-lane") as threads:
+        futures = [threads.submit(_load_lane, lane, report, progress, stop) for lane in lanes]
+        try:
+            for future in futures:
+                future.result()
+        except BaseException:
+            stop.set()
+            for lane in lanes:
+                lane.conn.cancel_safe()
+            raise
+
+
+def _load_lane(lane: _Lane, report: OsmLoadReport, progress: bool, stop: threading.Event) -> None:
+    # Every layer's pieces are queued at once, so the parsers work ahead across layer boundaries.
+    for plan in lane.plans:
+        plan.jobs = {name: jobs_for(plan.files[name], plan.layer.name) for name in plan.todo}
+    streams = lane.pool.streams([job for plan in lane.plans for name in plan.todo for job in plan.jobs[name]])
+    for plan in lane.plans:
+        _load_layer(lane.conn, streams, plan, report.layers[plan.layer.name], lane.number if progress else False,
+                    stop)
 
 
 def _prepare(conn: psycopg.Connection, selected: list[Layer], files: dict[str, dict[str, Path]], replace: bool,
@@ -266,12 +326,12 @@ def _empty(conn: psycopg.Connection, layer: Layer) -> None:
 
 
 def _load_layer(conn: psycopg.Connection, streams: Iterator[JobStream], plan: _Plan, report: LayerReport,
-                progress: bool) -> None:
+                bar_position: int | bool, stop: threading.Event) -> None:
     """Write the layer's planned files in name order as their pieces arrive, one transaction each."""
     report.unchanged = sorted(plan.same - set(plan.todo))
     total = sum(plan.files[name].stat().st_size for name in plan.todo)
     bar = tqdm(total=total, unit="B", unit_scale=True, desc=f"ingest osm -> {plan.layer.table.fullname}",
-               disable=not (progress and total))
+               disable=bar_position is False or not total, position=int(bar_position))
     rewriting = False  # direct tables: once a file is written, every later one must follow it
     with ThreadPoolExecutor(1) as hasher:
         for name in plan.todo:
@@ -281,7 +341,7 @@ def _load_layer(conn: psycopg.Connection, streams: Iterator[JobStream], plan: _P
                 report.unchanged.append(name)
                 continue
             checksum = hasher.submit(file_checksum, plan.files[name])
-            if _write_file(conn, plan, name, file_streams, checksum, report, bar, first_write=not rewriting):
+            if _write_file(conn, plan, name, file_streams, checksum, report, bar, stop, first_write=not rewriting):
                 rewriting = not plan.layer.in_passes
     bar.close()
     report.unchanged.sort()
@@ -299,7 +359,8 @@ def _drain(file_streams: list[tuple[Job, JobStream]], bar: tqdm) -> None:
 
 
 def _write_file(conn: psycopg.Connection, plan: _Plan, name: str, file_streams: list[tuple[Job, JobStream]],
-                checksum: Future, report: LayerReport, bar: tqdm, *, first_write: bool) -> bool:
+                checksum: Future, report: LayerReport, bar: tqdm, stop: threading.Event, *,
+                first_write: bool) -> bool:
     """One transaction: make room for the file, COPY its rows, log it. False if the file failed."""
     skipped = _Skipped()
     try:
@@ -308,7 +369,7 @@ def _write_file(conn: psycopg.Connection, plan: _Plan, name: str, file_streams: 
             # the rerun loads the file again: no need to wait for each commit's WAL flush.
             conn.execute("SET LOCAL synchronous_commit = off")
             _make_room(conn, plan, name, first_write)
-            rows, features = _copy_file(conn, plan, file_streams, skipped, bar)
+            rows, features = _copy_file(conn, plan, file_streams, skipped, bar, stop)
             details = {"features": features, "skipped_count": skipped.count, "skipped": skipped.listed[:_LOGGED_SKIPS]}
             write_log(conn, plan.target, name, plan.files[name].stat().st_size, checksum.result(), rows, details)
     except SourceError as error:
@@ -368,7 +429,7 @@ def _ident(qualified: str) -> sql.Identifier:
 
 
 def _copy_file(conn: psycopg.Connection, plan: _Plan, file_streams: list[tuple[Job, JobStream]],
-               skipped: _Skipped, bar: tqdm) -> tuple[int, int]:
+               skipped: _Skipped, bar: tqdm, stop: threading.Event) -> tuple[int, int]:
     """COPY the rows of every piece of the file as they are parsed; returns (rows, features)."""
     columns = ("source_name", "pass", "seq") * plan.layer.in_passes + plan.layer.columns
     statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
@@ -379,6 +440,8 @@ def _copy_file(conn: psycopg.Connection, plan: _Plan, file_streams: list[tuple[J
         for job, stream in file_streams:
             base = features
             for batch in stream.items():
+                if stop.is_set():
+                    raise _Stopped
                 copy.write(batch.data)
                 rows, features = rows + batch.rows, features + batch.features
                 skipped.count += batch.skipped_count

@@ -293,17 +293,20 @@ def test_kill_9_then_rerun_converges(new_database, synthetic: Path, unbroken: di
     assert {table: table_rows(dsn, f"public.{table}") for table in TABLES} == unbroken
 
 
-def test_ctrl_c_exits_130_with_whole_files_only(new_database, synthetic: Path) -> None:
-    dsn = new_database("osm_ctrl_c")
-    process = subprocess.Popen([str(BIN / "ingest"), "osm", str(synthetic), "--dsn", dsn, "--workers", "1",
-                                "--layers", "roads"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+@pytest.mark.parametrize("workers", ["1", "2"])  # one writer; two writers on two layers at once
+def test_ctrl_c_exits_130_with_whole_files_only(new_database, synthetic: Path, workers: str) -> None:
+    dsn = new_database(f"osm_ctrl_c_{workers}")
+    process = subprocess.Popen([str(BIN / "ingest"), "osm", str(synthetic), "--dsn", dsn, "--workers", workers,
+                                "--layers", "roads,lakes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert _wait_for(lambda: _active(dsn, "COPY %roads%"), process), "the load ended before its first COPY"
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130 and "run the same command again" in stderr and "Traceback" not in stderr
     with psycopg.connect(dsn) as conn:
-        rows = conn.execute("SELECT count(*) FROM roads").fetchone()[0]
-        logged = conn.execute("SELECT coalesce(sum(rows_written), 0) FROM gsqa.load_log "
-                              "WHERE target_table = 'public.roads'").fetchone()[0]
-    assert rows == logged
-
+        for table in ("public.roads", "public.lakes"):
+            rows = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            logged = conn.execute("SELECT coalesce(sum(rows_written), 0) FROM gsqa.load_log "
+                                  "WHERE target_table = %s", [table]).fetchone()[0]
+            assert rows == logged, table
+        assert not conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                "AND query LIKE 'COPY%%' AND state = 'active'").fetchone()[0]
