@@ -109,8 +109,7 @@ def dem_command(
     """
     from ingest import dem
 
-    if compression not in dem.COMPRESSIONS:
-        raise typer.BadParameter(f"expected one of {', '.join(dem.COMPRESSIONS)}", param_hint="--compression")
+    _check_compression(compression)
     with _load_stage():
         report = dem.load_dem(paths, dsn, table=table, workers=workers, replace=replace,
                               compression=compression, check_disk=not skip_disk_check)
@@ -132,11 +131,12 @@ def osm_command(
     layers: Annotated[str | None, typer.Option(help="Comma-separated layers to load, of pois, roads, parks, "
                                                "lakes, regions [default: every layer folder in SOURCE].",
                                                show_default=False)] = None,
-    workers: Annotated[int | None, typer.Option(min=1, help="Parser processes [default: number of cores].",
+    workers: Annotated[int | None, typer.Option(min=1, help="Parser processes in all, shared by two writer "
+                                                "connections [default: number of cores].",
                                                 show_default=False)] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Empty the tables and their load log first.")] = False,
     compression: Annotated[str, typer.Option(help="TOAST compression of the geometries: lz4 (fast) or pglz "
-                                             "(loader 1's, a little smaller).")] = "lz4",
+                                             "(loader 1's); the values are the same.")] = "lz4",
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -160,8 +160,7 @@ def osm_command(
     """
     from ingest import osm
 
-    if compression not in osm.COMPRESSIONS:
-        raise typer.BadParameter(f"expected one of {', '.join(osm.COMPRESSIONS)}", param_hint="--compression")
+    _check_compression(compression)
     wanted = [name.strip() for name in layers.split(",") if name.strip()] if layers else None
     with _load_stage():
         report = osm.load_osm(source, dsn, layers=wanted, workers=workers, replace=replace, compression=compression)
@@ -178,9 +177,9 @@ def _print_osm_report(report: OsmLoadReport, listed: int = 20) -> None:
     for layer in report.layers.values():
         typer.echo(f"{layer.table}: loaded {len(layer.loaded)} of {layer.files} files ({layer.rows_written:,} rows "
                    f"from {layer.features_read:,} features); {len(layer.unchanged)} already loaded; "
-                   f"{len(layer.failed)} failed; {layer.skipped_count:,} features skipped")
-        for name, error in layer.failed.items():
-            typer.echo(f"  failed: {name}: {error}")
+                   f"{len(layer.failed)} failed; skipped features: {layer.skipped_count:,}")
+        for error in layer.failed.values():  # the message names the file
+            typer.echo(f"  failed: {error}")
     skipped = [entry for layer in report.layers.values() for entry in layer.skipped]
     total = sum(layer.skipped_count for layer in report.layers.values())
     if total:
@@ -190,6 +189,11 @@ def _print_osm_report(report: OsmLoadReport, listed: int = 20) -> None:
         if total > listed:
             typer.echo(f"  ... and {total - listed:,} more (see --json)")
     typer.echo(f"done in {report.seconds:.1f} s")
+
+
+def _check_compression(compression: str) -> None:
+    if compression not in schema.TOAST_COMPRESSIONS:
+        raise typer.BadParameter(f"expected one of {', '.join(schema.TOAST_COMPRESSIONS)}", param_hint="--compression")
 
 
 @contextlib.contextmanager

@@ -53,7 +53,6 @@ from ingest.raster_constraints import TileGrid, reconcile
 log = logging.getLogger(__name__)
 
 DEFAULT_TABLE = schema.dem_us.fullname
-COMPRESSIONS = ("lz4", "pglz")
 
 
 @dataclass

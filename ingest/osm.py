@@ -4,9 +4,10 @@ Loader 1 (REFERENCE-DB.md section 4) inserted each layer's features file by file
 three passes over all files (tourism, amenity, leisure). We load the same rows (osm_rules.py), in file
 name order (loader 1 took the file system's order, which nobody can reproduce), and:
 
-- parser processes read several pieces of the files at once (osm_geojson.py, ordered_pool.py) while one
+- parser processes read several pieces of the files at once (osm_geojson.py, ordered_pool.py) while a
   connection writes them in file order with binary COPY, so ids and the heap follow file and feature
   order; ids come from the table's sequence, set at the start of each file to the rows already there;
+  two such writer lanes load different layers at the same time (_run_lanes);
 - each file is one transaction together with its gsqa.load_log row (load_state.py): kill the load
   anywhere and a rerun resumes after the last committed file; a changed file is reloaded with every file
   after it (their ids follow it);
@@ -58,7 +59,6 @@ log = logging.getLogger(__name__)
 
 STAGE = schema.pois_stage.fullname
 _PBF_MAGIC = b"OSMHeader"
-COMPRESSIONS = ("lz4", "pglz")
 # Writer connections: each loads whole layers, so two tables fill at once and one lane's server backend works
 # while the other lane waits for its parsers (on 2 cores a single writer left about a fifth of the CPU idle).
 LANES = 2

@@ -173,12 +173,13 @@ def _read_lines(job: Job, batcher: _Batcher) -> Iterator[Batch]:
     with open(job.path, "rb") as handle:
         handle.seek(job.start)
         piece = handle.read(job.end - job.start)
-    offset = job.start
+    offset = last = job.start
     for line in piece.split(b"\n"):
         here, offset = offset, offset + len(line) + 1
         text = line.strip(b" \t\r,")
         if not text or closed:
             continue
+        last = here
         if text[0] == _CLOSE:
             closed = True  # the end of the features array; the rest is the collection's tail
         elif prefilter and not may_yield_rows(layer, text):
@@ -194,9 +195,8 @@ def _read_lines(job: Job, batcher: _Batcher) -> Iterator[Batch]:
         if batcher.size >= BATCH_BYTES:
             yield batcher.take()
     if job.last and not closed:
-        raise SourceError(f"{job.path}: truncated: the file ends inside the features array (after "
-                          f"{batcher.features} features of this piece); expected a complete GeoJSON "
-                          "FeatureCollection")
+        raise SourceError(f"{job.path}: truncated: its {job.end:,} bytes end inside the features array (the last "
+                          f"line starts at byte {last:,}); expected a complete GeoJSON FeatureCollection")
 
 
 def _last_feature(parse: Any, encode: Any, text: bytes, offset: int, batcher: _Batcher, reason: str) -> bool:

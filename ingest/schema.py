@@ -13,6 +13,9 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import UserDefinedType
 
 READER_ROLE = "gsqa_reader"
+# TOAST compression the loaders can give their big columns (tiles, geometries): lz4 loads faster, pglz is
+# what raster2pgsql and loader 1 got. Values and query results are the same either way.
+TOAST_COMPRESSIONS = ("lz4", "pglz")
 BOOKKEEPING_SCHEMA = "gsqa"
 
 metadata = MetaData()

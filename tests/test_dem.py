@@ -13,6 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from dem_helpers import load_with_raster2pgsql, table_state, tile_size_census, with_nodata_tile, write_neighbours
+from load_helpers import logged_files, query_active, wait_for
 
 from bench.aster_synth import cheap_terrain, write_aster_tile
 from ingest.db import with_user
@@ -188,15 +189,6 @@ def test_table_name_must_be_schema_qualified_or_plain(initialized_dsn: str, full
         load_dem(full_files, initialized_dsn, table="public.", progress=False)
 
 
-def _wait_for(predicate, process: subprocess.Popen, seconds: float = 120) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and process.poll() is None:
-        if predicate():
-            return True
-        time.sleep(0.005)
-    return False
-
-
 def _wait_until_gone(table: str, seconds: float = 10) -> bool:
     """True once no process has `table` on its command line (forked encoders share the loader's)."""
     deadline = time.monotonic() + seconds
@@ -205,17 +197,6 @@ def _wait_until_gone(table: str, seconds: float = 10) -> bool:
             return True
         time.sleep(0.05)
     return False
-
-
-def _logged(dsn: str, table: str) -> int:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute("SELECT count(*) FROM gsqa.load_log WHERE target_table = %s", [table]).fetchone()[0]
-
-
-def _copy_running(dsn: str) -> bool:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute("SELECT count(*) > 0 FROM pg_stat_activity WHERE query LIKE 'COPY %%' "
-                            "AND state = 'active' AND datname = current_database()").fetchone()[0]
 
 
 def _finishing(dsn: str) -> bool:
@@ -238,11 +219,11 @@ def test_kill_9_then_rerun_converges(initialized_dsn: str, tmp_path_factory: pyt
     process = subprocess.Popen([str(BIN / "ingest"), "dem", str(folder), "--dsn", initialized_dsn, "--table", table,
                                 "--workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     condition = {
-        "during_copy": lambda: _copy_running(initialized_dsn),
-        "between_files": lambda: _logged(initialized_dsn, table) >= 1,
-        "during_finish": lambda: _logged(initialized_dsn, table) == 3 and _finishing(initialized_dsn),
+        "during_copy": lambda: query_active(initialized_dsn, "COPY %"),
+        "between_files": lambda: logged_files(initialized_dsn, table) >= 1,
+        "during_finish": lambda: logged_files(initialized_dsn, table) == 3 and _finishing(initialized_dsn),
     }[moment]
-    assert _wait_for(condition, process), f"the load ended before {moment}"
+    assert wait_for(condition, process), f"the load ended before {moment}"
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert _wait_until_gone(table), "encoder processes outlived the killed loader"
@@ -256,7 +237,7 @@ def test_ctrl_c_rolls_back_the_current_file_and_exits_130(initialized_dsn: str, 
     table = "public.interrupted"
     process = subprocess.Popen([str(BIN / "ingest"), "dem", *map(str, full_files), "--dsn", initialized_dsn,
                                 "--table", table], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert _wait_for(lambda: _copy_running(initialized_dsn), process), "the load ended before its first COPY"
+    assert wait_for(lambda: query_active(initialized_dsn, "COPY %"), process), "the load ended before its first COPY"
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130

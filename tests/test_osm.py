@@ -13,6 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from conftest import drop_database, make_scratch_database
+from load_helpers import logged_files, query_active, wait_for
 from loader1 import load_reference, table_rows
 from osm_helpers import PRECISE, feature, point, write_layer, write_rule_layers
 
@@ -142,7 +143,7 @@ def test_bad_input_is_skipped_reported_and_the_rest_loads(initialized_dsn: str, 
     assert parks == [("Text Id", 77), ("Fine", 79)]
     text = ingest("osm", str(source), "--dsn", initialized_dsn)
     assert text.returncode == 1
-    assert "a.geojson: feature 9 (byte " in text.stdout and "failed: b.geojson" in text.stdout
+    assert "a.geojson: feature 9 (byte " in text.stdout and "b.geojson: truncated" in text.stdout
     assert "skipped features (14" in text.stdout
 
 
@@ -233,26 +234,6 @@ def unbroken(server_dsn: str, template_db: str, synthetic: Path) -> Iterator[dic
     drop_database(server_dsn, psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
 
 
-def _active(dsn: str, pattern: str) -> bool:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute("SELECT count(*) > 0 FROM pg_stat_activity WHERE state = 'active' "
-                            "AND datname = current_database() AND query ILIKE %s", [pattern]).fetchone()[0]
-
-
-def _logged(dsn: str, target: str) -> int:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute("SELECT count(*) FROM gsqa.load_log WHERE target_table = %s", [target]).fetchone()[0]
-
-
-def _wait_for(predicate, process: subprocess.Popen, seconds: float = 120) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and process.poll() is None:
-        if predicate():
-            return True
-        time.sleep(0.005)
-    return False
-
-
 def _wait_for_backends_to_end(dsn: str) -> None:
     """The killed loader's backend may still be running its last statement; it holds the table locks."""
     for _ in range(1000):
@@ -277,12 +258,12 @@ def test_kill_9_then_rerun_converges(new_database, synthetic: Path, unbroken: di
     process = subprocess.Popen([str(BIN / "ingest"), "osm", str(synthetic), "--dsn", dsn, "--workers", "1"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     condition = {
-        "during_copy": lambda: _active(dsn, "COPY %roads%"),
-        "between_files": lambda: _logged(dsn, "public.roads") >= 1,
-        "during_pois_numbering": lambda: _active(dsn, "%TRUNCATE%pois%"),
+        "during_copy": lambda: query_active(dsn, "COPY %roads%"),
+        "between_files": lambda: logged_files(dsn, "public.roads") >= 1,
+        "during_pois_numbering": lambda: query_active(dsn, "%TRUNCATE%pois%"),
     }[moment]
     try:
-        assert _wait_for(condition, process), f"the load ended before {moment}"
+        assert wait_for(condition, process), f"the load ended before {moment}"
         process.send_signal(signal.SIGKILL)
         process.wait()
     finally:
@@ -298,7 +279,7 @@ def test_ctrl_c_exits_130_with_whole_files_only(new_database, synthetic: Path, w
     dsn = new_database(f"osm_ctrl_c_{workers}")
     process = subprocess.Popen([str(BIN / "ingest"), "osm", str(synthetic), "--dsn", dsn, "--workers", workers,
                                 "--layers", "roads,lakes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert _wait_for(lambda: _active(dsn, "COPY %roads%"), process), "the load ended before its first COPY"
+    assert wait_for(lambda: query_active(dsn, "COPY %roads%"), process), "the load ended before its first COPY"
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130 and "run the same command again" in stderr and "Traceback" not in stderr
