@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import psycopg
 import typer
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ingest.errors import DatabaseUnreachable, GsqaError
@@ -56,6 +57,15 @@ def connect(dsn: str | None = None, **kwargs: Any) -> psycopg.Connection:
             f"cannot connect to PostgreSQL ({target}): {cause}. "
             "Start the database with `make db` or point --dsn / DATABASE_URL at a running server."
         ) from None
+
+
+def relation_exists(conn: psycopg.Connection, qualified_name: str) -> bool:
+    return conn.execute("SELECT to_regclass(%s)", [qualified_name]).fetchone()[0] is not None
+
+
+def identifier(qualified_name: str) -> sql.Identifier:
+    """`schema.table` as a quoted SQL identifier."""
+    return sql.Identifier(*qualified_name.split("."))
 
 
 def with_user(dsn: str | None, user: str, password: str | None) -> str:

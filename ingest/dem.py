@@ -30,7 +30,7 @@ from sqlalchemy import MetaData, Table
 from tqdm import tqdm
 
 from ingest import schema
-from ingest.db import connect
+from ingest.db import connect, relation_exists
 from ingest.dem_tiles import BadRaster, Grid, RasterFacts, read_facts
 from ingest.dem_workers import EncoderPool
 from ingest.diskspace import check_room
@@ -42,7 +42,6 @@ from ingest.load_state import (
     plan_from_first_change,
     read_log,
     refuse_unknown_rows,
-    relation_exists,
     require_bookkeeping,
     unchanged,
     write_log,

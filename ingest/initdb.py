@@ -19,7 +19,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.schema import CreateTable
 
 from ingest import schema
-from ingest.db import connect
+from ingest.db import connect, relation_exists
 from ingest.errors import GsqaError, SchemaConflict
 
 READER_PASSWORD_ENV = "GSQA_READER_PASSWORD"
@@ -90,7 +90,7 @@ def _existing_objects(conn: psycopg.Connection) -> set[str]:
         )
     }
     for table in schema.metadata.sorted_tables:
-        if conn.execute("SELECT to_regclass(%s)", [table.fullname]).fetchone()[0]:
+        if relation_exists(conn, table.fullname):
             found.add(f"table {table.fullname}")
     if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [schema.BOOKKEEPING_SCHEMA]).fetchone():
         found.add(f"schema {schema.BOOKKEEPING_SCHEMA}")
@@ -187,4 +187,8 @@ def _apply_grants(conn: psycopg.Connection) -> None:
 def finalize(dsn: str | None) -> None:
     """Post-load work on the vector tables: GiST indexes and ANALYZE (sql/40_post_load_indexes.sql)."""
     with connect(dsn, autocommit=True) as conn:
+        missing = [table.fullname for table in schema.REFERENCE_TABLES if not relation_exists(conn, table.fullname)]
+        if missing:
+            raise GsqaError(f"table {missing[0]} does not exist in {conn.info.host}:{conn.info.port}/"
+                            f"{conn.info.dbname}: run `ingest init` first, then the load stages")
         run_sql_file(conn, "40_post_load_indexes.sql")

@@ -19,6 +19,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from ingest import schema
+from ingest.db import relation_exists
 from ingest.errors import GsqaError
 
 LOAD_LOG = sql.Identifier(schema.BOOKKEEPING_SCHEMA, "load_log")
@@ -37,10 +38,6 @@ class LogEntry:
 def file_checksum(path: Path) -> str:
     with open(path, "rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
-
-
-def relation_exists(conn: psycopg.Connection, qualified_name: str) -> bool:
-    return conn.execute("SELECT to_regclass(%s)", [qualified_name]).fetchone()[0] is not None
 
 
 def lock_target(conn: psycopg.Connection, stage: str, target: str) -> None:

@@ -34,7 +34,7 @@ from psycopg import sql
 from tqdm import tqdm
 
 from ingest import schema
-from ingest.db import connect
+from ingest.db import connect, identifier, relation_exists
 from ingest.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
 from ingest.initdb import create_table_sql
 from ingest.load_state import (
@@ -45,7 +45,6 @@ from ingest.load_state import (
     plan_from_first_change,
     read_log,
     refuse_unknown_rows,
-    relation_exists,
     require_bookkeeping,
     unchanged,
     write_log,
@@ -301,7 +300,7 @@ def _set_compression(conn: psycopg.Connection, plan: _Plan, compression: str) ->
                                "AND attname = 'geometry'", [target]).fetchone()[0]
         if current != compression[0]:  # 'l' or 'p'; '' is the server's default
             conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN geometry SET COMPRESSION {}").format(
-                _ident(target), sql.SQL(compression)))
+                identifier(target), sql.SQL(compression)))
 
 
 def _refuse_foreign_rows(conn: psycopg.Connection, plan: _Plan) -> None:
@@ -313,7 +312,7 @@ def _refuse_foreign_rows(conn: psycopg.Connection, plan: _Plan) -> None:
 
 
 def _count(conn: psycopg.Connection, table: str) -> int:
-    return conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(*table.split(".")))).fetchone()[0]
+    return conn.execute(sql.SQL("SELECT count(*) FROM {}").format(identifier(table))).fetchone()[0]
 
 
 def _empty(conn: psycopg.Connection, layer: Layer) -> None:
@@ -321,7 +320,7 @@ def _empty(conn: psycopg.Connection, layer: Layer) -> None:
     with conn.transaction():
         targets = [layer.table.fullname] + ([STAGE] if layer.in_passes else [])
         for target in targets:
-            conn.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY").format(sql.Identifier(*target.split("."))))
+            conn.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY").format(identifier(target)))
             forget_log(conn, target)
 
 
@@ -412,10 +411,10 @@ def _make_room(conn: psycopg.Connection, plan: _Plan, name: str, first_write: bo
     """Staging: drop this file's earlier rows. Direct: on the first write drop the rows of this file and
     every later one; then point the id sequence just past the rows that stay."""
     if plan.layer.in_passes:
-        conn.execute(sql.SQL("DELETE FROM {} WHERE source_name = %s").format(_ident(STAGE)), [name])
+        conn.execute(sql.SQL("DELETE FROM {} WHERE source_name = %s").format(identifier(STAGE)), [name])
         forget_log(conn, STAGE, name=name)
         return
-    table = _ident(plan.target)
+    table = identifier(plan.target)
     if first_write:
         forget_log(conn, plan.target, from_name=name)
         kept = sum(entry.rows for entry in read_log(conn, plan.target).values())
@@ -424,16 +423,12 @@ def _make_room(conn: psycopg.Connection, plan: _Plan, name: str, first_write: bo
                  .format(table), [plan.target])
 
 
-def _ident(qualified: str) -> sql.Identifier:
-    return sql.Identifier(*qualified.split("."))
-
-
 def _copy_file(conn: psycopg.Connection, plan: _Plan, file_streams: list[tuple[Job, JobStream]],
                skipped: _Skipped, bar: tqdm, stop: threading.Event) -> tuple[int, int]:
     """COPY the rows of every piece of the file as they are parsed; returns (rows, features)."""
     columns = ("source_name", "pass", "seq") * plan.layer.in_passes + plan.layer.columns
     statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
-        _ident(plan.target), sql.SQL(", ").join(map(sql.Identifier, columns)))
+        identifier(plan.target), sql.SQL(", ").join(map(sql.Identifier, columns)))
     rows = features = 0
     with conn.cursor().copy(statement) as copy:
         copy.write(COPY_HEADER)
@@ -477,5 +472,5 @@ def _number_pois(conn: psycopg.Connection) -> None:
     columns = sql.SQL(", ").join(map(sql.Identifier, LAYERS["pois"].columns))
     with conn.transaction():
         conn.execute(sql.SQL(_NUMBER_POIS).format(
-            pois=_ident(pois), stage=_ident(STAGE), columns=columns, pois_name=sql.Literal(pois),
+            pois=identifier(pois), stage=identifier(STAGE), columns=columns, pois_name=sql.Literal(pois),
             stage_name=sql.Literal(STAGE), log=sql.Identifier(schema.BOOKKEEPING_SCHEMA, "load_log")))

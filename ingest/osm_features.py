@@ -189,5 +189,4 @@ def encoder(layer: Layer, source_name: str) -> Callable[[Any, int], list[bytes]]
         return [field_count + source + _INT32.pack(4) + _INT32.pack(number) + _INT32.pack(8) + _INT64.pack(offset)
                 + body for number, _ in rows]
 
-    encode.layer = layer  # type: ignore[attr-defined]
     return encode

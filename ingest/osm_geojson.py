@@ -192,7 +192,7 @@ def _read_lines(job: Job, batcher: _Batcher) -> Iterator[Batch]:
                 batcher.skip(here, str(error))
             except ValueError as error:  # simdjson: not valid JSON (or not UTF-8) on its own
                 closed = _last_feature(parse, encode, text, here, batcher, " ".join(str(error).split()))
-        if batcher.size >= BATCH_BYTES:
+        if batcher.full():
             yield batcher.take()
     if job.last and not closed:
         raise SourceError(f"{job.path}: truncated: its {job.end:,} bytes end inside the features array (the last "

@@ -12,7 +12,7 @@ import psycopg
 from psycopg import sql
 
 from ingest import schema
-from ingest.db import connect, with_user
+from ingest.db import connect, identifier, relation_exists, with_user
 from ingest.errors import GsqaError
 from ingest.initdb import MIN_POSTGIS, READER_PASSWORD_ENV
 
@@ -65,8 +65,8 @@ def database_facts(dsn: str | None) -> dict[str, object]:
         version, postgis = conn.execute("SELECT version(), postgis_full_version()").fetchone()
         counts = {}
         for table in schema.REFERENCE_TABLES:
-            if conn.execute("SELECT to_regclass(%s)", [table.fullname]).fetchone()[0] is not None:
-                query = sql.SQL("SELECT count(*) FROM {}").format(_qualified(table.fullname))
+            if relation_exists(conn, table.fullname):
+                query = sql.SQL("SELECT count(*) FROM {}").format(identifier(table.fullname))
                 counts[table.name] = conn.execute(query).fetchone()[0]
     return {"version": version, "postgis_full_version": postgis, "row_counts": counts}
 
@@ -83,16 +83,13 @@ def _postgis_version(conn: psycopg.Connection) -> str:
 
 def _row_estimate(conn: psycopg.Connection, qualified_name: str) -> int | None:
     """Planner estimate of the row count (exact counts take minutes on roads); 0 only if really empty."""
-    if conn.execute("SELECT to_regclass(%s)", [qualified_name]).fetchone()[0] is None:
+    if not relation_exists(conn, qualified_name):
         return None
-    if conn.execute(sql.SQL("SELECT NOT EXISTS (SELECT FROM {})").format(_qualified(qualified_name))).fetchone()[0]:
+    if conn.execute(sql.SQL("SELECT NOT EXISTS (SELECT FROM {})").format(identifier(qualified_name))).fetchone()[0]:
         return 0
     estimate = conn.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [qualified_name])
     return max(estimate.fetchone()[0], 1)
 
-
-def _qualified(name: str) -> sql.Composed:
-    return sql.SQL(".").join(sql.Identifier(part) for part in name.split("."))
 
 
 def _reader_problem(dsn: str) -> str | None:

@@ -78,3 +78,10 @@ def test_check_without_postgis_is_exit_2(fresh_dsn: str) -> None:
     result = run("reproduce", "check", "--dsn", fresh_dsn)
     assert result.returncode == 2
     assert "run `ingest init` first" in result.stderr
+
+
+def test_finalize_before_init_says_so_in_one_line(fresh_dsn: str) -> None:
+    result = run("ingest", "finalize", "--dsn", fresh_dsn)
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith("run `ingest init` first, then the load stages")
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
