@@ -76,7 +76,8 @@ def tags(shapes: Shapes, base: dict[str, str], extra: int) -> dict[str, str]:
         out[f"tiger:field_{k}" if k % 3 else f"source:{k}"] = f"value {shapes.random.randint(0, 10**6)}"
     if shapes.random.random() < 0.3:
         out.update({"addr:city": "Springfield", "addr:state": "IL", "addr:postcode": "62701",
-                    "addr:street": shapes.random.choice(STREETS), "addr:housenumber": str(shapes.random.randint(1, 999))})
+                    "addr:street": shapes.random.choice(STREETS),
+                    "addr:housenumber": str(shapes.random.randint(1, 999))})
     return out
 
 
@@ -88,7 +89,8 @@ def poi(shapes: Shapes, n: int) -> dict:
         base["name"] = f"Place {n}"
     if shapes.random.random() < 0.05:  # matches two category lists: loader 1 inserts it twice
         base["amenity"] = "cafe"
-    return feature({"type": "Point", "coordinates": shapes.point()}, n, tags(shapes, base, shapes.random.randint(2, 12)))
+    geometry = {"type": "Point", "coordinates": shapes.point()}
+    return feature(geometry, n, tags(shapes, base, shapes.random.randint(2, 12)))
 
 
 def road(shapes: Shapes, n: int) -> dict:
