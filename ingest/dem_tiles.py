@@ -129,8 +129,8 @@ def encode_rows(path: Path, grid: Grid) -> Iterator[TileRow]:
                     row = _encode_row(grid, top, pixels, index)
                     index += (grid.width + TILE - 1) // TILE
                     yield row
-        except RasterioError as error:
-            raise BadRaster(f"{path}: truncated or corrupt ({_first_line(error)})") from None
+        except RasterioError as error:  # rasterio's own message points at the GDAL error it chains
+            raise BadRaster(f"{path}: truncated or corrupt ({_first_line(error.__cause__ or error)})") from None
 
 
 def _encode_row(grid: Grid, top: int, pixels: np.ndarray, first_index: int) -> TileRow:
@@ -156,5 +156,5 @@ def tile_wkb(grid: Grid, col: int, row: int, block: np.ndarray) -> bytes:
     return header + band + block.tobytes()
 
 
-def _first_line(error: Exception) -> str:
+def _first_line(error: BaseException) -> str:
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
