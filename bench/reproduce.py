@@ -6,10 +6,12 @@
    The difference divided by the number of questions is the overhead per question. Target: < 5 ms.
 2. Speed-up: CPU-bound questions (a fixed amount of arithmetic in the server) with 1..N workers.
    Target: >= 1.8x with 2 workers.
-3. Judging: the verdict and the strict diff of every real record in ../shared/benchmark against its own
-   stored answer, per question (runs in the main thread while the workers query).
+3. Judging: the verdict and the strict diff of every real record in --data (default: the repository's
+   copy, tests/data/benchmark; a full copy of the benchmark gives the figure for all of it) against its
+   own stored answer, per question (runs in the main thread while the workers query).
 
 Usage: .venv/bin/python bench/reproduce.py [--repeat 15] [--cpu-questions 12] [--max-workers 2] [--keep]
+       [--data DIR]
 Needs the local PostgreSQL (as for the tests); creates and drops the database gsqa_bench_reproduce (--keep
 leaves it, with the R1-R4 and VR1-VR3 fixture in which the stored answers hold, to try `reproduce` on).
 """
@@ -80,7 +82,7 @@ def timed_harness(reader: str, records: list[Record], workers: int) -> float:
     return time.perf_counter() - start
 
 
-BENCHMARK = ROOT.parent / "shared" / "benchmark"
+BENCHMARK = ROOT / "tests" / "data" / "benchmark"
 STORED = ["R1", "R2", "R3", "R4", "VR1", "VR2", "VR3"]  # the templates whose stored answers the fixture makes hold
 
 
@@ -109,8 +111,8 @@ def speed_up(reader: str, questions: int, max_workers: int, rows: int) -> None:
               f"{base / seconds:.2f}x")
 
 
-def judging() -> None:
-    records = dataset.load(BENCHMARK, configs.templates_of("all")).records
+def judging(data: Path) -> None:
+    records = dataset.load(data, configs.templates_of("all")).records
     start = time.perf_counter()
     for record in records:
         evaluate(record, Outcome("rows", 0.0, record.answers))
@@ -125,6 +127,7 @@ def main() -> None:
     parser.add_argument("--cpu-rows", type=int, default=2_000_000, help="generate_series size per CPU question")
     parser.add_argument("--max-workers", type=int, default=2)
     parser.add_argument("--keep", action="store_true", help=f"leave the database {DATABASE} in place")
+    parser.add_argument("--data", type=Path, default=BENCHMARK, help="records to judge (default: %(default)s)")
     args = parser.parse_args()
     dsn = create_database()
     reader = with_user(dsn, "gsqa_reader", os.environ.get("GSQA_READER_PASSWORD"))
@@ -135,7 +138,7 @@ def main() -> None:
         print(f"server: {version}; cores: {os.cpu_count()}; load average before: {load}")
         overhead(dsn, reader, args.repeat)
         speed_up(reader, args.cpu_questions, args.max_workers, args.cpu_rows)
-        judging()
+        judging(args.data)
     finally:
         if args.keep:
             print(f"kept: --dsn {dsn}")

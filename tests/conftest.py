@@ -21,7 +21,8 @@ from psycopg.conninfo import make_conninfo
 from ingest.db import resolve_dsn
 from ingest.errors import GsqaError
 
-SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
+# Real benchmark records and the reference DDL, copied into the repository (tests/data/README.md).
+DATA = Path(__file__).resolve().parent / "data"
 HOW_TO_START = (
     "The tests need a running PostgreSQL with PostGIS (Debian: apt-get install postgresql-15-postgis-3 "
     "postgis; start it with `pg_ctlcluster 15 main start`), reachable through DATABASE_URL or PGHOST/PGPORT/"

@@ -6,12 +6,12 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import SHARED
+from conftest import DATA
 from perturb import EXPECTED, perturbed
 
 from reproduce import compare, configs, dataset
 
-BENCHMARK = SHARED / "benchmark"
+BENCHMARK = DATA / "benchmark"
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +150,7 @@ def test_more_rows_than_stored_is_a_mismatch_even_for_one_stored_row() -> None:
 def test_v11_v12_stored_row_held_twice_counts_once_in_the_verdict(records: list[dataset.Record]) -> None:
     doubled = [r for r in records if r.template_id in ("V11", "V12") and len(r.answers) == 2
                and r.answers[0] == r.answers[1]]
-    assert len(doubled) >= 20  # BENCHMARK-FORMAT.md section 3.1
+    assert len(doubled) >= 5  # BENCHMARK-FORMAT.md section 3.1; tests/data carries five of the 24
     for record in doubled:
         returned = [{**record.answers[0], "id": -1}]  # the one row the LIMIT 1 SQL gives, another serial id
         assert compare.judge(record.template_id, record.answers, returned).status == "pass", record.id

@@ -6,13 +6,13 @@ import re
 
 import psycopg
 import pytest
-from conftest import SHARED
+from conftest import DATA
 
 from ingest import schema
 from ingest.errors import SchemaConflict
 from ingest.initdb import initialize, table_columns
 
-SPEC = SHARED / "docs" / "REFERENCE-DB.md"
+SPEC = DATA / "reference-ddl.md"
 REFERENCE_TABLE_NAMES = ["pois", "roads", "parks", "lakes", "regions", "dem_us"]
 
 INFO_SCHEMA_COLUMNS = """

@@ -65,10 +65,15 @@ def write_answer_layers(records: list[dataset.Record], folder: Path) -> None:
     write_layer(folder / "parks" / "parks.geojson", list(layers["parks"].values()))
 
 
+# (template, question index) of the records used here: pois and parks answers with a handful of rows.
+CHOSEN = {("V1", 1), ("V5", 0), ("V10", 0), ("V11", 0), ("V13", 4), ("V21", 4), ("V25", 4), ("V26", 0)}
+
+
 @pytest.fixture(scope="module")
 def records() -> list[dataset.Record]:
-    loaded = dataset.load(DATA, configs.templates_of("vector")).records
-    assert len(loaded) == 8
+    loaded = [record for record in dataset.load(DATA, configs.templates_of("vector")).records
+              if (record.template_id, int(record.id.rsplit("/", 1)[1])) in CHOSEN]
+    assert len(loaded) == len(CHOSEN)
     return loaded
 
 

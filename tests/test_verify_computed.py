@@ -13,7 +13,7 @@ import dataclasses
 
 import psycopg
 import pytest
-from conftest import SHARED
+from conftest import DATA
 from perturb import EXPECTED, perturbed
 from refdb_fixtures import load_computed_fixture
 
@@ -26,7 +26,7 @@ PER_VECTOR_TEMPLATE = 3
 
 @pytest.fixture(scope="module")
 def sample() -> list[dataset.Record]:
-    records = dataset.load(SHARED / "benchmark", configs.templates_of("all")).records
+    records = dataset.load(DATA / "benchmark", configs.templates_of("all")).records
     taken: dict[str, int] = {}
     chosen = []
     for record in records:
@@ -94,7 +94,7 @@ def test_computed_answers_are_judged_by_the_template_metric(outcomes: dict) -> N
 
 
 def test_verify_reports_the_computed_fixture_run(computed_db: str) -> None:
-    request = Request("raster_only", SHARED / "benchmark", computed_db, None, 10.0, 2,
+    request = Request("raster_only", DATA / "benchmark", computed_db, None, 10.0, 2,
                       ["R5", "R6", "R7", "R10"], progress=False)
     results = verify(request).results
     assert len(results) == 80 and {r.status for r in results} <= {"pass", "mismatch"}

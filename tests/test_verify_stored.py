@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from conftest import SHARED
+from conftest import DATA
 from refdb_fixtures import load_stored_answers, points_in
 
 from reproduce import configs, dataset
@@ -20,14 +20,14 @@ TEMPLATES = ["R1", "R2", "R3", "R4", "VR1", "VR2", "VR3"]
 
 @pytest.fixture(scope="module")
 def stored_db(initialized_dsn: str) -> str:
-    records = dataset.load(SHARED / "benchmark", [configs.template(t) for t in TEMPLATES]).records
+    records = dataset.load(DATA / "benchmark", [configs.template(t) for t in TEMPLATES]).records
     with psycopg.connect(initialized_dsn) as conn:
         load_stored_answers(conn, records)
     return initialized_dsn
 
 
 def run(dsn: str, *templates: str) -> dict[str, str]:
-    request = Request("all", SHARED / "benchmark", dsn, None, 5.0, 2, list(templates), progress=False)
+    request = Request("all", DATA / "benchmark", dsn, None, 5.0, 2, list(templates), progress=False)
     return {result.id: result for result in verify(request).results}
 
 
@@ -58,7 +58,7 @@ def test_elevation_tolerance_is_10_m(stored_db: str, metres: int, status: str) -
 
 
 def test_r3_difference_and_r4_threshold_follow_one_changed_pixel(stored_db: str) -> None:
-    record = dataset.find("raster_only/elevation_diff+two_pois/0", SHARED / "benchmark")
+    record = dataset.find("raster_only/elevation_diff+two_pois/0", DATA / "benchmark")
     before = record.answers[0]["elevation_difference_m"]
     with psycopg.connect(stored_db) as conn:  # raise p1 by 11 m: the difference moves by 11 m
         conn.execute("UPDATE dem_us SET rast = ST_MapAlgebra(rast, 1, '16BSI', '[rast] + 11') "
@@ -74,7 +74,7 @@ def test_r3_difference_and_r4_threshold_follow_one_changed_pixel(stored_db: str)
 
 
 def test_one_more_poi_at_the_anchor_changes_the_count(stored_db: str) -> None:
-    records = dataset.load(SHARED / "benchmark", [configs.template("VR3")]).records
+    records = dataset.load(DATA / "benchmark", [configs.template("VR3")]).records
     counted = next(r for r in records if 0 < r.answers[0]["count"] < 20)  # one more is beyond 5 %
     with psycopg.connect(stored_db) as conn:
         duplicate = conn.execute(
