@@ -37,6 +37,7 @@ db: db-up
 	$(PSQL_IN_DB) -f /opt/gsqa/bulk_load_off.sql && exit $$status
 
 db-up:
+	@$(COMPOSE) version >/dev/null 2>&1 || { echo "make db: \`$(COMPOSE) version\` failed: install Docker Engine with the Compose v2 plugin, or build without Docker: make db-local" >&2; exit 2; }
 	$(COMPOSE) --profile loader build
 	$(COMPOSE) up --detach --wait db
 

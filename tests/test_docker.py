@@ -83,3 +83,11 @@ def test_server_config_keeps_minimal_wal_startable() -> None:
         if "=" in line.split("#")[0]
     )
     assert settings["wal_level"] == "minimal" and settings["max_wal_senders"] == "0"
+
+
+def test_make_db_without_compose_says_what_to_install_in_one_line() -> None:
+    result = run("make", "db", "COMPOSE=gsqa-no-such-docker compose")
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("make:")]
+    assert len(lines) == 1 and "Compose v2 plugin" in lines[0] and "make db-local" in lines[0]
+    assert "--profile loader build" not in result.stdout  # nothing was started
