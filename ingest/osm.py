@@ -213,12 +213,13 @@ def load_osm(source: Path, dsn: str | None = None, *, layers: list[str] | None =
 def _lanes(selected: list[Layer], files: dict[str, dict[str, Path]], count: int) -> list[list[Layer]]:
     """The layers split into `count` lanes of about equal bytes (largest first into the lightest lane),
     each lane in table order."""
+    size = {layer.name: sum(path.stat().st_size for path in files[layer.name].values()) for layer in selected}
     lanes: list[list[Layer]] = [[] for _ in range(count)]
     weights = [0] * count
-    for layer in sorted(selected, key=lambda item: -sum(path.stat().st_size for path in files[item.name].values())):
+    for layer in sorted(selected, key=lambda item: -size[item.name]):
         lightest = weights.index(min(weights))
         lanes[lightest].append(layer)
-        weights[lightest] += sum(path.stat().st_size for path in files[layer.name].values())
+        weights[lightest] += size[layer.name]
     return [sorted(lane, key=selected.index) for lane in lanes if lane]
 
 
@@ -352,9 +353,11 @@ def _load_layer(conn: psycopg.Connection, streams: Iterator[JobStream], plan: _P
 
 
 def _drain(file_streams: list[tuple[Job, JobStream]], bar: tqdm) -> None:
+    """Consume the pieces not read yet (so the parsers move on), counting their bytes as done."""
     for job, stream in file_streams:
-        stream.drain()
-        bar.update(job.end - job.start)
+        if not stream.finished:
+            stream.drain()
+            bar.update(job.end - job.start)
 
 
 def _write_file(conn: psycopg.Connection, plan: _Plan, name: str, file_streams: list[tuple[Job, JobStream]],
@@ -388,10 +391,7 @@ def _write_file(conn: psycopg.Connection, plan: _Plan, name: str, file_streams: 
 def _fail(report: LayerReport, name: str, message: str, file_streams: list[tuple[Job, JobStream]], bar: tqdm) -> None:
     report.failed[name] = message
     log.error("error: %s", message)
-    for job, stream in file_streams:
-        if not stream.finished:
-            stream.drain()
-            bar.update(job.end - job.start)
+    _drain(file_streams, bar)
 
 
 @dataclass

@@ -11,8 +11,8 @@ Two layouts, told apart by the start of a file (`sniff`):
   file with ijson's C backend, feature by feature, in constant memory. A JSON error here cannot be
   stepped over, so it fails the file.
 
-Every job yields Batch items of about BATCH_BYTES and returns the number of features it saw; an input
-problem that spoils the whole file (truncated, not JSON, unreadable) raises SourceError.
+Every job yields Batch items of about BATCH_BYTES (each counts its features); an input problem that
+spoils the whole file (truncated, not JSON, unreadable) raises SourceError.
 """
 
 from __future__ import annotations
@@ -145,8 +145,8 @@ class _Batcher:
         return batch
 
 
-def parse_job(job: Job) -> Generator[Batch, None, int]:
-    """The pool's work function: the job's batches; returns how many features it saw."""
+def parse_job(job: Job) -> Generator[Batch, None, None]:
+    """The pool's work function: the job's batches (the last one may be empty)."""
     try:
         reader = _read_lines if job.layout == "lines" else _read_stream
         batcher = _Batcher()
@@ -154,7 +154,6 @@ def parse_job(job: Job) -> Generator[Batch, None, int]:
         yield batcher.take()
     except OSError as error:
         raise SourceError(f"{job.path}: cannot read ({error.strerror or error})") from None
-    return batcher.features
 
 
 def _encode_safely(encode: Any, feature: Any, offset: int, batcher: _Batcher) -> None:
