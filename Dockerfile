@@ -1,9 +1,22 @@
-# The loader: this project's CLIs (`ingest`, `reproduce`) with their wheels (rasterio and osmium ship
-# GDAL and libosmium inside their manylinux wheels, so no system GIS libraries are needed).
-FROM python:3.11-slim-bookworm
+# The loader: this project's CLIs (`ingest`, `reproduce`) on Debian 12's Python 3.11, in a venv with their
+# wheels (rasterio and osmium ship GDAL and libosmium inside their manylinux wheels, so no system GIS
+# libraries are needed). The base image is built locally by `make base-image` where no registry is reachable.
+FROM debian:bookworm-slim
 
-ENV PIP_NO_CACHE_DIR=1 \
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv \
+    && rm -rf /var/lib/apt/lists/*
+# Certificates of a TLS-intercepting proxy, if any (docker/ca-certificates/README.md); Python's HTTP clients
+# are pointed at the system store, which then holds them.
+COPY docker/ca-certificates/ /usr/local/share/ca-certificates/gsqa/
+RUN update-ca-certificates >/dev/null
+ENV PATH=/opt/venv/bin:$PATH \
+    PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
+    SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
+    REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt \
     PYTHONUNBUFFERED=1
 
 WORKDIR /opt/gsqa-refdb
@@ -11,8 +24,8 @@ COPY pyproject.toml README.md ./
 COPY ingest ./ingest
 COPY reproduce ./reproduce
 COPY sql ./sql
-RUN pip install --no-cache-dir . \
-    && useradd --create-home --uid 1000 gsqa
+RUN python3 -m venv /opt/venv && pip install --no-cache-dir . && useradd --create-home --uid 1000 gsqa
+# `make db` runs the container as the invoking user (GSQA_UID), so that fetched files belong to them.
 USER 1000
 WORKDIR /data
 ENTRYPOINT ["ingest"]

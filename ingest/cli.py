@@ -19,14 +19,16 @@ from ingest.db import DsnOption
 from ingest.errors import EXIT_INTERRUPTED, reported_as_exit_code
 
 if TYPE_CHECKING:
+    from ingest.fetch import FetchReport
     from ingest.osm import OsmLoadReport
 
 app = command_group(
     "ingest",
     """Build the GS-QA2 reference database (PostGIS) stage by stage.
 
-Stages, in the order `make db` runs them: init (schema, role), dem (the DEM), osm (the five vector
-tables), finalize (indexes).
+Stages, in the order `ingest all` (and `make db`) runs them: init (schema, role), fetch (the published
+sources), dem (the DEM), osm (the five vector tables), finalize (indexes), check (post-load checks);
+`ingest status` says where a build stands.
 Every command resolves the database the same way: --dsn, then $DATABASE_URL, then libpq's PG* variables.
 
 Exit codes: 0 ok; 1 the run went through but some inputs failed; 2 nothing started (usage error,
@@ -74,6 +76,82 @@ def finalize(dsn: DsnOption = None) -> None:
     with reported_as_exit_code():
         initdb.finalize(dsn)
     typer.echo("post-load indexes in place; vector tables analyzed")
+
+
+@app.command("fetch")
+def fetch_command(
+    data_dir: Annotated[Path, typer.Argument(help="Where the published layout goes (dem/, osm/).", show_default=False)],
+    what: Annotated[str, typer.Option(help="Comma-separated parts to fetch, of dem and osm.")] = "dem,osm",
+    tiles: Annotated[Path | None, typer.Option(help="Fetch only the DEM tiles named in this file (one file name "
+                                               "per line) instead of those of dem/tile_list.txt.",
+                                               show_default=False)] = None,
+    bbox: Annotated[str | None, typer.Option(help="Fetch only the DEM tiles of the tile list whose 1-degree cell "
+                                             "overlaps W,S,E,N (degrees).", show_default=False)] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List the files and the size to download; "
+                                          "write nothing.")] = False,
+    workers: Annotated[int, typer.Option(min=1, help="Parallel downloads.")] = 8,
+    as_json: JsonOption = False,
+) -> None:
+    """Download the published sources (Hugging Face dataset Zoe/GS-QA2-source) into DATA_DIR in their
+    published layout: `dem/tile_list.txt`, `dem/tiles/*.tif` (the tiles the tile list names) and
+    `osm/osm_extract/<layer>/*.geojson` (about 18 GB + 53 GB).
+
+    Every file is checked against the hub's checksum before it is moved into the layout, so a stage never
+    reads a partial or unverified file; a file that does not match is discarded and reported. Interrupted
+    downloads resume where they stopped (run the same command again); server errors and dropped connections
+    are retried with backoff. One progress bar on stderr. `--bbox` narrows only the DEM tiles: the GeoJSON
+    file names do not say where their features lie. HF_ENDPOINT and HF_TOKEN are honoured.
+
+    Example: ingest fetch /data --what dem --bbox -118.7,33.6,-117.9,34.4 --dry-run
+
+    Exit codes: 0 every file in place and verified; 1 some files failed or are missing on the hub (the
+    others are in place); 2 nothing started (usage error, hub unreachable, DATA_DIR not writable).
+    """
+    from ingest import fetch
+
+    if tiles is not None and bbox is not None:
+        raise typer.BadParameter("give --tiles or --bbox, not both", param_hint="--bbox")
+    parts = [part.strip() for part in what.split(",") if part.strip()]
+    _log_to_stderr()
+    with reported_as_exit_code():
+        report = fetch.fetch(data_dir, parts, tiles_file=tiles, bbox=fetch.parse_bbox(bbox) if bbox else None,
+                             dry_run=dry_run, workers=workers)
+    if as_json:
+        typer.echo(json.dumps(report.as_json()))
+    else:
+        _print_fetch_report(report, dry_run)
+    raise typer.Exit(report.exit_code)
+
+
+def _print_fetch_report(report: FetchReport, dry_run: bool) -> None:
+    from ingest.fetch import SOURCE_REPO
+
+    source = f"{SOURCE_REPO}@{report.revision[:12]}"
+    if dry_run:
+        present = set(report.present)
+        for remote in report.files:
+            typer.echo(f"{'present' if remote.path in present else 'fetch':8} {_size(remote.size):>9}  {remote.path}")
+        typer.echo(f"{len(report.files)} files ({_size(report.total_bytes)}) from {source}: "
+                   f"{len(report.downloaded)} to download ({_size(report.bytes_downloaded)}), "
+                   f"{len(report.present)} already present")
+    else:
+        typer.echo(f"{source}: downloaded {len(report.downloaded)} files ({_size(report.bytes_downloaded)}) in "
+                   f"{report.seconds:.1f} s; {len(report.present)} already present; {len(report.failed)} failed; "
+                   f"{len(report.missing)} missing")
+        for path, reason in sorted(report.failed.items()):
+            typer.echo(f"  failed: {path}: {reason}")
+    for path in report.missing:
+        typer.echo(f"  missing: {path} is named by the tile list but is not in {source}")
+
+
+def _size(count: float) -> str:
+    if count < 1000:
+        return f"{count:.0f} B"
+    for unit in ("kB", "MB", "GB"):
+        count /= 1000
+        if count < 1000 or unit == "GB":
+            return f"{count:.1f} {unit}"
+    raise AssertionError("unreachable")
 
 
 # The stages import their loaders when they run: `ingest osm` need not load rasterio, nor `ingest dem` shapely.
@@ -169,6 +247,121 @@ def osm_command(
     else:
         _print_osm_report(report)
     raise typer.Exit(report.exit_code)
+
+
+@app.command("all")
+def all_command(
+    data_dir: Annotated[Path, typer.Argument(help="The sources in their published layout (dem/, osm/); fetched "
+                                             "there unless --offline.", show_default=False)],
+    what: Annotated[str, typer.Option(help="Comma-separated parts to build, of dem and osm.")] = "dem,osm",
+    offline: Annotated[bool, typer.Option("--offline", help="Use only what is in DATA_DIR; fetch nothing.")] = False,
+    bbox: Annotated[str | None, typer.Option(help="Build a region: only the DEM tiles of the tile list whose "
+                                             "1-degree cell overlaps W,S,E,N (degrees).", show_default=False)] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="Processes per load stage [default: number of cores].",
+                                                show_default=False)] = None,
+    compression: Annotated[str, typer.Option(help="TOAST compression of tiles and geometries: lz4 or pglz.")] = "lz4",
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Build the whole reference database: init, fetch (skipped with --offline), dem, osm, finalize, check.
+
+    Each stage is recorded in gsqa.stage_log (start, end, outcome; see `ingest status`). The build stops at
+    the first stage that fails, with one line saying what failed; run the same command again and it
+    continues where it stopped: the fetch keeps every verified file, the loads keep every loaded file, and
+    a load stage already done on unchanged inputs is skipped. The DEM tile set is the one dem/tile_list.txt
+    names. Without osm/osm_extract/ in DATA_DIR the vector tables stay empty (the osm stage says so).
+    Progress and stage lines go to stderr; the summary to stdout.
+
+    A region (`--bbox`) takes the DEM tiles of the tile list that overlap the box; the GeoJSON layers do not
+    say where their features lie, so a region is usually built with `--what dem` (see `make demo`).
+
+    Example: ingest all /data   (in the loader container, as `make db` runs it)
+
+    Exit codes: 0 every stage done; 1 a stage failed (the summary says which and why); 2 nothing started
+    (usage error, unreachable database, DATA_DIR missing with --offline); 130 interrupted.
+    """
+    from ingest import build, fetch
+
+    _check_compression(compression)
+    parts = tuple(part.strip() for part in what.split(",") if part.strip())
+    if not parts or set(parts) - set(fetch.WHAT):
+        raise typer.BadParameter("expected a comma-separated subset of dem,osm", param_hint="--what")
+    options = build.BuildOptions(data_dir, what=parts, offline=offline, bbox=fetch.parse_bbox(bbox) if bbox else None,
+                                 workers=workers, compression=compression)
+    with _load_stage():
+        report = build.build(options, dsn, lambda line: print(line, file=sys.stderr, flush=True))
+    if as_json:
+        typer.echo(json.dumps(report.as_json()))
+    else:
+        for stage in report.stages:
+            typer.echo(f"{stage.stage:9} {stage.state:8} {stage.seconds:8.1f} s  {stage.summary}")
+        if report.exit_code:
+            typer.echo("the build stopped; fix what the failed stage names, then run the same command again")
+    raise typer.Exit(report.exit_code)
+
+
+@app.command("status")
+def status_command(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
+    """Where the build stands: every stage of `ingest all` (done, failed, running, interrupted or pending,
+    with its times and summary) and what each reference table holds (files and rows from the load log)
+    against what the last `ingest all` set out to load.
+
+    Example: ingest status --json
+
+    Exit codes: 0 printed; 2 unreachable database or no build recorded.
+    """
+    from ingest import build
+
+    with reported_as_exit_code():
+        state = build.status(dsn)
+    if as_json:
+        typer.echo(json.dumps(state))
+        return
+    for stage in state["stages"]:
+        line = f"{stage['stage']:9} {stage['state']:11}"
+        if stage.get("started"):
+            line += f" {stage['started'][:19]}  {stage['seconds'] or 0:8.1f} s  {stage['summary']}"
+        typer.echo(line)
+    expected = {stage["stage"]: (stage.get("expected") or {}).get("files") for stage in state["stages"]}
+    for table, loaded in state["loaded"].items():
+        wanted = expected["dem"] if table == "public.dem_us" else None
+        files = f"{loaded['files']:,}" + (f" of {wanted:,}" if wanted is not None else "")
+        typer.echo(f"{table:14} {files:>15} files  {loaded['rows'] or 0:>14,} rows")
+    if expected["osm"] is not None:
+        vector_files = sum(loaded["files"] for table, loaded in state["loaded"].items() if table != "public.dem_us")
+        typer.echo(f"vector tables: {vector_files:,} of {expected['osm']:,} GeoJSON files loaded")
+
+
+@app.command("check")
+def check_command(
+    reference: Annotated[bool, typer.Option("--reference", help="Also compare with the published totals: "
+                                            "265,950 tiles, the documented extent, the vector row-count lower "
+                                            "bounds.")] = False,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The post-load checks (docs/REFERENCE-DB.md): DEM tile count, 225 tiles per ASTER file and the
+    tile-size census, extent, heap order, raster constraints and raster_columns, the GiST index; vector
+    tables: rows equal to the load log's, indexes, ANALYZE; the files `ingest all` set out to load; the
+    reader role. Read-only; every check is listed, failed ones first.
+
+    Example: ingest check --reference
+
+    Exit codes: 0 every check passed; 1 some checks failed (listed); 2 unreachable database.
+    """
+    from ingest import check
+
+    with reported_as_exit_code():
+        results = check.run_checks(dsn, reference=reference)
+    results.sort(key=lambda result: result.ok)
+    if as_json:
+        typer.echo(json.dumps([result.as_json() for result in results]))
+    else:
+        for result in results:
+            typer.echo(f"{'ok' if result.ok else 'FAILED':6} {result.name:22} {result.detail}")
+        failed = sum(not result.ok for result in results)
+        typer.echo(f"{len(results) - failed} of {len(results)} checks passed")
+    raise typer.Exit(1 if any(not result.ok for result in results) else 0)
 
 
 def _print_osm_report(report: OsmLoadReport, listed: int = 20) -> None:

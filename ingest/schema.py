@@ -118,4 +118,21 @@ pois_stage = Table(
     schema=BOOKKEEPING_SCHEMA,
 )
 
+# One row per stage of `ingest all` (init, fetch, dem, osm, finalize, check): its last run's state (running,
+# done, failed, skipped), times, the fingerprint of the inputs a done load stage ran on (a rerun with the
+# same fingerprint skips it), what it set out to load, and its report. Written after the stage's own commits.
+stage_log = Table(
+    "stage_log",
+    metadata,
+    Column("stage", Text, primary_key=True),
+    Column("state", Text, nullable=False),
+    Column("summary", Text, nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True)),
+    Column("fingerprint", Text),
+    Column("expected", JSONB),
+    Column("report", JSONB),
+    schema=BOOKKEEPING_SCHEMA,
+)
+
 REFERENCE_TABLES = [pois, roads, parks, lakes, regions, dem_us]

@@ -5,16 +5,16 @@ This is the preflight of a verification run, and `reproduce check` on its own.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import psycopg
 from psycopg import sql
 
 from ingest import schema
-from ingest.db import connect, identifier, relation_exists, with_user
+from ingest.db import connect, identifier, relation_exists
 from ingest.errors import GsqaError
-from ingest.initdb import MIN_POSTGIS, READER_PASSWORD_ENV
+from ingest.initdb import MIN_POSTGIS
+from ingest.reader import reader_dsn, reader_problem
 
 
 @dataclass
@@ -32,11 +32,6 @@ class Readiness:
         return found
 
 
-def reader_dsn(dsn: str | None, reader: str | None) -> str:
-    """--reader-dsn, else the main DSN logged in as gsqa_reader with $GSQA_READER_PASSWORD."""
-    return reader or with_user(dsn, schema.READER_ROLE, os.environ.get(READER_PASSWORD_ENV))
-
-
 def check(dsn: str | None, reader: str | None = None, tables: list[str] | None = None) -> Readiness:
     """PostGIS, the reference tables (or only `tables`, by name) and the reader login."""
     with connect(dsn, autocommit=True) as conn:
@@ -44,7 +39,7 @@ def check(dsn: str | None, reader: str | None = None, tables: list[str] | None =
         for table in schema.REFERENCE_TABLES:
             if tables is None or table.name in tables:
                 readiness.row_estimates[table.name] = _row_estimate(conn, table.fullname)
-    readiness.reader_problem = _reader_problem(reader_dsn(dsn, reader))
+    readiness.reader_problem = reader_problem(reader_dsn(dsn, reader))
     return readiness
 
 
@@ -89,20 +84,3 @@ def _row_estimate(conn: psycopg.Connection, qualified_name: str) -> int | None:
         return 0
     estimate = conn.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [qualified_name])
     return max(estimate.fetchone()[0], 1)
-
-
-
-def _reader_problem(dsn: str) -> str | None:
-    """Why the reader login is unusable for benchmark SQL, or None when it is fine."""
-    try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            user, read_only = conn.execute(
-                "SELECT current_user, current_setting('transaction_read_only')"
-            ).fetchone()
-    except psycopg.OperationalError as error:
-        return f"the reader role cannot log in: {' '.join(str(error).split())}"
-    if user != schema.READER_ROLE:
-        return f"the reader DSN logs in as {user}, expected {schema.READER_ROLE}"
-    if read_only != "on":
-        return f"{user} does not default to read-only transactions: rerun `ingest init` on a fresh role"
-    return None

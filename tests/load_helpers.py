@@ -5,8 +5,13 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import psycopg
+from dem_helpers import table_state
+from loader1 import table_rows
+
+from ingest.fetch import STAGING
 
 
 def wait_for(predicate: Callable[[], bool], process: subprocess.Popen, seconds: float = 120) -> bool:
@@ -30,3 +35,26 @@ def logged_files(dsn: str, target: str) -> int:
     """Files of `target` in gsqa.load_log (each committed together with its rows)."""
     with psycopg.connect(dsn) as conn:
         return conn.execute("SELECT count(*) FROM gsqa.load_log WHERE target_table = %s", [target]).fetchone()[0]
+
+
+def partial_download(data: Path) -> bool:
+    """`ingest fetch` into `data` has written part of a file."""
+    try:
+        return any(path.stat().st_size for path in (data / STAGING).rglob("*.incomplete"))
+    except FileNotFoundError:  # a download finished while we looked
+        return False
+
+
+VECTOR = ["pois", "roads", "parks", "lakes", "regions"]
+
+
+def database_state(dsn: str) -> dict:
+    """What the benchmark can observe, plus the load log (without its times)."""
+    state = {table: table_rows(dsn, f"public.{table}") for table in VECTOR}
+    state["dem_us"] = table_state(dsn, "public.dem_us")
+    with psycopg.connect(dsn) as conn:
+        state["load_log"] = conn.execute("SELECT target_table, source_name, source_size, source_checksum, "
+                                         "rows_written FROM gsqa.load_log ORDER BY 1, 2").fetchall()
+        state["indexes"] = conn.execute("SELECT indexdef FROM pg_indexes WHERE schemaname = 'public' "
+                                        "ORDER BY 1").fetchall()
+    return state

@@ -1,0 +1,43 @@
+#!/bin/bash
+# Entrypoint of the gsqa PostGIS image (Dockerfile.postgis). On the first start it creates the cluster in
+# the data volume with the superuser password from POSTGRES_PASSWORD, runs /docker-entrypoint-initdb.d/*
+# against a server that listens on the Unix socket only, and moves the finished cluster into place; then
+# (and on every later start) it runs the server on all interfaces. A start killed during init leaves only
+# a scratch folder, which the next start deletes and builds again.
+# Environment: POSTGRES_PASSWORD (required on first start), POSTGRES_USER (postgres), POSTGRES_DB (gsqa).
+set -euo pipefail
+: "${POSTGRES_USER:=postgres}" "${POSTGRES_DB:=gsqa}" "${PGDATA:=/var/lib/postgresql/data/pgdata}"
+export POSTGRES_USER POSTGRES_DB PGDATA
+
+if [ "$(id -u)" = 0 ]; then
+    install -d -o postgres -g postgres -m 700 "$(dirname "$PGDATA")"
+    exec setpriv --reuid=postgres --regid=postgres --init-groups "$0" "$@"
+fi
+
+if [ ! -s "$PGDATA/PG_VERSION" ]; then
+    if [ -z "${POSTGRES_PASSWORD:-}" ]; then
+        echo "error: the database is not initialised yet and POSTGRES_PASSWORD is empty: set it (docker-compose.yml does)" >&2
+        exit 2
+    fi
+    scratch="$PGDATA.init"
+    rm -rf "$scratch"
+    initdb --pgdata="$scratch" --username="$POSTGRES_USER" --pwfile=<(printf '%s\n' "$POSTGRES_PASSWORD") \
+        --encoding=UTF8 --locale=en_US.UTF-8 --auth-local=trust --auth-host=scram-sha-256 >/dev/null
+    # Other containers (the loader, reproduce) log in over the compose network with the password.
+    echo "host all all all scram-sha-256" >> "$scratch/pg_hba.conf"
+    pg_ctl --pgdata="$scratch" --options="-c listen_addresses=''" --wait --silent start
+    if [ "$POSTGRES_DB" != postgres ]; then
+        psql -v ON_ERROR_STOP=1 --username "$POSTGRES_USER" --dbname postgres -qc "CREATE DATABASE \"$POSTGRES_DB\""
+    fi
+    for script in /docker-entrypoint-initdb.d/*; do
+        case "$script" in
+            *.sh) echo "init: $script" >&2; PGDATA="$scratch" bash "$script" ;;
+            *.sql) echo "init: $script" >&2; psql -v ON_ERROR_STOP=1 --username "$POSTGRES_USER" --dbname "$POSTGRES_DB" -f "$script" ;;
+        esac
+    done
+    pg_ctl --pgdata="$scratch" --mode=fast --wait --silent stop
+    mv "$scratch" "$PGDATA"
+    echo "init: database $POSTGRES_DB ready" >&2
+fi
+
+exec postgres -D "$PGDATA" -c listen_addresses='*' "$@"

