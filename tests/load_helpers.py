@@ -37,10 +37,10 @@ def logged_files(dsn: str, target: str) -> int:
         return conn.execute("SELECT count(*) FROM gsqa.load_log WHERE target_table = %s", [target]).fetchone()[0]
 
 
-def partial_download(data: Path) -> bool:
-    """`ingest fetch` into `data` has written part of a file."""
+def partial_download(data: Path, min_bytes: int = 1) -> bool:
+    """`ingest fetch` into `data` has written at least `min_bytes` of a file it has not finished."""
     try:
-        return any(path.stat().st_size for path in (data / STAGING).rglob("*.incomplete"))
+        return any(path.stat().st_size >= min_bytes for path in (data / STAGING).rglob("*.incomplete"))
     except FileNotFoundError:  # a download finished while we looked
         return False
 

@@ -67,7 +67,7 @@ def test_images_build_from_debian_12_and_the_server_from_its_packages() -> None:
 
 def test_an_invalid_compose_file_fails_the_check(tmp_path: Path) -> None:
     broken = tmp_path / "docker-compose.yml"
-    broken.write_text("services:\n  db:\n    image: 12\n    ports: not-a-list\n")
+    broken.write_text("services:\n  db:\n    image: postgres\n    ports: not-a-list\n")
     result = run(compose_binary(), "-f", str(broken), "config", "--quiet")
     assert result.returncode != 0 and "ports" in result.stderr
 
