@@ -3,7 +3,7 @@
 An ASTER tile is named after its SW integer-degree corner, is 3601x3601 Int16 at 1/3600 degree, and its
 pixel centres fall on whole arc-seconds, so its upper-left corner is (W - 1/7200, N + 1 + 1/7200). The
 terrain is spectral (smooth relief with a 1/f^2 spectrum, 180-330 m) plus metre-scale noise: neither
-constant nor pure noise, because TOAST compression depends on it (ANCHORS.md 1.4).
+constant nor pure noise, because TOAST compression depends on it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     .venv/bin/python bench/dem.py --files 16 [--dsn DSN] [--data-dir /tmp/gsqa-bench-dem] [--json]
 
 Generates N ASTER-like GeoTIFFs (3601x3601 Int16, spectral terrain 180-330 m plus 1.5 m noise, no NODATA
-tag, uncompressed strips, like ANCHORS.md 1.x), then loads them twice into fresh tables of one database:
+tag, uncompressed strips, like the published tiles), then loads them twice into fresh tables of one database:
   raster2pgsql -s 4326 -I -C -M -F -Y 50 -t 256x256 <files> public.bench_r2p | psql -v ON_ERROR_STOP=1
   ingest dem <dir> --table public.bench_ingest
 and prints, for each: wall time, client CPU (all client processes), server CPU (all postgres processes),

@@ -2,7 +2,7 @@
 
 The layout is the one the published source (`Zoe/GS-QA2-source`, osm/osm_extract/<layer>/*.geojson) has by
 its card: one FeatureCollection per file, each feature with `geometry` and `properties` {`id`, `tagsMap`}.
-Shapes follow what the benchmark answers show (REFERENCE-DB.md section 3): named and unnamed POI points
+Shapes follow what the benchmark answers show (docs/REFERENCE-DB.md, Tables): named and unnamed POI points
 with many tags (about one in six passes loader 1's category filter), long road LineStrings (some closed
 ways as Polygons), parks and lakes as (Multi)Polygons with holes plus park points and waterway lines,
 postal-code polygons with many vertices. Coordinates are OSM's 7-decimal fixed point converted to double

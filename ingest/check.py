@@ -6,7 +6,7 @@ write them for the logged grids; the raster_columns row; the GiST index. Vector 
 log's count, the GiST index, ANALYZE done. The files `ingest all` set out to load (gsqa.stage_log) are all
 in the load log. The reader role logs in read-only and may read every reference table. With `reference`,
 also the published totals: 265,950 tiles and their census, the documented extent, and the lower bounds of
-the vector row counts (REFERENCE-DB.md section 1).
+the vector row counts (docs/REFERENCE-DB.md, Tables).
 
 Everything is read-only: the constraint definitions PostGIS would write are made on proxy tables inside a
 transaction that is rolled back. Counting roads (18 M rows) takes the better part of a minute.
@@ -28,7 +28,7 @@ from ingest.dem_tiles import Grid
 from ingest.raster_constraints import TileGrid, desired_definitions, existing_definitions
 from ingest.reader import reader_dsn, reader_problem
 
-# The published reference (REFERENCE-DB.md sections 1, 2.3 and 6).
+# The published reference (docs/REFERENCE-DB.md, Tables, 2.3 and 6).
 REFERENCE_TILES = 265_950
 REFERENCE_CENSUS = {(256, 256): 231_672, (17, 256): 16_548, (256, 17): 16_548, (17, 17): 1_182}
 REFERENCE_EXTENT = (-126.000138888889, 23.99986111111112, -65.99986111111112, 50.0001388888889)

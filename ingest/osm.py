@@ -1,6 +1,6 @@
 """`ingest osm`: the five vector tables from the osmx GeoJSON layers, row for row as loader 1 built them.
 
-Loader 1 (REFERENCE-DB.md section 4) inserted each layer's features file by file with a SERIAL id; pois in
+Loader 1 (docs/REFERENCE-DB.md, Load rules) inserted each layer's features file by file with a SERIAL id; pois in
 three passes over all files (tourism, amenity, leisure). We load the same rows (osm_rules.py), in file
 name order (loader 1 took the file system's order, which nobody can reproduce), and:
 

@@ -1,7 +1,7 @@
 """Loader 1's rules: which OSM features become which rows of the five vector tables, and with what values.
 
 "Loader 1" is the set of `*_processor.py` scripts that built the database the stored answers come from
-(REFERENCE-DB.md section 4; docs/REFERENCE-DB.md here). Both readers, the osmx GeoJSON one
+(docs/REFERENCE-DB.md, Load rules; docs/REFERENCE-DB.md here). Both readers, the osmx GeoJSON one
 (`osm_geojson.py`) and the OpenStreetMap PBF one, hand every feature to `rows_of`, so the rules live here
 and nowhere else:
 

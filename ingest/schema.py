@@ -1,7 +1,7 @@
 """The reference schema, defined once: the five OSM tables, public.dem_us and our own bookkeeping.
 
-Column names, order and types follow REFERENCE-DB.md section 3 (the GS-QA schema JSON files, loader 1)
-and section 6 (raster2pgsql -F). Every tag column is VARCHAR(255); only pois and parks carry osm_id.
+Column names, order and types follow docs/REFERENCE-DB.md, Tables (the GS-QA schema JSON files, loader 1)
+and "The DEM table" (raster2pgsql -F). Every tag column is VARCHAR(255); only pois and parks carry osm_id.
 Spatial indexes are not created here: they are built after the bulk load (sql/40_post_load_indexes.sql
 and the DEM stage), because building them first makes the load several times slower.
 """

@@ -1,9 +1,9 @@
 """Verdicts: is the result of a benchmark SQL the stored answer, under the paper's tolerances?
 
 The tolerances are declared once, in COMPONENTS: template id -> answer components (keys, metric), each
-metric a small function with its threshold (BENCHMARK-FORMAT.md section 5). Beside the verdict, `exact_diff`
+metric a small function with its threshold (docs/BENCHMARK-FORMAT.md, Tolerances). Beside the verdict, `exact_diff`
 is the strict row-level comparison: multisets of rows keyed on osm_id or name, numbers within 1e-6
-relative, geometries within 1e-6 degrees, the serial id and V7's Wikipedia keys ignored (section 6).
+relative, geometries within 1e-6 degrees, the serial id and V7's Wikipedia keys ignored.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ EARTH_RADIUS_M = 6_371_008.8
 EXACT_REL_TOL = 1e-6
 EXACT_GEOMETRY_TOL_DEG = 1e-6
 NAME_KEYS = ("poi_name", "park_name", "lake_name", "road_name", "region_name", "name", "answer_name", "higher_poi")
-IGNORED_KEYS = frozenset({"id"})  # serial ids depend on the load order (REFERENCE-DB.md section 4)
+IGNORED_KEYS = frozenset({"id"})  # serial ids depend on the load order (docs/REFERENCE-DB.md, Load rules)
 WIKIPEDIA_KEYS = frozenset({"multihop_answer", "multihop_attribute", "multihop_long_answer", "multi_source_answer",
                             "multi_source_attribute", "multi_source_long_answer"})
 _WKT = re.compile(r"^\s*(SRID=\d+;)?\s*(MULTI)?(POINT|LINESTRING|POLYGON)|^\s*GEOMETRYCOLLECTION", re.I)
@@ -142,7 +142,7 @@ def _c(key: str | tuple[str, ...], metric: Metric, joined: bool = False) -> Comp
 
 NAMES = _c(NAME_KEYS, NAME, joined=True)
 COMPONENTS: dict[str, tuple[Component, ...]] = {
-    # Vector (V1-V28 = T1-T28). Several stored rows of a name answer are one bag of names (section 6).
+    # Vector (V1-V28 = T1-T28). Several stored rows of a name answer are one bag of names.
     **{f"V{k}": (NAMES,) for k in range(1, 13)},
     **{f"V{k}": (_c("geometry", LOCATION),) for k in range(13, 21)},
     "V21": (_c("angle", ANGLE),), "V22": (_c("angle", ANGLE),),
@@ -172,7 +172,7 @@ COMPONENTS: dict[str, tuple[Component, ...]] = {
     "elevation_count_threshold+count": (_c("count", RELATIVE),),
 }
 
-# Known reasons a stored answer may not come back (BENCHMARK-FORMAT.md section 7), by template.
+# Known reasons a stored answer may not come back, by template (docs/BENCHMARK-FORMAT.md, the last section).
 TEMPLATE_CAVEATS = {
     "V12": "stale stored answer possible: generation ran an extra name/wikipedia predicate (T12); the stored "
            "answer may hold the same row twice (counted once)",
@@ -182,10 +182,10 @@ TEMPLATE_CAVEATS = {
     "R11": "equal slopes: a1 >= a2 names the first route",
     "VR5": "nearest road ranked in degrees; sensitive to roads coverage",
     "VR11": "ties at the N-th elevation swap set members", "VR14": "ties at the N-th slope swap set members",
-    "V11": "the stored answer may hold the same row twice (section 3.1); the verdict counts it once",
+    "V11": "the stored answer may hold the same row twice; the verdict counts it once",
 }
 # T11/T12 stored answers sometimes hold one row twice (the same serial id) although their SQL returns one row
-# (BENCHMARK-FORMAT.md section 3.1): the verdict counts such a row once (on both sides, so the stored answer
+# (docs/BENCHMARK-FORMAT.md, Answers): the verdict counts such a row once (on both sides, so the stored answer
 # judged against itself still passes); `exact` still reports the duplicate.
 DUPLICATED_STORED_ROWS = frozenset({"V11", "V12"})
 
@@ -468,7 +468,7 @@ _TILE_PX, _HALF_PX_PER_DEG = 256, 7200  # raster2pgsql -t 256x256; 1/7200 deg is
 
 
 def instability(template_id: str, sql: str) -> list[str]:
-    """Why re-running this question may legitimately give another answer (BENCHMARK-FORMAT.md section 7)."""
+    """Why re-running this question may legitimately give another answer (docs/BENCHMARK-FORMAT.md, last section)."""
     flags = []
     limits, orders = len(re.findall(r"\bLIMIT\b", sql, re.I)), len(re.findall(r"\bORDER\s+BY\b", sql, re.I))
     if limits > orders:

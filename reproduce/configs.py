@@ -1,4 +1,4 @@
-"""The benchmark's configs and templates, declared once (BENCHMARK-FORMAT.md sections 1 and 3).
+"""The benchmark's configs and templates, declared once (docs/BENCHMARK-FORMAT.md, Configs and templates).
 
 A config is a group of templates; `all` is every canonical template. The 9 exploratory raster templates
 belong to their group but are run only when named with --template. Lookups hand back copies, so callers

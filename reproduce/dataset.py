@@ -1,6 +1,6 @@
 """Benchmark records from any of their published layouts, as one record model.
 
-Layouts, detected by content (BENCHMARK-FORMAT.md section 2):
+Layouts, detected by content (docs/BENCHMARK-FORMAT.md, Layouts):
 - the Hugging Face dataset Zoe/GS-QA2 (the default; downloaded once into the huggingface_hub cache), or a
   directory laid out like it: `<config>/*.parquet`, or the data_files globs of its README front matter;
 - raw GS-QA2 JSONL: `qa2/<group>/<template>.jsonl`, ids `<group>/<template>/<n>`, n the 0-based line;

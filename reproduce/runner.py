@@ -4,9 +4,9 @@ Each question runs on a worker connection logged in as the read-only role, in it
 starts with SET LOCAL statement_timeout (so a question that changes the setting cannot affect the next
 one) and always ends in ROLLBACK. The SQL is sent with the extended protocol (a prepared statement), which
 refuses more than one statement, so "COMMIT; DELETE ..." is an error and nothing of it runs. A client
-watchdog cancels on the server if the server-side timeout did not fire (ANCHORS.md section 5), and ends the
-backend if the SQL catches that cancel too. N workers pull from one queue; closing the iterator early
-(Ctrl-C) cancels whatever is still running, the same way.
+watchdog cancels on the server if the server-side timeout did not fire (statement_timeout acts only where
+the backend checks for interrupts), and ends the backend if the SQL catches that cancel too. N workers pull
+from one queue; closing the iterator early (Ctrl-C) cancels whatever is still running, the same way.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ def with_nodata_tile(folder: Path, lat: int, lon: int, size: int = 600, nodata: 
 
 
 def load_with_raster2pgsql(dsn: str, table: str, files: list[Path]) -> None:
-    """The reference load, exactly as REFERENCE-DB.md gives it (COPY mode), files sorted by name."""
+    """The reference load, exactly as docs/REFERENCE-DB.md gives it (COPY mode), files sorted by name."""
     ordered = sorted(files, key=lambda path: path.name)
     dump = subprocess.run(["raster2pgsql", *REFERENCE_FLAGS, *map(str, ordered), table],
                           capture_output=True, check=True)

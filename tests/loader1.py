@@ -1,5 +1,5 @@
 """Loader 1 re-told plainly, as the yardstick for `ingest osm`: what the benchmark's `*_processor.py`
-scripts did (REFERENCE-DB.md section 4), minus their SQL-string building.
+scripts did (docs/REFERENCE-DB.md, Load rules), minus their SQL-string building.
 
 Whole files through json.load, the pois filter and its three passes over all files, `shape(geometry).wkt`
 cast as text into the geography column, `str(value)` for tag columns, `addr_x` from `addr:x`, the name

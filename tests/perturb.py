@@ -1,4 +1,4 @@
-"""Test oracle: the metric of every template as BENCHMARK-FORMAT.md section 5 states it, written out again
+"""Test oracle: the metric of every template as docs/BENCHMARK-FORMAT.md, Tolerances states it, written out again
 independently of reproduce/compare.py, and answers moved just inside / just beyond each tolerance.
 """
 
@@ -28,7 +28,7 @@ EXPECTED: dict[str, list[tuple[str, str]]] = {
     "VR1": [("*name", "names")], "VR2": [("geometry", "location")], "VR3": [("count", "relative")],
     "VR5": [("road_name", "name"), ("dist_m", "relative"), ("slope_deg", "slope")],
 }
-# Tolerances of section 5: (just inside, just beyond).
+# Tolerances of docs/BENCHMARK-FORMAT.md: (just inside, just beyond).
 STEPS = {"elevation": (9.9, 10.1), "slope": (4.9, 5.1), "angle": (4.9, 5.1), "aspect": (4.9, 5.1),
          "relative": (0.049, 0.051), "location": (4.9, 5.1)}
 

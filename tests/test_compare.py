@@ -1,4 +1,4 @@
-"""The tolerances of BENCHMARK-FORMAT.md section 5 on the real records, and the strict row comparison."""
+"""The tolerances of docs/BENCHMARK-FORMAT.md, Tolerances on the real records, and the strict row comparison."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def test_stored_answers_judged_against_themselves_pass_exactly(records: list[dat
 
 
 def _returned(record: dataset.Record) -> list[dict]:
-    """What the SQL gives back: a V11/V12 stored row held twice comes back once (BENCHMARK-FORMAT.md 3.1)."""
+    """What the SQL gives back: a V11/V12 stored row held twice comes back once (docs/BENCHMARK-FORMAT.md 3.1)."""
     answers = record.answers
     doubled = record.template_id in ("V11", "V12") and len(answers) == 2 and answers[0] == answers[1]
     return answers[:1] if doubled else answers
@@ -150,7 +150,7 @@ def test_more_rows_than_stored_is_a_mismatch_even_for_one_stored_row() -> None:
 def test_v11_v12_stored_row_held_twice_counts_once_in_the_verdict(records: list[dataset.Record]) -> None:
     doubled = [r for r in records if r.template_id in ("V11", "V12") and len(r.answers) == 2
                and r.answers[0] == r.answers[1]]
-    assert len(doubled) >= 5  # BENCHMARK-FORMAT.md section 3.1; tests/data carries five of the 24
+    assert len(doubled) >= 5  # docs/BENCHMARK-FORMAT.md, Answers; tests/data carries five of the 24
     for record in doubled:
         returned = [{**record.answers[0], "id": -1}]  # the one row the LIMIT 1 SQL gives, another serial id
         assert compare.judge(record.template_id, record.answers, returned).status == "pass", record.id

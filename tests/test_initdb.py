@@ -1,4 +1,4 @@
-"""`ingest init` builds exactly the schema of REFERENCE-DB.md, once, and refuses conflicting tables."""
+"""`ingest init` builds exactly the schema of docs/REFERENCE-DB.md, once, and refuses conflicting tables."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ INFO_SCHEMA_COLUMNS = """
 
 
 def spec_ddl() -> list[str]:
-    """The CREATE TABLE statements of REFERENCE-DB.md, as written there."""
+    """The CREATE TABLE statements of docs/REFERENCE-DB.md, as written there."""
     blocks = re.findall(r"```sql\n(.*?)```", SPEC.read_text(), flags=re.S)
     statements = re.findall(r"CREATE TABLE .*?\);", "\n".join(blocks), flags=re.S)
     assert len(statements) == 6, f"expected 6 CREATE TABLE statements in {SPEC}, found {len(statements)}"

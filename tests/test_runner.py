@@ -1,4 +1,4 @@
-"""Benchmark SQL cannot change the database or outlive its timeout (ANCHORS.md section 5)."""
+"""Benchmark SQL cannot change the database or outlive its timeout."""
 
 from __future__ import annotations
 

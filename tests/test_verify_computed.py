@@ -1,5 +1,5 @@
 """The other templates: their real SQL runs against a fixture database, and the answers computed there are
-judged by the template's metric (BENCHMARK-FORMAT.md section 5) when moved just inside / beyond tolerance.
+judged by the template's metric (docs/BENCHMARK-FORMAT.md, Tolerances) when moved just inside / beyond tolerance.
 
 The fixture: a DEM covering every geometry of the SQL, the pois/parks/lakes/roads rows of the stored
 answers, and one road per VR5 question. To keep the suite fast, vector templates run a sample of their
