@@ -82,12 +82,14 @@ def build(options: BuildOptions, dsn: str | None, announce: Callable[[str], None
     report = BuildReport(data_dir=str(options.data_dir))
     if not options.data_dir.is_dir() and options.offline:
         raise GsqaError(f"{options.data_dir}: not a directory (with --offline the sources must already be there)")
-    initdb.initialize(dsn)  # creates gsqa.stage_log too: the first stage is recorded like the others
+    started, clock = time.time(), time.monotonic()
+    initdb.initialize(dsn)  # creates gsqa.stage_log too: then it is recorded like the other stages
     with connect(dsn, autocommit=True) as conn:
         if not conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [_RUN_LOCK]).fetchone()[0]:
             raise GsqaError("another `ingest all` is building this database right now")
-        _record(conn, "init", "done", "schema in place", None, time.time(), time.time(), None, None)
-        report.stages.append(StageResult("init", "done", "schema in place"))
+        init = StageResult("init", "done", "schema in place", seconds=time.monotonic() - clock)
+        _record(conn, init, started, time.time())
+        report.stages.append(init)
         for stage, run in _stage_runners(options, dsn):
             announce(f"== ingest all: {stage}")
             result = _run_stage(conn, stage, run)
@@ -102,8 +104,6 @@ Runner = Callable[[str | None], "StageResult"]  # takes the fingerprint of the s
 
 
 def _stage_runners(options: BuildOptions, dsn: str | None) -> Iterator[tuple[str, Runner]]:
-    from ingest import check
-
     if options.offline:
         yield "fetch", lambda done: StageResult("fetch", "skipped", "--offline: the sources already in DATA_DIR")
     else:
@@ -114,33 +114,33 @@ def _stage_runners(options: BuildOptions, dsn: str | None) -> Iterator[tuple[str
         else:
             yield part, lambda done, part=part: StageResult(part, "skipped", f"not in --what {','.join(options.what)}")
     yield "finalize", lambda done: _finalize_stage(dsn)
-    yield "check", lambda done: _check_stage(check, dsn)
+    yield "check", lambda done: _check_stage(dsn)
 
 
 def _run_stage(conn: psycopg.Connection, stage: str, run: Runner) -> StageResult:
     started, clock = time.time(), time.monotonic()
     done = done_fingerprint(conn, stage)
-    _record(conn, stage, "running", "", None, started, None, None, None)
+    _record(conn, StageResult(stage, "running", ""), started, None)
     try:
         result = run(done)
     except (GsqaError, StageFailed) as error:
         result = StageResult(stage, "failed", str(error), getattr(error, "report", None))
     result.stage, result.seconds = stage, time.monotonic() - clock
-    _record(conn, stage, result.state, result.summary, result.report, started, time.time(), result.fingerprint,
-            result.expected)
+    _record(conn, result, started, time.time())
     return result
 
 
-def _record(conn: psycopg.Connection, stage: str, state: str, summary: str, report: Any, started: float,
-            finished: float | None, fingerprint: str | None, expected: Any) -> None:
+def _record(conn: psycopg.Connection, result: StageResult, started: float, finished: float | None) -> None:
+    """The stage's row in gsqa.stage_log (a rerun overwrites it). `expected` survives a running row."""
     conn.execute(
         "INSERT INTO gsqa.stage_log (stage, state, summary, started_at, finished_at, fingerprint, expected, report) "
         "VALUES (%s, %s, %s, to_timestamp(%s), to_timestamp(%s), %s, %s, %s) ON CONFLICT (stage) DO UPDATE SET "
         "state = excluded.state, summary = excluded.summary, started_at = excluded.started_at, "
         "finished_at = excluded.finished_at, fingerprint = excluded.fingerprint, "
         "expected = coalesce(excluded.expected, gsqa.stage_log.expected), report = excluded.report",
-        [stage, state, summary, started, finished, fingerprint,
-         None if expected is None else Jsonb(expected), None if report is None else Jsonb(report)])
+        [result.stage, result.state, result.summary, started, finished, result.fingerprint,
+         None if result.expected is None else Jsonb(result.expected),
+         None if result.report is None else Jsonb(result.report)])
 
 
 def done_fingerprint(conn: psycopg.Connection, stage: str) -> str | None:
@@ -244,7 +244,9 @@ def _finalize_stage(dsn: str | None) -> StageResult:
     return StageResult("finalize", "done", "vector indexes in place, tables analyzed")
 
 
-def _check_stage(check: Any, dsn: str | None) -> StageResult:
+def _check_stage(dsn: str | None) -> StageResult:
+    from ingest import check
+
     results = check.run_checks(dsn)
     failed = [result for result in results if not result.ok]
     report = [result.as_json() for result in results]
