@@ -29,7 +29,7 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.aster_synth import spectral_terrain, write_aster_tile  # noqa: E402
+from ingest.aster_synth import spectral_terrain, write_aster_tile  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -36,10 +36,10 @@ from psycopg.conninfo import make_conninfo
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.aster_synth import spectral_terrain, write_aster_tile  # noqa: E402
 from bench.dem import Sampler  # noqa: E402
 from bench.local_hub import FakeHub  # noqa: E402
 from bench.osmx_synth import write_layers  # noqa: E402
+from ingest.aster_synth import spectral_terrain, write_aster_tile  # noqa: E402
 from ingest.fetch import SOURCE_REPO  # noqa: E402
 
 INGEST = Path(sys.executable).parent / "ingest"

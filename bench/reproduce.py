@@ -36,7 +36,7 @@ sys.path[0] = str(ROOT / "tests")
 
 from refdb_fixtures import load_stored_answers  # noqa: E402
 
-from ingest.db import resolve_dsn, with_user  # noqa: E402
+from ingest.db import with_user  # noqa: E402
 from ingest.initdb import initialize  # noqa: E402
 from reproduce import configs, dataset  # noqa: E402
 from reproduce.dataset import Record  # noqa: E402
@@ -48,7 +48,7 @@ CPU_SQL = "SELECT sum(sqrt(g::float8)) AS elevation FROM generate_series(1, {n})
 
 
 def create_database() -> str:
-    admin = resolve_dsn(None)
+    admin = os.environ.get("DATABASE_URL", "")
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {DATABASE}")
@@ -58,7 +58,7 @@ def create_database() -> str:
 
 
 def drop_database() -> None:
-    with psycopg.connect(resolve_dsn(None), autocommit=True) as conn:
+    with psycopg.connect(os.environ.get("DATABASE_URL", ""), autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
 
 

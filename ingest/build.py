@@ -223,12 +223,12 @@ def _osm_stage(done: str | None, options: BuildOptions, dsn: str | None) -> Stag
                            "empty")
     files = osm_inputs(options)
     expected = {"files": len(files)}
-    stamp = fingerprint(files, options.compression)
+    stamp = fingerprint(files, options.compression, options.bbox)
     if done == stamp:
         return StageResult("osm", "done", f"{len(files)} files already loaded (inputs unchanged)", None, stamp,
                            expected)
     report = osm.load_osm(options.data_dir, dsn, workers=options.workers, compression=options.compression,
-                          progress=options.progress)
+                          progress=options.progress, bbox=options.bbox)
     failed = {name: error for layer in report.layers.values() for name, error in layer.failed.items()}
     if failed:
         raise StageFailed(f"{len(failed)} of {len(files)} GeoJSON files failed (first: {next(iter(failed.values()))})",

@@ -14,7 +14,7 @@ import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from ingest import initdb, schema
-from ingest.cli_common import JsonOption, command_group
+from ingest.cli_common import JsonOption, command_group, run
 from ingest.db import DsnOption
 from ingest.errors import EXIT_INTERRUPTED, reported_as_exit_code
 
@@ -33,6 +33,7 @@ Every command resolves the database the same way: --dsn, then $DATABASE_URL, the
 
 Exit codes: 0 ok; 1 the run went through but some inputs failed; 2 nothing started (usage error,
 unreachable database, no readable input).""",
+    order=("all", "fetch", "init", "dem", "osm", "finalize", "check", "status", "demo-data"),
 )
 
 
@@ -81,15 +82,18 @@ def finalize(dsn: DsnOption = None) -> None:
 @app.command("fetch")
 def fetch_command(
     data_dir: Annotated[Path, typer.Argument(help="Where the published layout goes (dem/, osm/).", show_default=False)],
-    what: Annotated[str, typer.Option(help="Comma-separated parts to fetch, of dem and osm.")] = "dem,osm",
-    tiles: Annotated[Path | None, typer.Option(help="Fetch only the DEM tiles named in this file (one file name "
+    what: Annotated[str, typer.Option(metavar="PARTS",
+                                      help="Comma-separated parts to fetch, of dem and osm.")] = "dem,osm",
+    tiles: Annotated[Path | None, typer.Option(metavar="FILE",
+                                               help="Fetch only the DEM tiles named in this file (one file name "
                                                "per line) instead of those of dem/tile_list.txt.",
                                                show_default=False)] = None,
-    bbox: Annotated[str | None, typer.Option(help="Fetch only the DEM tiles of the tile list whose 1-degree cell "
+    bbox: Annotated[str | None, typer.Option(metavar="W,S,E,N",
+                                             help="Fetch only the DEM tiles of the tile list whose 1-degree cell "
                                              "overlaps W,S,E,N (degrees).", show_default=False)] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List the files and the size to download; "
                                           "write nothing.")] = False,
-    workers: Annotated[int, typer.Option(min=1, help="Parallel downloads.")] = 8,
+    workers: Annotated[int, typer.Option(metavar="N", min=1, help="Parallel downloads.")] = 8,
     as_json: JsonOption = False,
 ) -> None:
     """Download the published sources (Hugging Face dataset Zoe/GS-QA2-source) into DATA_DIR in their
@@ -159,11 +163,12 @@ def _size(count: float) -> str:
 def dem_command(
     paths: Annotated[list[Path], typer.Argument(help="GeoTIFF files, or directories of *.tif files.",
                                                 show_default=False)],
-    table: Annotated[str, typer.Option(help="Raster table to load.")] = schema.dem_us.fullname,
-    workers: Annotated[int | None, typer.Option(min=1, help="Encoder processes [default: number of cores].",
+    table: Annotated[str, typer.Option(metavar="TABLE", help="Raster table to load.")] = schema.dem_us.fullname,
+    workers: Annotated[int | None, typer.Option(metavar="N",
+                                                min=1, help="Encoder processes [default: number of cores].",
                                                 show_default=False)] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Drop the table and its load log first.")] = False,
-    compression: Annotated[str, typer.Option(help="TOAST compression of rast: lz4 (fast) or pglz "
+    compression: Annotated[str, typer.Option(metavar="lz4|pglz", help="TOAST compression of rast: lz4 (fast) or pglz "
                                              "(raster2pgsql's, smaller, about 3x slower to load).")] = "lz4",
     skip_disk_check: Annotated[bool, typer.Option("--skip-disk-check",
                                                   help="Load even if the disk looks too small.")] = False,
@@ -206,15 +211,21 @@ def osm_command(
     source: Annotated[Path, typer.Argument(help="Folder holding the layer folders (pois/, roads/, parks/, lakes/, "
                                            "postal_codes/), or a dataset root holding osm/osm_extract/.",
                                            show_default=False)],
-    layers: Annotated[str | None, typer.Option(help="Comma-separated layers to load, of pois, roads, parks, "
+    layers: Annotated[str | None, typer.Option(metavar="LAYERS",
+                                               help="Comma-separated layers to load, of pois, roads, parks, "
                                                "lakes, regions [default: every layer folder in SOURCE].",
                                                show_default=False)] = None,
-    workers: Annotated[int | None, typer.Option(min=1, help="Parser processes in all, shared by two writer "
+    workers: Annotated[int | None, typer.Option(metavar="N",
+                                                min=1, help="Parser processes in all, shared by two writer "
                                                 "connections [default: number of cores].",
                                                 show_default=False)] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Empty the tables and their load log first.")] = False,
-    compression: Annotated[str, typer.Option(help="TOAST compression of the geometries: lz4 (fast) or pglz "
+    compression: Annotated[str, typer.Option(metavar="lz4|pglz",
+                                             help="TOAST compression of the geometries: lz4 (fast) or pglz "
                                              "(loader 1's); the values are the same.")] = "lz4",
+    bbox: Annotated[str | None, typer.Option(metavar="W,S,E,N",
+                                             help="A regional build: only the features whose envelope overlaps "
+                                             "W,S,E,N (degrees).", show_default=False)] = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -237,11 +248,13 @@ def osm_command(
     back, a rerun resumes.
     """
     from ingest import osm
+    from ingest.fetch import parse_bbox
 
     _check_compression(compression)
     wanted = [name.strip() for name in layers.split(",") if name.strip()] if layers else None
     with _load_stage():
-        report = osm.load_osm(source, dsn, layers=wanted, workers=workers, replace=replace, compression=compression)
+        report = osm.load_osm(source, dsn, layers=wanted, workers=workers, replace=replace, compression=compression,
+                              bbox=parse_bbox(bbox) if bbox else None)
     if as_json:
         typer.echo(json.dumps(report.as_json()))
     else:
@@ -253,13 +266,18 @@ def osm_command(
 def all_command(
     data_dir: Annotated[Path, typer.Argument(help="The sources in their published layout (dem/, osm/); fetched "
                                              "there unless --offline.", show_default=False)],
-    what: Annotated[str, typer.Option(help="Comma-separated parts to build, of dem and osm.")] = "dem,osm",
+    what: Annotated[str, typer.Option(metavar="PARTS",
+                                      help="Comma-separated parts to build, of dem and osm.")] = "dem,osm",
     offline: Annotated[bool, typer.Option("--offline", help="Use only what is in DATA_DIR; fetch nothing.")] = False,
-    bbox: Annotated[str | None, typer.Option(help="Build a region: only the DEM tiles of the tile list whose "
-                                             "1-degree cell overlaps W,S,E,N (degrees).", show_default=False)] = None,
-    workers: Annotated[int | None, typer.Option(min=1, help="Processes per load stage [default: number of cores].",
+    bbox: Annotated[str | None, typer.Option(metavar="W,S,E,N",
+                                             help="Build a region: the DEM tiles of the tile list whose 1-degree "
+                                             "cell overlaps W,S,E,N (degrees), and the OSM features whose envelope "
+                                             "overlaps it.", show_default=False)] = None,
+    workers: Annotated[int | None, typer.Option(metavar="N",
+                                                min=1, help="Processes per load stage [default: number of cores].",
                                                 show_default=False)] = None,
-    compression: Annotated[str, typer.Option(help="TOAST compression of tiles and geometries: lz4 or pglz.")] = "lz4",
+    compression: Annotated[str, typer.Option(metavar="lz4|pglz",
+                                             help="TOAST compression of tiles and geometries: lz4 or pglz.")] = "lz4",
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -272,8 +290,9 @@ def all_command(
     names. Without osm/osm_extract/ in DATA_DIR the vector tables stay empty (the osm stage says so).
     Progress and stage lines go to stderr; the summary to stdout.
 
-    A region (`--bbox`) takes the DEM tiles of the tile list that overlap the box; the GeoJSON layers do not
-    say where their features lie, so a region is usually built with `--what dem` (see `make demo`).
+    A region (`--bbox`) takes the DEM tiles of the tile list that overlap the box and the OSM features whose
+    envelope overlaps it; the GeoJSON files do not say where their features lie, so the OSM part still needs
+    all 53 GB (a small region is usually built with `--what dem`, as `make demo` does).
 
     Example: ingest all /data   (in the loader container, as `make db` runs it)
 
@@ -298,6 +317,31 @@ def all_command(
         if report.exit_code:
             typer.echo("the build stopped; fix what the failed stage names, then run the same command again")
     raise typer.Exit(report.exit_code)
+
+
+@app.command("demo-data")
+def demo_data_command(
+    data_dir: Annotated[Path, typer.Argument(help="Where to write the demo dataset.", show_default=False)],
+) -> None:
+    """Write a small synthetic dataset to try the tools on, in the published layouts: two DEM tiles with
+    `dem/tile_list.txt`, a few features per OSM layer under `osm/osm_extract/`, and under `benchmark/` the 20
+    questions of R1 (elevation at a museum) and the 100 of V5 (nearest museum to a hotel), with the benchmark
+    templates' SQL and answers computed independently of any database. About 55 MB. Nothing in it is real.
+
+    Example: ingest demo-data /tmp/gsqa-demo && ingest all /tmp/gsqa-demo --offline && reproduce verify
+    --config all --template R1 --template V5 --data /tmp/gsqa-demo/benchmark   (every question passes)
+
+    Exit codes: 0 written; 2 DATA_DIR cannot be written.
+    """
+    from ingest import demo
+
+    try:
+        written = demo.write_demo(data_dir)
+    except OSError as error:
+        print(f"error: {data_dir}: cannot write the demo data ({error.strerror or error})", file=sys.stderr)
+        raise typer.Exit(2) from None
+    typer.echo(f"{data_dir}: {written['tiles']} DEM tiles, {written['pois']} pois and a few features per other "
+               f"layer, {written['R1']} R1 and {written['V5']} V5 questions under benchmark/")
 
 
 @app.command("status")
@@ -411,3 +455,8 @@ def _log_to_stderr() -> None:
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         logger.propagate = False
+
+
+def main() -> None:
+    """The `ingest` console script."""
+    run(app)

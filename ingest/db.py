@@ -2,8 +2,9 @@
 
 Order: the --dsn option, then the DATABASE_URL environment variable, then libpq's own PG* variables
 (PGHOST, PGPORT, PGDATABASE, PGUSER, PGPASSWORD, ...), which libpq applies to whatever the first two
-leave unset. A DSN may be a URI (postgresql://user@host:5432/gsqa) or a key=value string
-(host=localhost dbname=gsqa).
+leave unset. When none of these names a server or database, the default is the database `make db`
+builds (MAKE_DB_DSN), not libpq's silent choice of a database named after the OS user. A DSN may be a URI
+(postgresql://user@host:5432/gsqa) or a key=value string (host=localhost dbname=gsqa).
 """
 
 from __future__ import annotations
@@ -18,18 +19,25 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ingest.errors import DatabaseUnreachable, GsqaError
 
+# The database `make db` builds, with its default port and password (docker-compose.yml).
+MAKE_DB_DSN = "postgresql://postgres:gsqa@127.0.0.1:55432/gsqa"
+_LIBPQ_TARGET = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE")
 DSN_HELP = (
     "PostgreSQL connection: a URI (postgresql://user@host:5432/gsqa) or key=value string. "
-    "Defaults to $DATABASE_URL, then to libpq's PGHOST/PGPORT/PGDATABASE/PGUSER/PGPASSWORD."
+    "Defaults to $DATABASE_URL, then to libpq's PGHOST/PGPORT/PGDATABASE/PGUSER/PGPASSWORD, then to the "
+    f"database of `make db` ({MAKE_DB_DSN})."
 )
-DsnOption = Annotated[str | None, typer.Option("--dsn", help=DSN_HELP, show_default=False)]
+DsnOption = Annotated[str | None, typer.Option("--dsn", metavar="DSN", help=DSN_HELP, show_default=False)]
 
 
 def resolve_dsn(dsn: str | None = None) -> str:
-    """The DSN to use: the explicit one, else $DATABASE_URL, else "" (libpq then reads PG*)."""
+    """The DSN to use: the explicit one, else $DATABASE_URL, else "" when PG* variables name the target
+    (libpq reads them), else the database of `make db`."""
     if dsn:
         return dsn
-    return os.environ.get("DATABASE_URL", "")
+    if os.environ.get("DATABASE_URL"):
+        return os.environ["DATABASE_URL"]
+    return "" if any(os.environ.get(name) for name in _LIBPQ_TARGET) else MAKE_DB_DSN
 
 
 def describe_target(dsn: str) -> str:
@@ -53,10 +61,23 @@ def connect(dsn: str | None = None, **kwargs: Any) -> psycopg.Connection:
         return psycopg.connect(resolved, **kwargs)
     except psycopg.OperationalError as error:
         cause = " ".join(str(error).split()) or type(error).__name__
-        raise DatabaseUnreachable(
-            f"cannot connect to PostgreSQL ({target}): {cause}. "
-            "Start the database with `make db` or point --dsn / DATABASE_URL at a running server."
-        ) from None
+        end = "" if cause.endswith((".", "?")) else "."
+        raise DatabaseUnreachable(f"cannot connect to PostgreSQL ({target}): {cause}{end} {_advice(cause)}") from None
+
+
+def _advice(cause: str) -> str:
+    """What to do, by what libpq said."""
+    lowered = cause.lower()
+    if "does not exist" in lowered and "database" in lowered:
+        return ("The server runs but has no such database: create it (createdb NAME), or run `make db`, which "
+                "builds gsqa, or point --dsn / DATABASE_URL at the right database.")
+    if "password authentication failed" in lowered or "no password supplied" in lowered:
+        return ("Check the user and password (PGPASSWORD, or the one in --dsn / DATABASE_URL; make db's is "
+                "POSTGRES_PASSWORD).")
+    if "refused" in lowered or "no such file or directory" in lowered:
+        return ("Nothing listens there: start the database (`make db`, or your server, e.g. `pg_ctlcluster 15 main "
+                "start`) or point --dsn / DATABASE_URL at a running server.")
+    return "Start the database with `make db` or point --dsn / DATABASE_URL at a running server."
 
 
 def relation_exists(conn: psycopg.Connection, qualified_name: str) -> bool:

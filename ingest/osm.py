@@ -168,6 +168,7 @@ class _Plan:
     layer: Layer
     files: dict[str, Path]  # name -> path, sorted by name
     logged: dict[str, LogEntry]
+    bbox: tuple[float, float, float, float] | None = None  # a regional build keeps the features overlapping it
     same: set[str] = field(default_factory=set)
     todo: list[str] = field(default_factory=list)
     jobs: dict[str, list[Job]] = field(default_factory=dict)  # the pieces of each file in todo
@@ -179,7 +180,8 @@ class _Plan:
 
 
 def load_osm(source: Path, dsn: str | None = None, *, layers: list[str] | None = None, workers: int | None = None,
-             replace: bool = False, compression: str = "lz4", progress: bool = True) -> OsmLoadReport:
+             replace: bool = False, compression: str = "lz4", progress: bool = True,
+             bbox: tuple[float, float, float, float] | None = None) -> OsmLoadReport:
     """Load the layers of `source`; see the module docstring. Raises GsqaError before any write when
     nothing can start; problems with files and features end up in the report instead."""
     started = time.monotonic()
@@ -201,7 +203,8 @@ def load_osm(source: Path, dsn: str | None = None, *, layers: list[str] | None =
                                                  queue_items=QUEUE_BATCHES, name=f"ingest-osm-parser-{number}"))
                  for number in range(len(lanes))]
         control = stack.enter_context(connect(dsn, autocommit=True))  # holds the locks until the end
-        plans = {plan.layer.name: plan for plan in _prepare(control, selected, files, replace, workers, compression)}
+        plans = {plan.layer.name: plan for plan in _prepare(control, selected, files, replace, workers, compression,
+                                                             bbox)}
         writers = [stack.enter_context(connect(dsn, autocommit=True)) for _ in lanes]
         _run_lanes([_Lane(pool, writer, [plans[layer.name] for layer in lane], number)
                     for number, (pool, writer, lane) in enumerate(zip(pools, writers, lanes, strict=True))],
@@ -257,7 +260,7 @@ def _run_lanes(lanes: list[_Lane], report: OsmLoadReport, progress: bool) -> Non
 def _load_lane(lane: _Lane, report: OsmLoadReport, progress: bool, stop: threading.Event) -> None:
     # Every layer's pieces are queued at once, so the parsers work ahead across layer boundaries.
     for plan in lane.plans:
-        plan.jobs = {name: jobs_for(plan.files[name], plan.layer.name) for name in plan.todo}
+        plan.jobs = {name: jobs_for(plan.files[name], plan.layer.name, bbox=plan.bbox) for name in plan.todo}
     streams = lane.pool.streams([job for plan in lane.plans for name in plan.todo for job in plan.jobs[name]])
     for plan in lane.plans:
         _load_layer(lane.conn, streams, plan, report.layers[plan.layer.name], lane.number if progress else False,
@@ -265,7 +268,7 @@ def _load_lane(lane: _Lane, report: OsmLoadReport, progress: bool, stop: threadi
 
 
 def _prepare(conn: psycopg.Connection, selected: list[Layer], files: dict[str, dict[str, Path]], replace: bool,
-             workers: int, compression: str) -> list[_Plan]:
+             workers: int, compression: str, bbox: tuple[float, float, float, float] | None) -> list[_Plan]:
     """Locks, checks and plans for every layer before anything is written."""
     require_bookkeeping(conn)
     for layer in selected:
@@ -274,7 +277,7 @@ def _prepare(conn: psycopg.Connection, selected: list[Layer], files: dict[str, d
             raise GsqaError(f"table {layer.table.fullname} does not exist: run `ingest init` first")
     if not relation_exists(conn, STAGE):
         conn.execute(create_table_sql(schema.pois_stage))
-    plans = [_Plan(layer, files[layer.name], {}) for layer in selected]
+    plans = [_Plan(layer, files[layer.name], {}, bbox) for layer in selected]
     if not replace:
         for plan in plans:
             plan.logged = read_log(conn, plan.target)
@@ -283,13 +286,20 @@ def _prepare(conn: psycopg.Connection, selected: list[Layer], files: dict[str, d
         if replace:
             _empty(conn, plan.layer)
         _set_compression(conn, plan, compression)
-        plan.same = unchanged({name: (path, path.stat().st_size) for name, path in plan.files.items()},
+        same_box = {name: path for name, path in plan.files.items()
+                    if name in plan.logged and (plan.logged[name].details or {}).get("bbox") == _listed(bbox)}
+        plan.same = unchanged({name: (path, path.stat().st_size) for name, path in same_box.items()},
                               plan.logged, workers)
         if plan.layer.in_passes:
             plan.todo = [name for name in plan.files if name not in plan.same]
         else:
             plan.todo = plan_from_first_change(plan.files, plan.same)
     return plans
+
+
+def _listed(bbox: tuple[float, float, float, float] | None) -> list[float] | None:
+    """The box as the load log stores it (JSON): a file loaded with another box is loaded again."""
+    return None if bbox is None else list(bbox)
 
 
 def _set_compression(conn: psycopg.Connection, plan: _Plan, compression: str) -> None:
@@ -372,7 +382,8 @@ def _write_file(conn: psycopg.Connection, plan: _Plan, name: str, file_streams: 
             conn.execute("SET LOCAL synchronous_commit = off")
             _make_room(conn, plan, name, first_write)
             rows, features = _copy_file(conn, plan, file_streams, skipped, bar, stop)
-            details = {"features": features, "skipped_count": skipped.count, "skipped": skipped.listed[:_LOGGED_SKIPS]}
+            details = {"features": features, "skipped_count": skipped.count, "skipped": skipped.listed[:_LOGGED_SKIPS],
+                       "bbox": _listed(plan.bbox)}
             write_log(conn, plan.target, name, plan.files[name].stat().st_size, checksum.result(), rows, details)
     except SourceError as error:
         _fail(report, name, str(error), file_streams, bar)

@@ -151,8 +151,16 @@ def _field(value: str | int, column: str) -> bytes:
     return _INT32.pack(len(data)) + data
 
 
-def encoder(layer: Layer, source_name: str) -> Callable[[Any, int], list[bytes]]:
-    """feature, byte offset -> its binary COPY rows (BadFeature when loader 1 could not have stored it).
+def overlaps(wkb: bytes, bbox: tuple[float, float, float, float]) -> bool:
+    """Does the geometry's envelope overlap the box (W, S, E, N)? Touching counts."""
+    west, south, east, north = shapely.bounds(shapely.from_wkb(wkb))
+    return west <= bbox[2] and east >= bbox[0] and south <= bbox[3] and north >= bbox[1]
+
+
+def encoder(layer: Layer, source_name: str,
+            bbox: tuple[float, float, float, float] | None = None) -> Callable[[Any, int], list[bytes]]:
+    """feature, byte offset -> its binary COPY rows (BadFeature when loader 1 could not have stored it);
+    no rows for a feature outside `bbox` (a regional build).
 
     Direct tables get (geometry, attributes...); pois gets the staging row (source_name, pass, offset,
     geometry, attributes...), numbered later in loader 1's pass order (see osm.py). This runs once per
@@ -177,6 +185,8 @@ def encoder(layer: Layer, source_name: str) -> Callable[[Any, int], list[bytes]]
         if not rows:
             return []
         geometry = geometry_wkb(feature)
+        if bbox is not None and not overlaps(geometry, bbox):
+            return []
         fields = nulls.copy()
         for index, value in rows[0][1].items():
             if type(value) is str and value.isascii():  # the common case without a call

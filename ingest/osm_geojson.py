@@ -63,6 +63,7 @@ class Job:
     start: int = 0
     end: int = 0
     last: bool = True
+    bbox: tuple[float, float, float, float] | None = None  # keep only features whose envelope overlaps it
 
 
 def sniff(path: Path) -> tuple[str, int]:
@@ -88,13 +89,14 @@ def _parses(text: bytes) -> bool:
     return True
 
 
-def jobs_for(path: Path, layer: str, range_bytes: int | None = None) -> list[Job]:
+def jobs_for(path: Path, layer: str, range_bytes: int | None = None,
+             bbox: tuple[float, float, float, float] | None = None) -> list[Job]:
     """The file's jobs: line-aligned ranges for the lines layout, one job otherwise."""
     range_bytes = range_bytes or RANGE_BYTES
     layout, body = sniff(path)
     size = path.stat().st_size
     if layout == "stream":
-        return [Job(str(path), path.name, layer, "stream", 0, size)]
+        return [Job(str(path), path.name, layer, "stream", 0, size, bbox=bbox)]
     starts = [body]
     with open(path, "rb") as handle:
         while starts[-1] + range_bytes < size:
@@ -104,8 +106,8 @@ def jobs_for(path: Path, layer: str, range_bytes: int | None = None) -> list[Job
                 break
             starts.append(handle.tell())
     ends = starts[1:] + [size]
-    return [Job(str(path), path.name, layer, "lines", start, end, end == size) for start, end in zip(starts, ends,
-                                                                                                     strict=True)]
+    return [Job(str(path), path.name, layer, "lines", start, end, end == size, bbox)
+            for start, end in zip(starts, ends, strict=True)]
 
 
 class _Batcher:
@@ -167,7 +169,7 @@ def _read_lines(job: Job, batcher: _Batcher) -> Iterator[Batch]:
     """The features of a piece of a lines file. The piece holds whole lines (jobs_for cuts at line starts),
     so it is read at once and split in C; this loop runs once per feature of 53 GB."""
     layer = LAYERS[job.layer]
-    encode, parse = encoder(layer, job.source_name), simdjson.Parser().parse
+    encode, parse = encoder(layer, job.source_name, job.bbox), simdjson.Parser().parse
     prefilter, closed = layer.in_passes, False
     with open(job.path, "rb") as handle:
         handle.seek(job.start)
@@ -215,7 +217,7 @@ def _last_feature(parse: Any, encode: Any, text: bytes, offset: int, batcher: _B
 
 
 def _read_stream(job: Job, batcher: _Batcher) -> Iterator[Batch]:
-    encode = encoder(LAYERS[job.layer], job.source_name)
+    encode = encoder(LAYERS[job.layer], job.source_name, job.bbox)
     with open(job.path, "rb") as handle:
         try:
             for index, feature in enumerate(ijson.items(handle, "features.item", use_float=True)):

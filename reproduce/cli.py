@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from ingest.cli_common import JsonOption, command_group
+from ingest.cli_common import JsonOption, command_group, run
 from ingest.db import DsnOption
 from ingest.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_SOME_FAILED, reported_as_exit_code
 from reproduce import configs, readiness, report
@@ -33,7 +33,8 @@ Exit codes: 0 ok; 1 the run went through but something failed or differs; 2 noth
 
 ReaderDsnOption = Annotated[
     str | None,
-    typer.Option("--reader-dsn", help="DSN of the read-only role (default: --dsn as gsqa_reader).", show_default=False),
+    typer.Option("--reader-dsn", metavar="DSN",
+                 help="DSN of the read-only role (default: --dsn as gsqa_reader).", show_default=False),
 ]
 
 
@@ -41,7 +42,8 @@ ReaderDsnOption = Annotated[
 def check(dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
           as_json: JsonOption = False) -> None:
     """Say whether the database is ready for benchmark runs: PostGIS >= 3.2, the six reference tables
-    present and not empty (with planner row estimates), and the gsqa_reader login usable and read-only.
+    present and not empty (rows: the planner's estimate, or an exact count for a table not yet analyzed),
+    and the gsqa_reader login usable and read-only.
 
     Example: reproduce check --dsn postgresql://postgres@localhost:5432/gsqa
 
@@ -52,51 +54,61 @@ def check(dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
         result = readiness.check(dsn, reader_dsn)
     if as_json:
         typer.echo(json.dumps({"postgis": result.postgis_version, "tables": result.row_estimates,
-                               "problems": result.problems}))
+                               "counted": result.counted, "problems": result.problems}))
     else:
         typer.echo(f"PostGIS {result.postgis_version}")
         for name, rows in result.row_estimates.items():
-            typer.echo(f"  {name:<8} {_describe_rows(rows)}")
+            typer.echo(f"  {name:<8} {_describe_rows(rows, result.counted[name])}")
         for problem in result.problems:
             typer.echo(f"not ready: {problem}")
     if result.problems:
         raise typer.Exit(EXIT_SOME_FAILED)
 
 
-def _describe_rows(rows: int | None) -> str:
+def _describe_rows(rows: int | None, how: str) -> str:
     if rows is None:
         return "missing"
-    return "empty" if rows == 0 else f"~{rows:,} rows"
+    if rows == 0:
+        return "empty"
+    return {"exact": f"{rows:,} rows", "estimate": f"~{rows:,} rows (planner estimate)",
+            "more than": f"more than {rows:,} rows (not analyzed)"}[how]
 
 
 # The choices come from the registry, so the help and the error for an unknown name list the real names.
 ConfigName = enum.Enum("ConfigName", {name: name for name in configs.CONFIG_NAMES}, type=str)
 DataOption = Annotated[Path | None, typer.Option(
-    "--data", help="Local benchmark data: a folder with qa2/ and/or vector/ (T<k>/), or <config>/*.parquet as on "
-    "Hugging Face. Default: the Hugging Face dataset Zoe/GS-QA2 (cached).", show_default=False)]
-TimeoutOption = Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds per question (server-side).")]
+    "--data", metavar="DIR", help="Local benchmark data: a folder with qa2/ and/or vector/ (T<k>/), or "
+    "<config>/*.parquet as on Hugging Face. Default: the Hugging Face dataset Zoe/GS-QA2 (cached).",
+    show_default=False)]
+TimeoutOption = Annotated[float, typer.Option("--timeout", metavar="SECONDS",
+                                              min=0.1, help="Seconds per question (server-side).")]
 
 
 @app.command()
 def verify(
     config: Annotated[ConfigName, typer.Option("--config", help="Which part of the benchmark.")],
     data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None, timeout: TimeoutOption = 120,
-    workers: Annotated[int, typer.Option("--workers", min=1, help="Parallel connections (default: cores).",
+    workers: Annotated[int, typer.Option("--workers", metavar="N", min=1, help="Parallel connections (default: cores).",
                                          show_default=False)] = os.cpu_count() or 1,
-    template: Annotated[list[str], typer.Option("--template", help="Template id or stem (repeatable); the only "
+    template: Annotated[list[str], typer.Option("--template", metavar="ID",
+                                                help="Template id or stem (repeatable); the only "
                                                 "way to run the 9 exploratory templates.")] = [],  # noqa: B006
-    question: Annotated[list[str], typer.Option("--id", help="Question id (repeatable).")] = [],  # noqa: B006
-    json_out: Annotated[Path | None, typer.Option("--json-out", help="Write the full report as JSON.",
+    question: Annotated[list[str], typer.Option("--id", metavar="ID",
+                                                help="Question id (repeatable).")] = [],  # noqa: B006
+    json_out: Annotated[Path | None, typer.Option("--json-out", metavar="FILE", help="Write the full report as JSON.",
                                                   show_default=False, dir_okay=False)] = None,
-    junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML (one testcase per question).",
+    junit: Annotated[Path | None, typer.Option("--junit", metavar="FILE",
+                                               help="Write JUnit XML (one testcase per question).",
                                                show_default=False, dir_okay=False)] = None,
-    html: Annotated[Path | None, typer.Option("--html", help="Write one self-contained HTML page.",
+    html: Annotated[Path | None, typer.Option("--html", metavar="FILE", help="Write one self-contained HTML page.",
                                               show_default=False, dir_okay=False)] = None,
-    resume: Annotated[Path | None, typer.Option("--resume", help="Append results to FILE; skip questions "
+    resume: Annotated[Path | None, typer.Option("--resume", metavar="FILE",
+                                                help="Append results to FILE; skip questions "
                                                 "already in it.", show_default=False, dir_okay=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="Reuse a --resume file written for another dataset, "
                                         "database or timeout.")] = False,
-    baseline: Annotated[Path | None, typer.Option("--baseline", help="An earlier --json-out: list status changes.",
+    baseline: Annotated[Path | None, typer.Option("--baseline", metavar="FILE",
+                                                  help="An earlier --json-out: list status changes.",
                                                   show_default=False, dir_okay=False)] = None,
 ) -> None:
     """Re-run the benchmark SQL of the selected questions as gsqa_reader and compare every result with the
@@ -112,7 +124,7 @@ def verify(
 
     Statuses: pass, mismatch, empty (no rows), timeout, error (SQL error), skipped (not in the data).
 
-    Example: reproduce verify --config raster_only --data ../shared/benchmark --json-out run.json
+    Example: reproduce verify --config raster_only --data tests/data/benchmark --json-out run.json
 
     Exit codes: 0 every selected question passes; 1 the run went through but some did not pass (skipped
     ones included); 2 nothing started (usage error, unreadable data, an output file that cannot be written,
@@ -133,7 +145,7 @@ def verify(
     _print_run(run, previous)
     for path, render in ((json_out, lambda: report.as_json(run.provenance, run.results)),
                          (junit, lambda: report.junit(run.results)),
-                         (html, lambda: report.html_page(run.provenance, run.results))):
+                         (html, lambda: report.html_page(run.provenance, run.results, run.records))):
         if path:
             report.write_atomically(path, render())
     passed = all(result.status == "pass" for result in run.results)
@@ -144,6 +156,8 @@ def _print_run(run: Run, previous: dict[str, str] | None) -> None:
     typer.echo(report.table(run.results))
     if failures := report.failures(run.results):
         typer.echo("\n" + failures)
+    if skips := report.skips(run.results):
+        typer.echo("\n" + skips)
     if previous is not None:
         typer.echo("\n" + report.baseline_text(report.baseline_changes(previous, run.results)))
 
@@ -157,7 +171,7 @@ def show(
     answer component (stored value, value returned, metric, threshold), then the strict row diff and the
     known reasons the answer may legitimately differ.
 
-    Example: reproduce show raster_only/elevation+poi/0 --data ../shared/benchmark
+    Example: reproduce show raster_only/elevation+poi/0 --data tests/data/benchmark
 
     Exit codes: 0 the question passes; 1 it does not (mismatch, empty, timeout, error); 2 unknown id,
     unreadable data, unreachable database or failed preflight.
@@ -186,3 +200,8 @@ def _describe(shown: Shown, max_rows: int = 20) -> str:
         lines += ["", "-- exact: " + ("yes" if shown.diff.exact else json.dumps(shown.diff.as_dict(), default=str))]
     lines += [f"-- unstable: {flag}" for flag in shown.flags]
     return "\n".join(lines)
+
+
+def main() -> None:
+    """The `reproduce` console script."""
+    run(app)

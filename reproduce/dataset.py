@@ -204,7 +204,7 @@ def _download(templates: list[Template]) -> Path:
         cause = " ".join(str(error).split())[:200]
         raise GsqaError(
             f"cannot get the dataset {HF_REPO} from the Hugging Face hub and it is not cached ({cause}). "
-            "Pass --data PATH to a local copy, e.g. --data ../shared/benchmark."
+            "Pass --data PATH to a local copy, e.g. --data tests/data/benchmark of this repository."
         ) from None
 
 

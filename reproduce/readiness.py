@@ -21,6 +21,9 @@ from ingest.reader import reader_dsn, reader_problem
 class Readiness:
     postgis_version: str
     row_estimates: dict[str, int | None] = field(default_factory=dict)  # None: table missing
+    # How each count was had: "estimate" (the planner's, once analyzed), "exact", or "more than" (not analyzed
+    # and above the exact-count limit).
+    counted: dict[str, str] = field(default_factory=dict)
     reader_problem: str | None = None
 
     @property
@@ -38,7 +41,9 @@ def check(dsn: str | None, reader: str | None = None, tables: list[str] | None =
         readiness = Readiness(postgis_version=_postgis_version(conn))
         for table in schema.REFERENCE_TABLES:
             if tables is None or table.name in tables:
-                readiness.row_estimates[table.name] = _row_estimate(conn, table.fullname)
+                rows, how = _row_estimate(conn, table.fullname)
+                readiness.row_estimates[table.name] = rows
+                readiness.counted[table.name] = how
     readiness.reader_problem = reader_problem(reader_dsn(dsn, reader))
     return readiness
 
@@ -49,7 +54,7 @@ def preflight(dsn: str | None, reader: str | None, tables: list[str]) -> Readine
     if readiness.problems:
         raise GsqaError(
             "the database is not ready: " + "; ".join(readiness.problems)
-            + ". Load the missing data (see `reproduce check`) or select other configs/templates."
+            + ". Load the missing data (`make db`, `ingest all`; `reproduce check` shows every table)"
         )
     return readiness
 
@@ -76,11 +81,19 @@ def _postgis_version(conn: psycopg.Connection) -> str:
     return version
 
 
-def _row_estimate(conn: psycopg.Connection, qualified_name: str) -> int | None:
-    """Planner estimate of the row count (exact counts take minutes on roads); 0 only if really empty."""
+EXACT_COUNT_LIMIT = 1_000_000
+
+
+def _row_estimate(conn: psycopg.Connection, qualified_name: str) -> tuple[int | None, str]:
+    """(rows, how counted): the planner's estimate once the table is analyzed (exact counts take minutes on
+    roads); before that an exact count of up to a million rows; None for a missing table."""
     if not relation_exists(conn, qualified_name):
-        return None
-    if conn.execute(sql.SQL("SELECT NOT EXISTS (SELECT FROM {})").format(identifier(qualified_name))).fetchone()[0]:
-        return 0
-    estimate = conn.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [qualified_name])
-    return max(estimate.fetchone()[0], 1)
+        return None, "exact"
+    estimate = conn.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
+                            [qualified_name]).fetchone()[0]
+    if estimate > 0:
+        return estimate, "estimate"
+    table = identifier(qualified_name)
+    counted = conn.execute(sql.SQL("SELECT count(*) FROM (SELECT FROM {} LIMIT %s) s").format(table),
+                           [EXACT_COUNT_LIMIT + 1]).fetchone()[0]
+    return (counted, "exact") if counted <= EXACT_COUNT_LIMIT else (EXACT_COUNT_LIMIT, "more than")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 import tempfile
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -31,10 +32,15 @@ def check_writable(paths: Iterable[Path | None]) -> None:
 
 
 def write_atomically(path: Path, text: str) -> None:
+    """Write through a temporary file and a rename; the file gets the permissions a new file gets under the
+    umask (0644 usually), not the temporary file's 0600."""
     path = Path(path)
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent or ".", prefix=f".{path.name}.",
                                      delete=False) as handle:
         handle.write(text)
+    umask = os.umask(0o022)
+    os.umask(umask)
+    os.chmod(handle.name, 0o666 & ~umask)
     os.replace(handle.name, path)
 
 
@@ -75,6 +81,22 @@ def failures(results: list[Result], limit: int = 20) -> str:
     lines = [f"{r.id} [{r.template_id}] {r.status}: {_evidence(r)}" for r in failing[:limit]]
     if len(failing) > limit:
         lines.append(f"... and {len(failing) - limit} more (see --json-out / --html)")
+    return "\n".join(lines)
+
+
+def skips(results: list[Result], limit: int = 20) -> str:
+    """Skipped questions grouped by template and reason, e.g. "20 skipped [R5]: file ... is not in DATA"."""
+    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for result in results:
+        if result.status == "skipped":
+            reason = result.detail.get("reason", "")
+            kind = re.sub(r"\b\d{3}\b", "<n>", reason)  # one vector question file per question: one kind
+            groups[(result.template_id, kind)].append(reason)
+    lines = [f"{len(reasons)} skipped [{template}]: {reasons[0]}"
+             + (f" (and {len(reasons) - 1} more like it)" if len(set(reasons)) > 1 else "")
+             for (template, _), reasons in groups.items()]
+    if len(lines) > limit:
+        lines = [*lines[:limit], f"... and {len(lines) - limit} more groups (see --json-out)"]
     return "\n".join(lines)
 
 
@@ -148,31 +170,51 @@ def _junit_outcome(case: ET.Element, result: Result) -> None:
         element.text = json.dumps(result.detail, indent=1, default=str)
 
 
-_STYLE = """body{font:14px sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}
-td,th{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top}pre{white-space:pre-wrap;margin:0;
-max-height:24em;overflow:auto}.pass{color:#1a7f37}.fail{color:#cf222e}"""
+_STYLE = """
+body{font:15px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;padding:0 1em;color:#1f2328}
+h1{font-size:1.6em;margin-bottom:.2em}h2{margin-top:1.6em;border-bottom:1px solid #d0d7de}h3{margin:1.2em 0 .4em}
+.meta{color:#59636e;margin-top:0}table{border-collapse:collapse;margin:.4em 0}
+td,th{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f6f8fa}
+.facts th{width:11em}.num{text-align:right;font-variant-numeric:tabular-nums}
+details.q{border:1px solid #d0d7de;border-radius:6px;margin:.4em 0;padding:.3em .7em}
+details.q>summary{cursor:pointer}details.q[open]>summary{margin-bottom:.4em}
+.status{display:inline-block;min-width:5.5em;font-weight:600}.pass{color:#1a7f37}.fail{color:#cf222e}
+.skipped{color:#9a6700}code,pre{font:13px ui-monospace,monospace;background:#f6f8fa}
+pre{padding:.5em;white-space:pre-wrap;margin:.3em 0}.cmd{user-select:all}
+"""
 
 
-def html_page(provenance: dict[str, Any], results: list[Result]) -> str:
-    """One self-contained page: summary, a per-template pass-rate chart (inline SVG), the failing questions."""
+def html_page(provenance: dict[str, Any], results: list[Result], records: dict[str, Any] | None = None) -> str:
+    """One self-contained page for a person: when, against what, the pass rate per template (inline SVG), and
+    every question that did not pass, grouped by template, with its question, evidence, expected against
+    actual values, its SQL (folded) and the `reproduce show` command that re-runs it."""
     summary = summarize(results)
     database = provenance.get("database", {})
-    facts = [("dataset", f"{provenance['dataset']['source']} (sha256 {provenance['dataset']['checksum'][:16]}…)"),
-             ("database", f"{database.get('target', '')}; {database.get('version', '')}"),
+    dataset = provenance.get("dataset", {})
+    counts = ", ".join(f"{value} {key}" for key, value in summary.items() if key != "total" and value)
+    facts = [("dataset", f"{dataset.get('source', '')} (sha256 {str(dataset.get('checksum', ''))[:16]}…)"),
+             ("database", f"{database.get('target', '')}"), ("server", database.get("version", "")),
              ("PostGIS", database.get("postgis_full_version", "")),
-             ("timeout / workers", f"{provenance.get('timeout')} s / {provenance.get('workers')}"),
-             ("summary", ", ".join(f"{key} {value}" for key, value in summary.items()))]
-    parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>reproduce verify</title>",
-             f"<style>{_STYLE}</style></head><body><h1>reproduce verify</h1><table>",
+             ("timeout, workers", f"{provenance.get('timeout')} s, {provenance.get('workers')}"),
+             ("questions", f"{summary['total']}: {counts}")]
+    when = f"{provenance.get('started_at', '')}, {provenance.get('seconds', '?')} s, {provenance.get('tool', '')} " \
+           f"{provenance.get('tool_version', '')}"
+    parts = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+             f"<title>reproduce verify: {summary['passed']} of {summary['total']} pass</title>",
+             f"<style>{_STYLE}</style></head><body>",
+             f"<h1>reproduce verify: {summary['passed']} of {summary['total']} questions pass</h1>",
+             f"<p class='meta'>{html.escape(when)}</p><table class='facts'>",
              *(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in facts),
-             "</table><h2>Pass rate per template</h2>", _chart(results), "<h2>Questions that did not pass</h2>",
-             _failure_table(results), "</body></html>"]
+             "</table><h2>Pass rate per template</h2>", _chart(results),
+             "<h2>Questions that did not pass</h2>", _failures_by_template(results, records or {}, dataset),
+             "</body></html>"]
     return "\n".join(parts)
 
 
 def _chart(results: list[Result]) -> str:
-    bar_height, label_width, bar_width = 18, 190, 500
     groups = list(_by_template(results).items())
+    bar_height, bar_width = 18, 500
+    label_width = 7 * max((len(f"{config} {template}") for (config, template), _ in groups), default=10) + 10
     rows = []
     for n, ((config, template), group) in enumerate(groups):
         counts = summarize(group)
@@ -190,16 +232,54 @@ def _chart(results: list[Result]) -> str:
             f"font-size='12'>{''.join(rows)}</svg>")
 
 
-def _failure_table(results: list[Result]) -> str:
-    failing = [r for r in results if r.status != "pass"]
-    if not failing:
+def _failures_by_template(results: list[Result], records: dict[str, Any], dataset: dict[str, Any]) -> str:
+    failing = [r for r in results if r.status not in ("pass", "skipped")]
+    skipped = skips(results)
+    if not failing and not skipped:
         return "<p class='pass'>Every selected question passed.</p>"
-    cells = ["<table><tr><th>question</th><th>status</th><th>evidence</th><th>detail (diff)</th></tr>"]
-    for result in failing:
-        evidence = result.detail.get("reason") if result.status == "skipped" else _evidence(result)
-        cells.append(
-            f"<tr><td>{html.escape(result.id)}<br>{html.escape(result.template_id)}</td>"
-            f"<td class='fail'>{result.status}</td><td>{html.escape(str(evidence))}</td>"
-            f"<td><pre>{html.escape(json.dumps(result.detail, indent=1, default=str))}</pre></td></tr>")
-    cells.append("</table>")
-    return "\n".join(cells)
+    source = str(dataset.get("source", ""))
+    data_option = "" if not source or source.startswith("hf:") else f" --data {source}"
+    parts = []
+    for (config, template), group in _by_template(failing).items():
+        total = sum(1 for r in results if r.template_id == template)
+        parts.append(f"<h3>{html.escape(template)} ({html.escape(config)}): {len(group)} of {total} did not pass</h3>")
+        parts += [_question_card(result, records.get(result.id), data_option, opened=n == 0)  # the first one open
+                  for n, result in enumerate(group)]
+    if skipped:
+        parts.append(f"<h3>Skipped</h3><pre>{html.escape(skipped)}</pre>")
+    return "\n".join(parts)
+
+
+def _question_card(result: Result, record: Any, data_option: str, opened: bool) -> str:
+    question = html.escape(getattr(record, "question", "") or "")
+    head = (f"<summary><span class='status fail'>{html.escape(result.status)}</span> "
+            f"<code>{html.escape(result.id)}</code> {question}</summary>")
+    body = [f"<p>{html.escape(str(_evidence(result)))}</p>", _values_table(result)]
+    if record is not None and "failure" not in result.detail:
+        body.append(f"<p>Stored answer: <code>{html.escape(_short(record.answers))}</code></p>")
+    diff = result.detail.get("diff")
+    if diff:
+        counts = ", ".join(f"{kind} {entry['count']}" for kind, entry in diff.items())
+        body.append(f"<p>Row by row (exact): {html.escape(counts)}</p>")
+    if record is not None:
+        body.append(f"<details><summary>SQL</summary><pre>{html.escape(record.sql)}</pre></details>")
+    body.append(f"<p>Re-run it: <code class='cmd'>reproduce show {html.escape(result.id)}"
+                f"{html.escape(data_option)}</code></p>")
+    return f"<details class='q'{' open' if opened else ''}>{head}{''.join(body)}</details>"
+
+
+def _values_table(result: Result) -> str:
+    failure = result.detail.get("failure")
+    if not failure:
+        return ""
+    value = failure.get("value")
+    cells = [failure.get("component"), failure.get("metric"), _short(failure.get("expected")),
+             _short(failure.get("actual")), "" if value is None else f"{value:.4g}", failure.get("threshold")]
+    return ("<table><tr><th>component</th><th>metric</th><th>expected</th><th>actual</th><th>measured</th>"
+            "<th>tolerance</th></tr><tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells)
+            + "</tr></table>")
+
+
+def _short(value: Any, limit: int = 400) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= limit else text[:limit] + "…"

@@ -48,6 +48,7 @@ class Request:
 class Run:
     provenance: dict[str, Any]
     results: list[Result]
+    records: dict[str, Record] = field(default_factory=dict)  # id -> record, for the question and SQL in reports
 
 
 def verify(request: Request) -> Run:
@@ -55,7 +56,7 @@ def verify(request: Request) -> Run:
     started = time.perf_counter()
     data = _load(request)
     records = data.records
-    readiness.preflight(request.dsn, request.reader_dsn, tables_needed(records))
+    _preflight(request, records)
     provenance = _provenance(request, data)
     resume = ResumeFile(request.resume, _resume_header(provenance), request.force) if request.resume else None
     done = dict(resume.done) if resume else {}
@@ -69,7 +70,7 @@ def verify(request: Request) -> Run:
             resume.close()
     provenance["seconds"] = round(time.perf_counter() - started, 3)
     order = {record_id: n for n, record_id in enumerate(_dataset_order(data))}
-    return Run(provenance, sorted(results, key=lambda result: order[result.id]))
+    return Run(provenance, sorted(results, key=lambda result: order[result.id]), {r.id: r for r in records})
 
 
 def _load(request: Request) -> dataset.Dataset:
@@ -101,6 +102,32 @@ def _number(record_id: str) -> int:
 def tables_needed(records: list[Record]) -> list[str]:
     """The reference tables the selected SQL reads: the preflight checks exactly these."""
     return sorted({name.lower() for record in records for name in _TABLE.findall(record.sql)})
+
+
+def _preflight(request: Request, records: list[Record]) -> None:
+    """readiness.preflight, and when tables are missing or empty: which templates read them, and the command
+    line that runs the others."""
+    try:
+        readiness.preflight(request.dsn, request.reader_dsn, tables_needed(records))
+    except GsqaError as error:
+        unusable = {name for name, rows in readiness.check(request.dsn, request.reader_dsn,
+                                                           tables_needed(records)).row_estimates.items() if not rows}
+        blocked = {record.template_id for record in records if set(tables_needed([record])) & unusable}
+        runnable = [template for template in dict.fromkeys(record.template_id for record in records)
+                    if template not in blocked]
+        if not blocked:
+            raise
+        message = f"{error}; the templates that read them: {', '.join(sorted(blocked, key=_template_order))}"
+        if runnable:
+            data = f" --data {request.data}" if request.data else ""
+            options = " ".join(f"--template {template}" for template in runnable)
+            message += f"; to run the others: reproduce verify --config {request.config}{data} {options}"
+        raise GsqaError(message) from None
+
+
+def _template_order(template_id: str) -> tuple[str, int]:
+    prefix = template_id.rstrip("0123456789")
+    return prefix, int(template_id[len(prefix):] or 0)
 
 
 def _provenance(request: Request, data: dataset.Dataset) -> dict[str, Any]:

@@ -18,7 +18,6 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from ingest.db import resolve_dsn
 from ingest.errors import GsqaError
 
 # Real benchmark records and the reference DDL, copied into the repository (tests/data/README.md).
@@ -27,7 +26,7 @@ HOW_TO_START = (
     "The tests need a running PostgreSQL with PostGIS (Debian: apt-get install postgresql-15-postgis-3 "
     "postgis; start it with `pg_ctlcluster 15 main start`), reachable through DATABASE_URL or PGHOST/PGPORT/"
     "PGUSER, as a role that may create databases, extensions and roles. Or run `make db` and export "
-    "DATABASE_URL=postgresql://postgres:gsqa@127.0.0.1:5432/postgres."
+    "DATABASE_URL=postgresql://postgres:gsqa@127.0.0.1:55432/postgres."
 )
 
 
@@ -38,7 +37,7 @@ def _admin_connect(dsn: str) -> psycopg.Connection:
 @pytest.fixture(scope="session")
 def server_dsn() -> str:
     """The DSN of the test server, after checking that it is reachable and has PostGIS."""
-    dsn = resolve_dsn(None)
+    dsn = os.environ.get("DATABASE_URL", "")  # else libpq's defaults: PG*, the local socket
     try:
         with _admin_connect(dsn) as conn:
             available = conn.execute(
@@ -106,3 +105,23 @@ def initialized_dsn(scratch_dsn: str) -> str:
     except GsqaError as error:
         pytest.fail(f"ingest init failed on the scratch database: {error}")
     return scratch_dsn
+
+
+@pytest.fixture
+def new_database(server_dsn: str, template_db: str) -> Iterator:
+    """A factory of scratch databases with the extensions (after `ingest init` with initialized=True),
+    dropped after the test."""
+    from ingest.initdb import initialize
+
+    made: list[str] = []
+
+    def make(label: str, initialized: bool = False) -> str:
+        dsn = make_scratch_database(server_dsn, template_db, label)
+        made.append(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
+        if initialized:
+            initialize(dsn)
+        return dsn
+
+    yield make
+    for name in made:
+        drop_database(server_dsn, name)

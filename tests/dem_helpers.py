@@ -7,7 +7,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.aster_synth import cheap_terrain, write_aster_tile
+from ingest.aster_synth import cheap_terrain, write_aster_tile
 
 REFERENCE_FLAGS = ["-s", "4326", "-I", "-C", "-M", "-F", "-Y", "50", "-t", "256x256"]
 

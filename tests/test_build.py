@@ -35,20 +35,6 @@ def layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_published_layout(tmp_path_factory.mktemp("published"))
 
 
-@pytest.fixture
-def new_database(server_dsn: str, template_db: str) -> Iterator:
-    made: list[str] = []
-
-    def make(label: str) -> str:
-        dsn = make_scratch_database(server_dsn, template_db, label)
-        made.append(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
-        return dsn
-
-    yield make
-    for name in made:
-        drop_database(server_dsn, name)
-
-
 @pytest.fixture(scope="module")
 def unbroken(server_dsn: str, template_db: str, layout: Path) -> Iterator[dict]:
     dsn = make_scratch_database(server_dsn, template_db, "build_unbroken")

@@ -20,7 +20,8 @@ def run(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 
 
 @pytest.mark.parametrize(
-    "tool, commands", [("ingest", ["init", "finalize"]), ("reproduce", ["check", "verify", "show"])]
+    "tool, commands", [("ingest", ["init", "fetch", "all", "status", "check", "demo-data", "finalize"]),
+                       ("reproduce", ["check", "verify", "show"])]
 )
 def test_help_lists_commands_and_exit_codes(tool: str, commands: list[str]) -> None:
     result = run(tool, "--help")
@@ -74,6 +75,21 @@ def test_check_reports_empty_tables_with_exit_1(initialized_dsn: str) -> None:
     assert not any("reader" in problem for problem in report["problems"])
 
 
+def test_check_counts_a_small_table_that_was_never_analyzed_exactly(initialized_dsn: str) -> None:
+    import psycopg
+
+    with psycopg.connect(initialized_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO public.regions (region_name) SELECT 'r' || n FROM generate_series(1, 913) n")
+    try:
+        result = run("reproduce", "check", "--dsn", initialized_dsn)
+        assert "  regions  913 rows" in result.stdout, result.stdout
+        assert json.loads(run("reproduce", "check", "--dsn", initialized_dsn, "--json").stdout)["counted"][
+            "regions"] == "exact"
+    finally:
+        with psycopg.connect(initialized_dsn, autocommit=True) as conn:
+            conn.execute("TRUNCATE public.regions")
+
+
 def test_check_without_postgis_is_exit_2(fresh_dsn: str) -> None:
     result = run("reproduce", "check", "--dsn", fresh_dsn)
     assert result.returncode == 2
@@ -85,3 +101,31 @@ def test_finalize_before_init_says_so_in_one_line(fresh_dsn: str) -> None:
     assert result.returncode == 2
     assert result.stderr.strip().endswith("run `ingest init` first, then the load stages")
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_help_shows_placeholders_and_value_names_as_written() -> None:
+    verify = run("reproduce", "verify", "--help", env={"COLUMNS": "100"}).stdout
+    assert "vector/ (T<k>/), or" in verify and "<config>/*.parquet" in verify  # not swallowed as markup
+    assert "--dsn DSN" in verify and "--workers N" in verify and "--template ID" in verify
+    assert "<bool>" not in verify and "<str>" not in verify and "list[str]" not in verify
+    fetch = run("ingest", "fetch", "--help", env={"COLUMNS": "80"}).stdout
+    assert "`dem/tiles/*.tif`" in fetch and "--bbox W,S,E,N" in fetch
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["reproduce", "verify", "--config", "rastr_only"], "(did you mean raster_only?)"),
+    (["reproduce", "verfy"], "Did you mean 'verify'?"),
+    (["ingest", "al", "/data"], "Did you mean 'all'?"),
+    (["ingest", "fetch", "/data", "--workers", "0"], "'--workers'"),
+])
+def test_usage_errors_are_one_line_with_a_suggestion_and_exit_2(argv: list[str], expected: str) -> None:
+    result = run(*argv)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: "), result.stderr
+    assert expected in result.stderr and "Value error" not in result.stderr and "--help`" in result.stderr
+
+
+def test_a_bare_command_prints_its_help() -> None:
+    result = run("ingest")
+    assert result.returncode == 2 and "Usage: ingest [OPTIONS] COMMAND" in result.stderr
+    assert "\n  all " in result.stderr or "\n  all  " in result.stderr, result.stderr

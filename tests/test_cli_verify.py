@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from conftest import DATA
 from refdb_fixtures import grid_index, insert_raster
 from test_runner import running_reader_queries
 
@@ -114,6 +115,42 @@ def test_junit_and_html(full_run: tuple) -> None:
     page = (out / "run.html").read_text()
     assert "<svg" in page and IDS["mismatch"] in page and IDS["pass"] not in page
     assert "src=" not in page and "<link" not in page  # self-contained
+    assert "<h1>reproduce verify: 1 of 5 questions pass</h1>" in page
+    assert "<h3>R1 (raster_only): 4 of 5 did not pass</h3>" in page
+    assert page.count("<details class='q' open>") == 1 and page.count("<details class='q'") == 4
+    assert "mismatch?" in page and "<summary>SQL</summary><pre>SELECT 120.5 AS elevation" in page  # question, SQL
+    assert f"reproduce show {IDS['mismatch']} --data " in page
+    assert "<th>expected</th><th>actual</th>" in page and "<td>100.0</td><td>120.5</td>" in page
+    assert "Stored answer: <code>[{&quot;elevation&quot;: 100.0}]</code>" in page  # the empty one
+    mode = (out / "run.html").stat().st_mode & 0o777
+    assert mode == 0o666 & ~_umask(), oct(mode)  # what any new file gets, not the temporary file's 0600
+
+
+def _umask() -> int:
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
+
+
+def test_html_report_renders_in_a_real_browser(full_run: tuple, tmp_path: Path) -> None:
+    """Debian's chromium draws the page; CI looks at the picture (the test checks it is a full-size PNG)."""
+    import shutil
+
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        if os.environ.get("GSQA_REQUIRE_TOOLS") == "1":
+            pytest.fail("GSQA_REQUIRE_TOOLS=1 but chromium is not installed")
+        pytest.skip("NO CHROMIUM: apt-get install chromium to render the HTML report in a browser")
+    _, out = full_run
+    shot = tmp_path / "report.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                    "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+                    f"--screenshot={shot}", "--window-size=1200,900", (out / "run.html").as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    header = shot.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")) == (1200, 900)
+    assert shot.stat().st_size > 20_000  # a drawn page, not a blank one
 
 
 def test_all_pass_is_exit_0(db: str, data: Path) -> None:
@@ -154,6 +191,36 @@ def test_failed_preflight_is_exit_2(initialized_dsn: str, data: Path, fresh_dsn:
     initialize(fresh_dsn)  # tables exist but dem_us is empty
     result = verify(fresh_dsn, data)
     assert result.returncode == 2 and "table public.dem_us is empty" in result.stderr
+    assert "the templates that read them: R1" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_preflight_names_the_blocked_templates_and_the_command_for_the_others(fresh_dsn: str, tmp_path: Path) -> None:
+    from ingest.initdb import initialize
+
+    initialize(fresh_dsn)
+    with psycopg.connect(fresh_dsn) as conn:  # pois has rows, dem_us is empty
+        conn.execute("INSERT INTO public.pois (poi_name) VALUES ('x')")
+    data = write_questions(tmp_path, {"pass": (f"SELECT 100.0 AS elevation {FROM_DEM}", 100.0)})
+    vector = data / "vector" / "T23" / "001"
+    vector.mkdir(parents=True)
+    (vector / "question.json").write_text(json.dumps({"question": "how many?", "sql": "SELECT count(*) FROM pois",
+                                                      "answers": [{"count": 1}], "type": "range+count"}))
+    result = run("verify", "--config", "all", "--data", str(data), "--dsn", fresh_dsn, "--template", "R1",
+                 "--template", "V23")
+    assert result.returncode == 2
+    assert "the templates that read them: R1;" in result.stderr
+    assert f"to run the others: reproduce verify --config all --data {data} --template V23" in result.stderr
+
+
+def test_skipped_questions_are_grouped_with_their_reason(db: str, data: Path) -> None:
+    result = verify(db, data, "--template", "R1", "--template", "R5")
+    assert "20 skipped [R5]: file qa2/raster_only/slope+poi.jsonl is not in" in result.stdout
+    from reproduce import configs, dataset, report
+    from reproduce.verify import _skipped
+
+    vector = dataset.load(DATA / "benchmark", [configs.template("V1")])
+    [line] = report.skips([_skipped(skip) for skip in vector.skipped]).splitlines()
+    assert line.startswith("97 skipped [V1]: file vector/T1/") and line.endswith("(and 96 more like it)")
 
 
 def test_baseline_lists_regressions_first(db: str, data: Path, tmp_path: Path) -> None:

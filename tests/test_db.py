@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from ingest.db import connect, resolve_dsn, with_user
+from ingest.db import MAKE_DB_DSN, connect, resolve_dsn, with_user
 from ingest.errors import DatabaseUnreachable, GsqaError
 
 
@@ -30,8 +30,24 @@ def test_pg_variables_apply_without_dsn(scratch_dsn: str, monkeypatch: pytest.Mo
     monkeypatch.delenv("DATABASE_URL", raising=False)
     for key, value in conninfo_to_dict(scratch_dsn).items():
         monkeypatch.setenv(f"PG{key.upper()}".replace("PGDBNAME", "PGDATABASE"), str(value))
+    monkeypatch.setenv("PGDATABASE", conninfo_to_dict(scratch_dsn)["dbname"])
     assert resolve_dsn(None) == ""
     assert current_database(None) == conninfo_to_dict(scratch_dsn)["dbname"]
+
+
+def test_without_any_setting_the_default_is_the_make_db_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("DATABASE_URL", "PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE"):
+        monkeypatch.delenv(name, raising=False)
+    assert resolve_dsn(None) == MAKE_DB_DSN == "postgresql://postgres:gsqa@127.0.0.1:55432/gsqa"
+
+
+def test_a_missing_database_and_a_refused_connection_get_their_own_advice(scratch_dsn: str) -> None:
+    with pytest.raises(DatabaseUnreachable) as missing:
+        connect(make_conninfo(scratch_dsn, dbname="gsqa_no_such_database"))
+    assert "database=gsqa_no_such_database" in str(missing.value) and "createdb" in str(missing.value)
+    with pytest.raises(DatabaseUnreachable) as refused:
+        connect("postgresql://nobody@127.0.0.1:1/gsqa", connect_timeout=3)
+    assert "Nothing listens there" in str(refused.value) and "createdb" not in str(refused.value)
 
 
 def test_uri_and_keyword_forms_reach_the_same_database(scratch_dsn: str) -> None:

@@ -15,7 +15,7 @@ import pytest
 from dem_helpers import load_with_raster2pgsql, table_state, tile_size_census, with_nodata_tile, write_neighbours
 from load_helpers import logged_files, query_active, wait_for
 
-from bench.aster_synth import cheap_terrain, write_aster_tile
+from ingest.aster_synth import cheap_terrain, write_aster_tile
 from ingest.db import with_user
 from ingest.dem import load_dem
 from ingest.diskspace import NotEnoughDisk, check_room

@@ -8,7 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from bench.aster_synth import aster_transform, cheap_terrain, write_aster_tile
+from ingest.aster_synth import aster_transform, cheap_terrain, write_aster_tile
 from ingest.dem_tiles import ASTER_SIZE, BadRaster, Grid, encode_rows, read_facts
 
 

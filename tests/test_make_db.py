@@ -4,7 +4,7 @@ the container answers `reproduce check` and `reproduce verify` from the host, an
 midway is followed by a rerun that gives the same database.
 
 It needs a Docker engine: the test starts dockerd when it can (as root, with the binary installed). Where no
-engine can be started it is skipped with the reason, unless GSQA_REQUIRE_DOCKER=1 (set by .ci/run), which
+engine can be started it is skipped with the reason, unless GSQA_REQUIRE_TOOLS=1 (set by .ci/run), which
 makes that a failure.
 """
 
@@ -37,8 +37,8 @@ POINTS = [(-99.95, 40.95), (-99.9, 40.9), (-98.95, 40.86), (-98.9, 40.99)]  # in
 
 
 def _unavailable(reason: str) -> None:
-    if os.environ.get("GSQA_REQUIRE_DOCKER") == "1":
-        pytest.fail(f"GSQA_REQUIRE_DOCKER=1 but {reason}")
+    if os.environ.get("GSQA_REQUIRE_TOOLS") == "1":
+        pytest.fail(f"GSQA_REQUIRE_TOOLS=1 but {reason}")
     pytest.skip(f"NO DOCKER ENGINE: {reason}; the end-to-end test of `make db` did not run")
 
 

@@ -202,22 +202,6 @@ def test_rerun_skips_and_changed_files_converge(initialized_dsn: str, tmp_path: 
 # --- kill -9 anywhere, then rerun ---------------------------------------------------------------------
 
 
-@pytest.fixture
-def new_database(server_dsn: str, template_db: str) -> Iterator:
-    """A factory of initialized scratch databases, dropped after the test."""
-    made: list[str] = []
-
-    def make(label: str) -> str:
-        dsn = make_scratch_database(server_dsn, template_db, label)
-        made.append(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
-        initialize(dsn)
-        return dsn
-
-    yield make
-    for name in made:
-        drop_database(server_dsn, name)
-
-
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("synthetic")
@@ -249,7 +233,7 @@ def _wait_for_backends_to_end(dsn: str) -> None:
 @pytest.mark.parametrize("moment", ["during_copy", "between_files", "during_pois_numbering"])
 def test_kill_9_then_rerun_converges(new_database, synthetic: Path, unbroken: dict[str, list[tuple]],
                                      moment: str) -> None:
-    dsn = new_database(f"osm_kill_{moment}")
+    dsn = new_database(f"osm_kill_{moment}", initialized=True)
     blocker = psycopg.connect(dsn)
     if moment == "during_pois_numbering":  # numbering waits for this lock: the loader is caught inside it
         with psycopg.connect(dsn, autocommit=True) as conn:  # nothing else of the load needs to lock pois
@@ -276,7 +260,7 @@ def test_kill_9_then_rerun_converges(new_database, synthetic: Path, unbroken: di
 
 @pytest.mark.parametrize("workers", ["1", "2"])  # one writer; two writers on two layers at once
 def test_ctrl_c_exits_130_with_whole_files_only(new_database, synthetic: Path, workers: str) -> None:
-    dsn = new_database(f"osm_ctrl_c_{workers}")
+    dsn = new_database(f"osm_ctrl_c_{workers}", initialized=True)
     process = subprocess.Popen([str(BIN / "ingest"), "osm", str(synthetic), "--dsn", dsn, "--workers", workers,
                                 "--layers", "roads,lakes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert wait_for(lambda: query_active(dsn, "COPY %roads%"), process), "the load ended before its first COPY"
@@ -291,3 +275,29 @@ def test_ctrl_c_exits_130_with_whole_files_only(new_database, synthetic: Path, w
             assert rows == logged, table
         assert not conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                                 "AND query LIKE 'COPY%%' AND state = 'active'").fetchone()[0]
+
+
+def test_a_regional_build_keeps_the_features_overlapping_the_box(new_database, rules_source: Path) -> None:
+    """--bbox: the rows are loader 1's rows whose envelope overlaps the box; another box, or none, reloads."""
+    reference = new_database("osm_bbox", initialized=True)
+    load_reference(reference, rules_source, TABLES)
+    def expected(table: str, box: str) -> list[tuple]:
+        with psycopg.connect(reference) as conn:
+            return conn.execute(f"SELECT geometry::bytea, {NAME[table]} FROM public.ref_{table} "
+                                f"WHERE geometry::geometry && ST_MakeEnvelope({box}, 4326) ORDER BY id").fetchall()
+
+    def loaded(table: str) -> list[tuple]:
+        with psycopg.connect(reference) as conn:
+            return conn.execute(f"SELECT geometry::bytea, {NAME[table]} FROM public.{table} ORDER BY id").fetchall()
+
+    for box in ("-80,30,-74,41", "-125,20,-90,50"):
+        result = ingest("osm", str(rules_source), "--bbox", box, "--dsn", reference)
+        assert result.returncode in (0, 1), result.stderr
+        for table in TABLES:
+            assert loaded(table) == expected(table, box), (box, table)
+    assert 0 < sum(len(loaded(table)) for table in TABLES) < sum(len(expected(t, "-180,-90,180,90")) for t in TABLES)
+    assert ingest("osm", str(rules_source), "--dsn", reference).returncode in (0, 1)  # no box: everything again
+    assert_same_as_reference(reference)
+
+
+NAME = {"pois": "poi_name", "roads": "road_name", "parks": "park_name", "lakes": "lake_name", "regions": "region_name"}

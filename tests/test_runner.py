@@ -25,7 +25,7 @@ def reader(initialized_dsn: str) -> str:
 def running_reader_queries(dsn: str) -> list[str]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute("SELECT query FROM pg_stat_activity WHERE usename = %s AND state = 'active' "
-                            "AND pid <> pg_backend_pid()", [READER_ROLE]).fetchall()
+                            "AND pid <> pg_backend_pid() AND datname = current_database()", [READER_ROLE]).fetchall()
     return [row[0] for row in rows]
 
 

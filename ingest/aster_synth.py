@@ -1,4 +1,4 @@
-"""Synthetic GeoTIFFs with the exact ASTER GDEM v3 geometry, for tests and benchmarks.
+"""Synthetic GeoTIFFs with the exact ASTER GDEM v3 geometry, for the demo data, tests and benchmarks.
 
 An ASTER tile is named after its SW integer-degree corner, is 3601x3601 Int16 at 1/3600 degree, and its
 pixel centres fall on whole arc-seconds, so its upper-left corner is (W - 1/7200, N + 1 + 1/7200). The

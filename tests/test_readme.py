@@ -1,0 +1,52 @@
+"""The README's runnable blocks run as written: each ```sh block after a `<!-- runnable` comment is run with
+bash (stopping at the first failing command), with its /tmp paths and database names made unique."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import drop_database
+from psycopg.conninfo import conninfo_to_dict
+
+ROOT = Path(__file__).resolve().parent.parent
+_BLOCK = re.compile(r"<!-- runnable[^>]*-->\s*```sh\n(.*?)```", re.S)
+
+
+def runnable_blocks() -> list[str]:
+    return _BLOCK.findall((ROOT / "README.md").read_text())
+
+
+def libpq_environment(server_dsn: str) -> dict[str, str]:
+    """The test server as PG* variables, so that the README's `createdb` and `postgresql:///name` reach it."""
+    keys = {"host": "PGHOST", "port": "PGPORT", "user": "PGUSER", "password": "PGPASSWORD"}
+    return {keys[key]: value for key, value in conninfo_to_dict(server_dsn).items() if key in keys and value}
+
+
+def test_the_readme_has_runnable_blocks() -> None:
+    assert len(runnable_blocks()) >= 1
+
+
+@pytest.mark.parametrize("number", range(len(runnable_blocks())))
+def test_readme_block_runs_as_written(number: int, server_dsn: str, tmp_path: Path) -> None:
+    script = runnable_blocks()[number]
+    databases = sorted(set(re.findall(r"createdb (\w+)", script)))
+    suffix = f"_readme_{os.getpid()}"
+    for name in databases:
+        script = re.sub(rf"\b{name}\b", name + suffix, script)
+    script = re.sub(r"/tmp/([\w-]+)", lambda m: str(tmp_path / m[1]), script)
+    env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"} | libpq_environment(server_dsn)
+    try:
+        result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=ROOT, env=env, capture_output=True,
+                                text=True, timeout=600)
+    finally:
+        for name in databases:
+            drop_database(server_dsn, name + suffix)
+    assert result.returncode == 0, f"README block {number} failed:\n{script}\n{result.stdout}\n{result.stderr}"
+    if "reproduce verify" in script:  # the block's claim: every question passes
+        total = next(line for line in result.stdout.splitlines() if line.startswith("total"))
+        assert total.split()[1:4] == ["120", "100.0", "100.0"], result.stdout
+
