@@ -192,7 +192,7 @@ def _dem_stage(done: str | None, options: BuildOptions, dsn: str | None) -> Stag
     from ingest import dem
 
     files = dem_inputs(options)
-    expected = {"files": len(files)}
+    expected = {"files": len(files), "tables": {schema.dem_us.fullname: len(files)}}
     stamp = fingerprint(files, options.compression)
     if done == stamp:
         return StageResult("dem", "done", f"{len(files)} files already loaded (inputs unchanged)", None, stamp,
@@ -207,12 +207,14 @@ def _dem_stage(done: str | None, options: BuildOptions, dsn: str | None) -> Stag
                        f"{len(report.unchanged)} already loaded", report.as_json(), stamp, expected)
 
 
-def osm_inputs(options: BuildOptions) -> list[Path]:
+def osm_inputs(options: BuildOptions) -> dict[str, list[Path]]:
+    """The GeoJSON files of the build, by table."""
     from ingest.osm import find_layer_folders
     from ingest.osm_geojson import layer_files
+    from ingest.osm_rules import LAYERS
 
     folders = find_layer_folders(options.data_dir)
-    return [path for folder in folders.values() for path in layer_files(folder)]
+    return {LAYERS[name].table.fullname: layer_files(folder) for name, folder in folders.items()}
 
 
 def _osm_stage(done: str | None, options: BuildOptions, dsn: str | None) -> StageResult:
@@ -221,8 +223,9 @@ def _osm_stage(done: str | None, options: BuildOptions, dsn: str | None) -> Stag
     if not (options.data_dir / fetch.OSM_DIR).is_dir():
         return StageResult("osm", "skipped", f"no {fetch.OSM_DIR}/ in {options.data_dir}: the vector tables stay "
                            "empty")
-    files = osm_inputs(options)
-    expected = {"files": len(files)}
+    by_table = osm_inputs(options)
+    files = [path for paths in by_table.values() for path in paths]
+    expected = {"files": len(files), "tables": {table: len(paths) for table, paths in by_table.items()}}
     stamp = fingerprint(files, options.compression, options.bbox)
     if done == stamp:
         return StageResult("osm", "done", f"{len(files)} files already loaded (inputs unchanged)", None, stamp,

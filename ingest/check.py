@@ -23,7 +23,7 @@ import psycopg
 from psycopg import sql
 
 from ingest import schema
-from ingest.db import connect, identifier, relation_exists
+from ingest.db import connect, identifier, relation_exists, where
 from ingest.dem_tiles import Grid
 from ingest.raster_constraints import TileGrid, desired_definitions, existing_definitions
 from ingest.reader import reader_dsn, reader_problem
@@ -52,7 +52,8 @@ def run_checks(dsn: str | None, reference: bool = False) -> list[Check]:
     with connect(dsn, autocommit=True) as conn:
         missing = [table.fullname for table in schema.REFERENCE_TABLES if not relation_exists(conn, table.fullname)]
         if missing:
-            return [Check("schema", False, f"missing tables: {', '.join(missing)}; run `ingest init` first")]
+            return [Check("schema", False, f"missing tables in {where(conn)}: {', '.join(missing)}; run `ingest init` "
+                                           "first")]
         checks = _dem_checks(conn, reference)
         for table in VECTOR_TABLES:
             checks += _vector_checks(conn, table.name, reference)

@@ -348,7 +348,7 @@ def demo_data_command(
 def status_command(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """Where the build stands: every stage of `ingest all` (done, failed, running, interrupted or pending,
     with its times and summary) and what each reference table holds (files and rows from the load log)
-    against what the last `ingest all` set out to load.
+    against the files the last `ingest all` set out to load into it.
 
     Example: ingest status --json
 
@@ -366,14 +366,11 @@ def status_command(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
         if stage.get("started"):
             line += f" {stage['started'][:19]}  {stage['seconds'] or 0:8.1f} s  {stage['summary']}"
         typer.echo(line)
-    expected = {stage["stage"]: (stage.get("expected") or {}).get("files") for stage in state["stages"]}
+    expected = {table: files for stage in state["stages"]
+                for table, files in ((stage.get("expected") or {}).get("tables") or {}).items()}
     for table, loaded in state["loaded"].items():
-        wanted = expected["dem"] if table == "public.dem_us" else None
-        files = f"{loaded['files']:,}" + (f" of {wanted:,}" if wanted is not None else "")
+        files = f"{loaded['files']:,}" + (f" of {expected[table]:,}" if table in expected else "")
         typer.echo(f"{table:14} {files:>15} files  {loaded['rows'] or 0:>14,} rows")
-    if expected["osm"] is not None:
-        vector_files = sum(loaded["files"] for table, loaded in state["loaded"].items() if table != "public.dem_us")
-        typer.echo(f"vector tables: {vector_files:,} of {expected['osm']:,} GeoJSON files loaded")
 
 
 @app.command("check")

@@ -80,6 +80,11 @@ def _advice(cause: str) -> str:
     return "Start the database with `make db` or point --dsn / DATABASE_URL at a running server."
 
 
+def where(conn: psycopg.Connection) -> str:
+    """host:port/database of an open connection, for messages that name the database they speak of."""
+    return f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
+
+
 def relation_exists(conn: psycopg.Connection, qualified_name: str) -> bool:
     return conn.execute("SELECT to_regclass(%s)", [qualified_name]).fetchone()[0] is not None
 

@@ -19,7 +19,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.schema import CreateTable
 
 from ingest import schema
-from ingest.db import connect, relation_exists
+from ingest.db import connect, relation_exists, where
 from ingest.errors import GsqaError, SchemaConflict
 
 READER_PASSWORD_ENV = "GSQA_READER_PASSWORD"
@@ -189,6 +189,6 @@ def finalize(dsn: str | None) -> None:
     with connect(dsn, autocommit=True) as conn:
         missing = [table.fullname for table in schema.REFERENCE_TABLES if not relation_exists(conn, table.fullname)]
         if missing:
-            raise GsqaError(f"table {missing[0]} does not exist in {conn.info.host}:{conn.info.port}/"
-                            f"{conn.info.dbname}: run `ingest init` first, then the load stages")
+            raise GsqaError(f"table {missing[0]} does not exist in {where(conn)}: run `ingest init` first, "
+                            "then the load stages")
         run_sql_file(conn, "40_post_load_indexes.sql")

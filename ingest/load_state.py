@@ -19,7 +19,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from ingest import schema
-from ingest.db import relation_exists
+from ingest.db import relation_exists, where
 from ingest.errors import GsqaError
 
 LOAD_LOG = sql.Identifier(schema.BOOKKEEPING_SCHEMA, "load_log")
@@ -49,7 +49,7 @@ def lock_target(conn: psycopg.Connection, stage: str, target: str) -> None:
 
 def require_bookkeeping(conn: psycopg.Connection) -> None:
     if not relation_exists(conn, f"{schema.BOOKKEEPING_SCHEMA}.load_log"):
-        raise GsqaError("the database has no gsqa.load_log: run `ingest init` first")
+        raise GsqaError(f"the database {where(conn)} has no gsqa.load_log: run `ingest init` first")
 
 
 def read_log(conn: psycopg.Connection, target: str) -> dict[str, LogEntry]:

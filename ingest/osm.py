@@ -34,7 +34,7 @@ from psycopg import sql
 from tqdm import tqdm
 
 from ingest import schema
-from ingest.db import connect, identifier, relation_exists
+from ingest.db import connect, identifier, relation_exists, where
 from ingest.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
 from ingest.initdb import create_table_sql
 from ingest.load_state import (
@@ -274,7 +274,7 @@ def _prepare(conn: psycopg.Connection, selected: list[Layer], files: dict[str, d
     for layer in selected:
         lock_target(conn, "osm", layer.table.fullname)
         if not relation_exists(conn, layer.table.fullname):
-            raise GsqaError(f"table {layer.table.fullname} does not exist: run `ingest init` first")
+            raise GsqaError(f"table {layer.table.fullname} does not exist in {where(conn)}: run `ingest init` first")
     if not relation_exists(conn, STAGE):
         conn.execute(create_table_sql(schema.pois_stage))
     plans = [_Plan(layer, files[layer.name], {}, bbox) for layer in selected]

@@ -11,7 +11,7 @@ import psycopg
 from psycopg import sql
 
 from ingest import schema
-from ingest.db import connect, identifier, relation_exists
+from ingest.db import connect, identifier, relation_exists, where
 from ingest.errors import GsqaError
 from ingest.initdb import MIN_POSTGIS
 from ingest.reader import reader_dsn, reader_problem
@@ -75,7 +75,7 @@ def _postgis_version(conn: psycopg.Connection) -> str:
     try:
         version = conn.execute("SELECT postgis_lib_version()").fetchone()[0]
     except psycopg.errors.UndefinedFunction:
-        raise GsqaError("PostGIS is not installed in this database: run `ingest init` first.") from None
+        raise GsqaError(f"PostGIS is not installed in {where(conn)}: run `ingest init` first.") from None
     if tuple(int(part) for part in version.split(".")[:2]) < MIN_POSTGIS:
         raise GsqaError(f"PostGIS {version} is too old: the benchmark SQL needs >= 3.2.")
     return version

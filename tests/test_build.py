@@ -66,7 +66,8 @@ def test_offline_build_runs_every_stage_then_a_rerun_skips_the_loads(new_databas
         ("check", "done")]
     assert status["loaded"]["public.dem_us"] == {"files": 2, "rows": 18}
     text = ingest("status", "--dsn", dsn).stdout
-    assert "2 of 2 files" in text and "7 of 7 GeoJSON files" in text
+    assert "public.dem_us           2 of 2 files" in text and "public.roads            2 of 2 files" in text
+    assert "public.pois             2 of 2 files" in text, text
 
 
 def test_check_passes_on_a_build_and_names_what_is_wrong(new_database, layout: Path) -> None:
