@@ -37,6 +37,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.dem import Sampler  # noqa: E402
+
+# Run the command under bash, not exec'd: the sampler counts the process tree below bash.
+SHELL = '"$@" >/dev/null 2>&1'
 from bench.local_hub import FakeHub  # noqa: E402
 from bench.osmx_synth import write_layers  # noqa: E402
 from ingest.aster_synth import spectral_terrain, write_aster_tile  # noqa: E402
@@ -87,7 +90,7 @@ def one_run(hub: FakeHub, server_dsn: str, work: Path, name: str, number: int) -
     what = "dem" if INPUTS[name][1] == 0 else "dem,osm"
     env = {**os.environ, "HF_ENDPOINT": hub.endpoint(), "HF_HOME": str(work / "hf"), "HF_HUB_DISABLE_XET": "1"}
     started = time.monotonic()
-    process = subprocess.Popen(["bash", "-c", 'exec "$@" >/dev/null 2>&1', "ingest", str(INGEST), "all",
+    process = subprocess.Popen(["bash", "-c", SHELL, "ingest", str(INGEST), "all",
                                 str(data), "--what", what, "--dsn", dsn], env=env)
     sampler = Sampler(process.pid)
     sampler.start()

@@ -207,39 +207,57 @@ def _dem_stage(done: str | None, options: BuildOptions, dsn: str | None) -> Stag
                        f"{len(report.unchanged)} already loaded", report.as_json(), stamp, expected)
 
 
-def osm_inputs(options: BuildOptions) -> dict[str, list[Path]]:
-    """The GeoJSON files of the build, by table."""
+def osm_inputs(source: Path) -> dict[str, list[Path]]:
+    """The GeoJSON files under `source`, by table."""
     from ingest.osm import find_layer_folders
     from ingest.osm_geojson import layer_files
     from ingest.osm_rules import LAYERS
 
-    folders = find_layer_folders(options.data_dir)
+    folders = find_layer_folders(source)
     return {LAYERS[name].table.fullname: layer_files(folder) for name, folder in folders.items()}
 
 
 def _osm_stage(done: str | None, options: BuildOptions, dsn: str | None) -> StageResult:
+    """The published GeoJSON layers (osm/osm_extract/), or else OpenStreetMap extracts (osm/*.osm.pbf), whose
+    layers are derived into osm/pbf.layers/ first."""
+    from ingest import osm_pbf
+
+    extracts = sorted((options.data_dir / "osm").glob("*.osm.pbf"))
+    geojson = (options.data_dir / fetch.OSM_DIR).is_dir()
+    if not geojson and not extracts:
+        return StageResult("osm", "skipped", f"no {fetch.OSM_DIR}/ and no osm/*.osm.pbf in {options.data_dir}: "
+                           "the vector tables stay empty")
+    inputs = [path for paths in osm_inputs(options.data_dir).values() for path in paths] if geojson else extracts
+    stamp = fingerprint(inputs, options.compression, options.bbox)
+    if done == stamp:
+        return StageResult("osm", "done", f"{len(inputs)} files already loaded (inputs unchanged)", None, stamp)
+    if geojson:
+        return _load_layers(options.data_dir, options.bbox, options, dsn, stamp, None)
+    layers = options.data_dir / "osm" / "pbf.layers"
+    exported = osm_pbf.export(extracts, layers, bbox=options.bbox, progress=options.progress)
+    return _load_layers(layers, None, options, dsn, stamp, exported)
+
+
+def _load_layers(source: Path, bbox: fetch.BBox | None, options: BuildOptions, dsn: str | None, stamp: str,
+                 exported: Any) -> StageResult:
     from ingest import osm
 
-    if not (options.data_dir / fetch.OSM_DIR).is_dir():
-        return StageResult("osm", "skipped", f"no {fetch.OSM_DIR}/ in {options.data_dir}: the vector tables stay "
-                           "empty")
-    by_table = osm_inputs(options)
+    by_table = osm_inputs(source)
     files = [path for paths in by_table.values() for path in paths]
     expected = {"files": len(files), "tables": {table: len(paths) for table, paths in by_table.items()}}
-    stamp = fingerprint(files, options.compression, options.bbox)
-    if done == stamp:
-        return StageResult("osm", "done", f"{len(files)} files already loaded (inputs unchanged)", None, stamp,
-                           expected)
-    report = osm.load_osm(options.data_dir, dsn, workers=options.workers, compression=options.compression,
-                          progress=options.progress, bbox=options.bbox)
+    report = osm.load_osm(source, dsn, workers=options.workers, compression=options.compression,
+                          progress=options.progress, bbox=bbox)
+    details = {**({"export": exported.as_json()} if exported else {}), **report.as_json()}
     failed = {name: error for layer in report.layers.values() for name, error in layer.failed.items()}
     if failed:
         raise StageFailed(f"{len(failed)} of {len(files)} GeoJSON files failed (first: {next(iter(failed.values()))})",
-                          report.as_json())
+                          details)
     skipped = sum(layer.skipped_count for layer in report.layers.values())
     rows = sum(layer.rows_written for layer in report.layers.values())
-    return StageResult("osm", "done", f"{rows:,} rows written; {skipped:,} features skipped as loader 1 would "
-                       "(listed in the stage report)", report.as_json(), stamp, expected)
+    summary = f"{rows:,} rows written; {skipped:,} features skipped as loader 1 would (listed in the stage report)"
+    if exported:
+        summary += f"; from {len(exported.sources)} extract(s), {sum(exported.broken.values()):,} objects not built"
+    return StageResult("osm", "done", summary, details, stamp, expected)
 
 
 def _finalize_stage(dsn: str | None) -> StageResult:

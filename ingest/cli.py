@@ -21,6 +21,7 @@ from ingest.errors import EXIT_INTERRUPTED, reported_as_exit_code
 if TYPE_CHECKING:
     from ingest.fetch import FetchReport
     from ingest.osm import OsmLoadReport
+    from ingest.osm_pbf import ExportReport as OsmExportReport
 
 app = command_group(
     "ingest",
@@ -208,9 +209,9 @@ def dem_command(
 
 @app.command("osm")
 def osm_command(
-    source: Annotated[Path, typer.Argument(help="Folder holding the layer folders (pois/, roads/, parks/, lakes/, "
-                                           "postal_codes/), or a dataset root holding osm/osm_extract/.",
-                                           show_default=False)],
+    sources: Annotated[list[Path], typer.Argument(
+        help="One folder holding the layer folders (pois/, roads/, parks/, lakes/, postal_codes/) or a dataset "
+        "root holding osm/osm_extract/; or one or more OpenStreetMap .osm.pbf extracts.", show_default=False)],
     layers: Annotated[str | None, typer.Option(metavar="LAYERS",
                                                help="Comma-separated layers to load, of pois, roads, parks, "
                                                "lakes, regions [default: every layer folder in SOURCE].",
@@ -226,40 +227,76 @@ def osm_command(
     bbox: Annotated[str | None, typer.Option(metavar="W,S,E,N",
                                              help="A regional build: only the features whose envelope overlaps "
                                              "W,S,E,N (degrees).", show_default=False)] = None,
+    export_geojson: Annotated[Path | None, typer.Option(
+        "--export-geojson", metavar="DIR", help="PBF input: write the osmx-style layers to DIR and load nothing.",
+        show_default=False)] = None,
+    work: Annotated[Path | None, typer.Option(
+        metavar="DIR", help="PBF input: where the layers are written before they load [default: "
+        "<first extract>.layers beside it].", show_default=False)] = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Load the osmx GeoJSON layers (the published `osm/osm_extract/`) into pois, roads, parks, lakes and
-    regions, with the rows, values and ids of the benchmark's loader ("loader 1", docs/DESIGN.md).
+    """Load the osmx GeoJSON layers (the published `osm/osm_extract/`), or layers derived from OpenStreetMap
+    `.osm.pbf` extracts, into pois, roads, parks, lakes and regions, with the rows, values and ids of the
+    benchmark's loader ("loader 1", docs/DESIGN.md).
 
-    Files load in name order, each in one transaction with its gsqa.load_log entry; pois are numbered in
-    loader 1's pass order (tourism, amenity, leisure) once every pois file is in. A rerun skips files
-    already loaded with the same size and checksum and reloads changed ones, so an interrupted load is
-    resumed by running the same command again. A feature loader 1 could not have stored (no geometry,
-    invalid JSON, a tag value over 255 characters, an id that is not an integer, ...) is skipped and
-    listed; a file that is truncated or not JSON is reported on one line and the other files still load.
-    Progress goes to stderr; run `ingest finalize` afterwards for the indexes.
+    GeoJSON: files load in name order, each in one transaction with its gsqa.load_log entry; pois are
+    numbered in loader 1's pass order (tourism, amenity, leisure) once every pois file is in. A rerun skips
+    files already loaded with the same size and checksum and reloads changed ones, so an interrupted load
+    is resumed by running the same command again. A feature loader 1 could not have stored (no geometry,
+    invalid JSON, a tag value over 255 characters, an id that is not an integer, ...) is skipped and listed;
+    a file that is truncated or not JSON is reported on one line and the other files still load.
+
+    PBF (detected from the content, not the name): the extracts are read with pyosmium into osmx-style
+    layers (the rules are in docs/DESIGN.md), which then load as above; an object in several extracts is
+    taken once; what cannot be built (ways with missing nodes, broken multipolygons) is listed by OSM type
+    and id. The layers are kept (--work), so a rerun loads without reading the extracts again.
+    `--export-geojson DIR` only writes them. Progress goes to stderr; run `ingest finalize` afterwards.
 
     Example: ingest osm /data/osm_extract --dsn postgresql://postgres@localhost:5432/gsqa
+    Example: ingest osm new-york.osm.pbf new-jersey.osm.pbf --bbox -74.3,40.5,-73.7,40.9
 
-    Exit codes: 0 everything loaded; 1 some features or files were skipped (the rest loaded); 2 nothing
-    started (missing or unknown layer folder, no *.geojson file, unreachable database, a table holding
-    rows we did not load, another load running); 130 interrupted (Ctrl-C): the file being loaded is rolled
-    back, a rerun resumes.
+    Exit codes: 0 everything loaded; 1 some features, objects or files were skipped (the rest loaded); 2
+    nothing started (missing or unknown layer folder, no *.geojson file, not a PBF, unreachable database, a
+    table holding rows we did not load, another load running); 130 interrupted (Ctrl-C): the file being
+    loaded is rolled back, a rerun resumes.
     """
-    from ingest import osm
+    from ingest import osm, osm_pbf
     from ingest.fetch import parse_bbox
 
     _check_compression(compression)
     wanted = [name.strip() for name in layers.split(",") if name.strip()] if layers else None
     with _load_stage():
-        report = osm.load_osm(source, dsn, layers=wanted, workers=workers, replace=replace, compression=compression,
-                              bbox=parse_bbox(bbox) if bbox else None)
+        box = parse_bbox(bbox) if bbox else None
+        exported = None
+        if osm_pbf.all_pbf(sources):
+            folder = export_geojson or work or osm_pbf.default_folder(sources)
+            exported = osm_pbf.export(sources, folder, bbox=box)
+            sources, box = [folder], None
+        if export_geojson is None:
+            report = osm.load_osm(sources[0], dsn, layers=wanted, workers=workers, replace=replace,
+                                  compression=compression, bbox=box)
+    code = max(1 if exported and exported.broken else 0, report.exit_code if export_geojson is None else 0)
     if as_json:
-        typer.echo(json.dumps(report.as_json()))
+        typer.echo(json.dumps({**({"export": exported.as_json()} if exported else {}),
+                               **(report.as_json() if export_geojson is None else {})}))
     else:
-        _print_osm_report(report)
-    raise typer.Exit(report.exit_code)
+        if exported:
+            _print_export_report(exported)
+        if export_geojson is None:
+            _print_osm_report(report)
+    raise typer.Exit(code)
+
+
+def _print_export_report(report: OsmExportReport) -> None:
+    layers = ", ".join(f"{layer} {count:,}" for layer, count in sorted(report.features.items()))
+    reused = " (the layers of an earlier run, inputs unchanged)" if report.reused else ""
+    typer.echo(f"{len(report.sources)} extract(s) -> {report.folder}{reused}: {layers}; {report.duplicates:,} "
+               f"objects already taken from an earlier extract; node locations: {report.location_index.split(',')[0]}")
+    if report.broken:
+        typer.echo(f"could not be built ({', '.join(f'{kind} {n:,}' for kind, n in sorted(report.broken.items()))}):")
+        for line in report.broken_listed:
+            typer.echo(f"  {line}")
 
 
 @app.command("all")

@@ -57,7 +57,6 @@ from ingest.osm_rules import LAYER_BY_FOLDER, LAYERS, Layer
 log = logging.getLogger(__name__)
 
 STAGE = schema.pois_stage.fullname
-_PBF_MAGIC = b"OSMHeader"
 # Writer connections: each loads whole layers, so two tables fill at once and one lane's server backend works
 # while the other lane waits for its parsers (on 2 cores a single writer left about a fifth of the CPU idle).
 LANES = 2
@@ -115,13 +114,8 @@ def find_layer_folders(source: Path) -> dict[str, Path]:
     if not source.exists():
         raise GsqaError(f"{source}: no such file or directory")
     if source.is_file():
-        with open(source, "rb") as handle:
-            head = handle.read(64)
-        if _PBF_MAGIC in head:
-            raise GsqaError(f"{source}: an OpenStreetMap PBF; `ingest osm` reads the osmx GeoJSON layers for now "
-                            "(a folder holding pois/, roads/, parks/, lakes/, postal_codes/)")
-        raise GsqaError(f"{source}: expected a folder holding the layer folders (pois/, roads/, parks/, lakes/, "
-                        "postal_codes/) or a dataset root holding osm/osm_extract/")
+        raise GsqaError(f"{source}: expected an OpenStreetMap PBF file, a folder holding the layer folders (pois/, "
+                        "roads/, parks/, lakes/, postal_codes/) or a dataset root holding osm/osm_extract/")
     for root in (source / "osm" / "osm_extract", source / "osm_extract", source):
         if root.is_dir() and any((root / folder).is_dir() for folder in LAYER_BY_FOLDER):
             return _layer_folders(root)

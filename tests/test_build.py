@@ -219,3 +219,23 @@ def test_kill_9_during_the_fetch_then_rerun_gives_the_unbroken_database(new_data
     unbroken = new_database("build_kill_fetch_unbroken")
     assert ingest("all", str(source), "--offline", "--dsn", unbroken).returncode == 0
     assert database_state(dsn) == database_state(unbroken)
+
+
+def test_openstreetmap_extracts_in_osm_are_the_vector_source_when_there_is_no_osm_extract(
+        new_database, tmp_path: Path) -> None:
+    import shutil
+
+    from conftest import DATA
+
+    data = write_published_layout(tmp_path / "data", osm=False)
+    (data / "osm").mkdir()
+    shutil.copy(DATA / "osm" / "manhattan-midtown.osm.pbf", data / "osm")
+    dsn = new_database("build_pbf")
+    first = ingest("all", str(data), "--offline", "--what", "osm", "--dsn", dsn, "--json")
+    assert first.returncode == 0, first.stdout + first.stderr
+    osm_stage = next(stage for stage in json.loads(first.stdout)["stages"] if stage["stage"] == "osm")
+    assert osm_stage["state"] == "done" and "from 1 extract(s)" in osm_stage["summary"]
+    assert osm_stage["report"]["layers"]["roads"]["rows_written"] == 170
+    assert (data / "osm" / "pbf.layers" / "roads" / "manhattan-midtown.geojson").is_file()
+    again = json.loads(ingest("all", str(data), "--offline", "--what", "osm", "--dsn", dsn, "--json").stdout)
+    assert "inputs unchanged" in next(s["summary"] for s in again["stages"] if s["stage"] == "osm")

@@ -1,0 +1,178 @@
+"""PBF load benchmark: `ingest osm FILE.osm.pbf` against osm2pgsql (flex style bench/osm2pgsql_flex.lua, the same
+five layers) on the same extracts, server and settings.
+
+    .venv/bin/python bench/osm_pbf.py [--runs 3] [--city-side 800] [--dsn DSN] [--work DIR] [--json]
+
+Inputs: the real extracts in tests/data/osm (Monaco, Midtown Manhattan), and a synthetic city written with
+pyosmium (a grid of streets, blocks that are parks or ponds, named POIs, park multipolygons and one
+administrative boundary; --city-side 800 gives about 1.1 M objects). Each run loads into a fresh database:
+  osm2pgsql -O flex -S bench/osm2pgsql_flex.lua --number-processes 2 FILE
+  ingest osm FILE --work DIR (a fresh DIR: the PBF is read, the layers written, then loaded)
+and prints, per tool, wall time, client CPU (the process tree), server CPU (all postgres processes), peak
+client memory (RSS of the largest process, PSS of all), the rows per table side by side, and the wall ratio.
+osm2pgsql stores tags as jsonb and geometry(4326); ingest osm stores one column per tag and geography, with
+loader 1's pois filter: the tables are not the same, the input and the layer rules are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import osmium
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.dem import Sampler  # noqa: E402
+
+# Run the command under bash, not exec'd: the sampler counts the process tree below bash.
+SHELL = '"$@" >/dev/null 2>&1'
+
+INGEST = Path(sys.executable).parent / "ingest"
+STYLE = ROOT / "bench" / "osm2pgsql_flex.lua"
+OURS = {"pois": "pois", "roads": "roads", "parks": "parks", "lakes": "lakes", "regions": "regions"}
+
+
+def write_city(path: Path, side: int) -> int:
+    """A synthetic city of about 1.7 * side^2 objects; returns how many."""
+    step, origin = 0.0005, (-74.2, 40.5)
+    node_id = lambda i, j: i * side + j + 1  # noqa: E731
+    objects = 0
+    with osmium.SimpleWriter(str(path), overwrite=True) as writer:
+        for i in range(side):
+            for j in range(side):
+                tags = {}
+                if (i * 7 + j * 13) % 9 == 0:
+                    tags = {"name": f"Place {i}-{j}", ["amenity", "tourism", "leisure"][(i + j) % 3]:
+                            ["restaurant", "museum", "park"][(i + j) % 3]}
+                writer.add_node(osmium.osm.mutable.Node(id=node_id(i, j), location=(origin[0] + j * step,
+                                                                                   origin[1] + i * step), tags=tags))
+                objects += 1
+        way_id = 1
+        for i in range(side):  # streets along rows and columns, in segments of 10 nodes
+            for start in range(0, side - 1, 10):
+                end = min(start + 10, side - 1)
+                span = range(start, end + 1)
+                for nodes in ([node_id(i, j) for j in span], [node_id(j, i) for j in span]):
+                    writer.add_way(osmium.osm.mutable.Way(id=way_id, nodes=nodes,
+                                                          tags={"highway": "residential", "name": f"Street {way_id}"}))
+                    way_id, objects = way_id + 1, objects + 1
+        blocks = []
+        for i in range(0, side - 1, 2):  # every other block: a park or a pond
+            for j in range(0, side - 1, 2):
+                ring = [node_id(i, j), node_id(i, j + 1), node_id(i + 1, j + 1), node_id(i + 1, j), node_id(i, j)]
+                tags = {"leisure": "park", "name": f"Park {way_id}"} if (i + j) % 4 else {"natural": "water"}
+                writer.add_way(osmium.osm.mutable.Way(id=way_id, nodes=ring, tags=tags if (i * j) % 5 else {}))
+                blocks.append(way_id)
+                way_id, objects = way_id + 1, objects + 1
+        untagged = [block for n, block in enumerate(blocks) if n % 5 == 0][:2 * (len(blocks) // 10)]
+        for relation_id in range(1, len(untagged) // 2 + 1):
+            members = [("w", untagged[2 * relation_id - 2], "outer"), ("w", untagged[2 * relation_id - 1], "outer")]
+            writer.add_relation(osmium.osm.mutable.Relation(id=relation_id, members=members, tags={
+                "type": "multipolygon", "leisure": "park", "name": f"Twin Park {relation_id}"}))
+            objects += 1
+    return objects
+
+
+def fresh_database(server_dsn: str, name: str, initialize: bool) -> str:
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    dsn = make_conninfo(server_dsn, dbname=name)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION postgis")
+    if initialize:
+        subprocess.run([str(INGEST), "init", "--dsn", dsn], check=True, capture_output=True)
+    return dsn
+
+
+def timed(command: list[str], env: dict[str, str] | None = None) -> dict:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    process = subprocess.Popen(["bash", "-c", SHELL, "run", *command], env=env)
+    sampler = Sampler(process.pid)
+    sampler.start()
+    process.wait()
+    sampler.stop.set()
+    sampler.join()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client_cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {"wall_s": time.monotonic() - started, "client_cpu_s": client_cpu, "server_cpu_s": sampler.server_cpu_s,
+            "peak_rss_mb": sampler.peak_rss / 1e6, "peak_pss_mb": sampler.peak_pss / 1e6,
+            "returncode": process.returncode}
+
+
+def counts(dsn: str, prefix: str) -> dict[str, int]:
+    with psycopg.connect(dsn) as conn:
+        return {layer: conn.execute(f"SELECT count(*) FROM {prefix}{table}").fetchone()[0]
+                for layer, table in OURS.items()}
+
+
+def one_round(server_dsn: str, source: Path, work: Path) -> dict:
+    theirs = fresh_database(server_dsn, "gsqa_bench_osm2pgsql", initialize=False)
+    anchor = timed(["osm2pgsql", "-d", psycopg.conninfo.conninfo_to_dict(theirs)["dbname"], "-O", "flex", "-S",
+                    str(STYLE), "--number-processes", "2", str(source)],
+                   env={**os.environ, **_libpq_env(server_dsn)})
+    anchor["rows"] = counts(theirs, "bench_")
+    ours_dsn = fresh_database(server_dsn, "gsqa_bench_ingest_pbf", initialize=True)
+    folder = work / f"{source.stem}.layers"
+    subprocess.run(["rm", "-rf", str(folder)], check=True)
+    ours = timed([str(INGEST), "osm", str(source), "--work", str(folder), "--dsn", ours_dsn])
+    ours["rows"] = counts(ours_dsn, "public.")
+    return {"osm2pgsql": anchor, "ingest osm": ours}
+
+
+def _libpq_env(dsn: str) -> dict[str, str]:
+    keys = {"host": "PGHOST", "port": "PGPORT", "user": "PGUSER", "password": "PGPASSWORD"}
+    return {keys[key]: value for key, value in psycopg.conninfo.conninfo_to_dict(dsn).items() if key in keys}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--city-side", type=int, default=800)
+    parser.add_argument("--dsn", default=os.environ.get("DATABASE_URL", ""))
+    parser.add_argument("--work", type=Path, default=Path("/tmp/gsqa-bench-osm-pbf"))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    city = args.work / f"city-{args.city_side}.osm.pbf"
+    if not city.exists():
+        print(f"writing the synthetic city ({write_city(city, args.city_side):,} objects)", file=sys.stderr)
+    inputs = [ROOT / "tests/data/osm/monaco.osm.pbf", ROOT / "tests/data/osm/manhattan-midtown.osm.pbf", city]
+    results = {}
+    for source in inputs:
+        rounds = [one_round(args.dsn, source, args.work) for _ in range(args.runs)]
+        results[source.name] = {"bytes": source.stat().st_size, "rounds": rounds}
+        if not args.json:
+            print_input(source.name, source.stat().st_size, rounds)
+    if args.json:
+        print(json.dumps(results, indent=1))
+
+
+def print_input(name: str, size: int, rounds: list[dict]) -> None:
+    print(f"\n{name} ({size / 1e6:.1f} MB), {len(rounds)} rounds; wall s (each round), median")
+    for tool in ("osm2pgsql", "ingest osm"):
+        walls = [r[tool]["wall_s"] for r in rounds]
+        last = rounds[-1][tool]
+        print(f"  {tool:10} wall {' / '.join(f'{w:.2f}' for w in walls)} median {statistics.median(walls):.2f}; "
+              f"client CPU {last['client_cpu_s']:.1f} s, server CPU {last['server_cpu_s']:.1f} s; "
+              f"max RSS {last['peak_rss_mb']:.0f} MB, "
+              f"PSS {last['peak_pss_mb']:.0f} MB; exit {last['returncode']}; rows {last['rows']}")
+    ratio = statistics.median(r["osm2pgsql"]["wall_s"] for r in rounds) / statistics.median(
+        r["ingest osm"]["wall_s"] for r in rounds)
+    print(f"  osm2pgsql wall / ingest osm wall: {ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

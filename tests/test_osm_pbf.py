@@ -1,0 +1,166 @@
+"""`ingest osm FILE.osm.pbf`: the layer rules on inline OPL, broken data listed by OSM type and id, extracts that
+overlap taken once, the same rows as the PBF's own --export-geojson output, and one-line refusals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import osmium
+import psycopg
+import pytest
+from conftest import DATA
+from loader1 import table_rows
+
+from ingest import osm_pbf
+
+BIN = Path(sys.executable).parent
+TABLES = ["pois", "roads", "parks", "lakes", "regions"]
+LONG = "x" * 300
+
+# Nodes 1-9 and ways 20-31 around (7.0, 43.0); the ids say what each case is.
+OPL = f"""\
+n1 v1 x7.0001 y43.0001 Tamenity=restaurant,name=Chez%20%Zo%e9%,cuisine=french
+n2 v1 x7.0002 y43.0002 Tamenity=bench
+n3 v1 x7.0003 y43.0003 Tleisure=park,name=Small%20%Park
+n4 v1 x7.0 y43.0
+n5 v1 x7.01 y43.0
+n6 v1 x7.01 y43.01
+n7 v1 x7.0 y43.01
+n8 v1 x7.02 y43.02
+n9 v1 x7.03 y43.03 Ttourism=museum,name=Long,description={LONG}
+w20 v1 Thighway=residential,name=Open%20%Street Nn4,n5,n6
+w21 v1 Thighway=pedestrian,name=Square Nn4,n5,n6,n7,n4
+w22 v1 Twaterway=river,name=River Nn5,n8
+w23 v1 Tnatural=water,name=Pond Nn4,n5,n6,n7,n4
+w24 v1 Thighway=service Nn4,n999
+w25 v1 T Nn4,n5,n6,n4
+w26 v1 T Nn6,n7,n8,n6
+w27 v1 T Nn4,n5
+r100 v1 Ttype=multipolygon,leisure=park,name=Two%20%Parts Mw25@outer,w26@outer
+r101 v1 Ttype=boundary,boundary=administrative,admin_level=8,name=Town Mw25@outer
+r102 v1 Ttype=multipolygon,natural=water,name=Broken Mw27@outer
+"""
+
+
+def pbf_from_opl(text: str, path: Path) -> Path:
+    opl = path.with_suffix(".opl")
+    opl.write_text(text)
+    with osmium.SimpleWriter(str(path)) as writer:
+        for obj in osmium.FileProcessor(str(opl)):
+            writer.add(obj)
+    return path
+
+
+def ingest(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "ingest"), *argv], capture_output=True, text=True, timeout=300)
+
+
+def features(folder: Path, layer: str) -> list[dict]:
+    found = []
+    for path in sorted((folder / layer).glob("*.geojson")):
+        found += json.loads(path.read_text())["features"]
+    return found
+
+
+def by_id(folder: Path, layer: str) -> dict[int, dict]:
+    return {feature["properties"]["id"]: feature for feature in features(folder, layer)}
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, osm_pbf.ExportReport]:
+    folder = tmp_path_factory.mktemp("cases")
+    source = pbf_from_opl(OPL, folder / "cases.osm.pbf")
+    return folder / "layers", osm_pbf.export([source], folder / "layers", progress=False)
+
+
+def test_layer_rules_on_each_kind_of_object(cases: tuple[Path, osm_pbf.ExportReport]) -> None:
+    folder, _ = cases
+    pois, parks = by_id(folder, "pois"), by_id(folder, "parks")
+    assert sorted(pois) == [1, 3, 9]  # named with tourism/amenity/leisure; the unnamed bench is not a POI
+    assert pois[1]["properties"]["tagsMap"] == {"amenity": "restaurant", "name": "Chez Zoé", "cuisine": "french"}
+    assert pois[1]["geometry"] == {"type": "Point", "coordinates": [7.0001, 43.0001]}
+    roads = by_id(folder, "roads")
+    assert roads[20]["geometry"]["type"] == "LineString" and len(roads[20]["geometry"]["coordinates"]) == 3
+    assert roads[21]["geometry"]["type"] == "Polygon"  # a closed highway way, as the benchmark's roads hold
+    lakes = by_id(folder, "lakes")
+    assert lakes[22]["geometry"]["type"] == "LineString" and lakes[23]["geometry"]["type"] == "Polygon"
+    assert parks[3]["geometry"]["type"] == "Point" and parks[100]["geometry"]["type"] == "MultiPolygon"
+    assert len(parks[100]["geometry"]["coordinates"]) == 2
+    regions = by_id(folder, "postal_codes")
+    assert list(regions) == [101] and regions[101]["geometry"]["type"] == "Polygon"
+    assert regions[101]["properties"]["tagsMap"]["admin_level"] == "8"
+
+
+def test_what_cannot_be_built_is_listed_by_type_and_id(cases: tuple[Path, osm_pbf.ExportReport]) -> None:
+    folder, report = cases
+    assert 24 not in by_id(folder, "roads") and 102 not in by_id(folder, "lakes")
+    assert dict(report.broken) == {"way": 1, "relation": 1}
+    assert any(line.startswith("way 24: node 999") for line in report.broken_listed)
+    assert any(line.startswith("relation 102: ") for line in report.broken_listed)
+
+
+def test_overlapping_extracts_are_taken_once_and_a_box_keeps_what_overlaps(tmp_path: Path) -> None:
+    first = pbf_from_opl(OPL, tmp_path / "a.osm.pbf")
+    second = pbf_from_opl(OPL, tmp_path / "b.osm.pbf")
+    report = osm_pbf.export([first, second], tmp_path / "both", progress=False)
+    single = osm_pbf.export([first], tmp_path / "one", progress=False)
+    assert report.features == single.features and report.broken == single.broken
+    # Every object the first file gave a layer (nodes 1, 3, 9; ways 20-24; relations 100-102) is skipped once.
+    assert report.duplicates == 11
+    boxed = osm_pbf.export([first], tmp_path / "box", bbox=(7.0, 43.0, 7.00015, 43.00015), progress=False)
+    assert boxed.features["pois"] == 1 and boxed.outside > 0
+
+
+def test_a_pbf_loads_the_same_rows_as_its_exported_layers(new_database, tmp_path: Path) -> None:
+    extracts = [shutil.copy(DATA / "osm" / name, tmp_path) for name in ("manhattan-midtown.osm.pbf",
+                                                                        "monaco.osm.pbf")]
+    direct, exported = new_database("pbf_direct", initialized=True), new_database("pbf_export", initialized=True)
+    result = ingest("osm", *map(str, extracts), "--dsn", direct, "--json")
+    assert result.returncode == 1, result.stderr  # Monaco's extract cuts French boundary relations
+    report = json.loads(result.stdout)
+    assert report["export"]["broken"]["relation"] > 0 and report["layers"]["roads"]["rows_written"] > 3000
+    written = ingest("osm", *map(str, extracts), "--export-geojson", str(tmp_path / "geojson"))
+    assert written.returncode == 1 and "could not be built" in written.stdout
+    assert ingest("osm", str(tmp_path / "geojson"), "--dsn", exported).returncode == 0
+    for table in TABLES:
+        assert table_rows(direct, f"public.{table}") == table_rows(exported, f"public.{table}"), table
+    with psycopg.connect(direct) as conn:
+        names = {name for (name,) in conn.execute("SELECT poi_name FROM pois")}
+    assert "Monte-Carlo Casino" in names or len(names) > 50
+    again = json.loads(ingest("osm", *map(str, extracts), "--dsn", direct, "--json").stdout)
+    assert again["export"]["reused"] and all(not layer["loaded"] for layer in again["layers"].values())
+
+
+def test_node_locations_on_disk_for_large_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = pbf_from_opl(OPL, tmp_path / "cases.osm.pbf")
+    monkeypatch.setattr(osm_pbf, "IN_MEMORY_LIMIT", 0)
+    report = osm_pbf.export([source], tmp_path / "layers", progress=False)
+    assert report.location_index.startswith("sparse_file_array,")
+    assert sorted(by_id(tmp_path / "layers", "roads")) == [20, 21]
+    assert not (tmp_path / "layers" / "node-locations.bin").exists()  # removed after the export
+
+
+@pytest.mark.parametrize("content, expected", [
+    (b"", "empty file"),
+    (b"<?xml version='1.0'?><osm></osm>", "not an OpenStreetMap PBF file"),
+])
+def test_bad_inputs_are_one_line_and_load_nothing(tmp_path: Path, content: bytes, expected: str,
+                                                   initialized_dsn: str) -> None:
+    good = pbf_from_opl(OPL, tmp_path / "good.osm.pbf")
+    bad = tmp_path / "bad.osm.pbf"
+    bad.write_bytes(content)
+    result = ingest("osm", str(good), str(bad), "--dsn", initialized_dsn)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and expected in result.stderr
+    assert "Traceback" not in result.stderr
+    with psycopg.connect(initialized_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM public.roads").fetchone()[0] == 0
+
+
+def test_a_missing_extract_is_one_line(tmp_path: Path) -> None:
+    good = pbf_from_opl(OPL, tmp_path / "good.osm.pbf")
+    result = ingest("osm", str(good), str(tmp_path / "absent.osm.pbf"), "--export-geojson", str(tmp_path / "out"))
+    assert result.returncode == 2 and "absent.osm.pbf" in result.stderr and result.stderr.count("\n") == 1
