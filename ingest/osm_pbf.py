@@ -210,7 +210,7 @@ def _features(path: Path, index: str, seen: _Seen, report: ExportReport,
     from osmium.filter import KeyFilter
 
     factory = osmium.geom.GeoJSONFactory()
-    processor = (osmium.FileProcessor(str(path)).with_locations(index).with_areas(KeyFilter(*AREA_KEYS))
+    processor = (osmium.FileProcessor(_pbf(path)).with_locations(index).with_areas(KeyFilter(*AREA_KEYS))
                  .with_filter(KeyFilter(*WANTED_KEYS)))
     for obj in processor:
         bar.update()
@@ -316,9 +316,12 @@ def export(paths: list[Path], folder: Path, bbox: tuple[float, float, float, flo
                   file=sys.stderr)
         for path in paths:
             with _layer_writers(folder, path) as writers:
-                for layer, feature in _features(path, report.location_index, seen, report, bbox, bar):
-                    writers.write(layer, feature)
-                    report.features[layer] += 1
+                try:
+                    for layer, feature in _features(path, report.location_index, seen, report, bbox, bar):
+                        writers.write(layer, feature)
+                        report.features[layer] += 1
+                except RuntimeError as error:  # osmium: a damaged or truncated block
+                    raise GsqaError(f"{path}: cannot be read to its end ({error}); nothing was loaded") from None
     for missing in sorted(seen.wanted_relations - seen.built_relations):
         _broken(report, "relation", missing, "its rings could not be assembled (broken, or cut by the extract)")
     with contextlib.suppress(FileNotFoundError):
@@ -328,7 +331,16 @@ def export(paths: list[Path], folder: Path, bbox: tuple[float, float, float, flo
     return report
 
 
+def _pbf(path: Path) -> Any:
+    """The file as PBF whatever its name says (osmium would guess the format from the suffix)."""
+    import osmium
+
+    return osmium.io.File(str(path), "pbf")
+
+
 def _refuse_bad_inputs(paths: list[Path]) -> None:
+    import osmium
+
     for path in paths:
         if not path.is_file():
             raise GsqaError(f"{path}: no such file")
@@ -336,6 +348,10 @@ def _refuse_bad_inputs(paths: list[Path]) -> None:
             raise GsqaError(f"{path}: empty file, expected an OpenStreetMap PBF extract")
         if not is_pbf(path):
             raise GsqaError(f"{path}: not an OpenStreetMap PBF file (no OSMHeader block at its start)")
+        try:
+            osmium.io.Reader(_pbf(path), osmium.osm.NOTHING).header()
+        except RuntimeError as error:
+            raise GsqaError(f"{path}: not a readable OpenStreetMap PBF file ({error})") from None
     names = [path.name for path in paths]
     if len(set(names)) != len(names):
         raise GsqaError("two input extracts have the same file name; their layer files would collide")

@@ -160,7 +160,27 @@ def test_bad_inputs_are_one_line_and_load_nothing(tmp_path: Path, content: bytes
         assert conn.execute("SELECT count(*) FROM public.roads").fetchone()[0] == 0
 
 
+def test_a_truncated_extract_stops_before_anything_is_loaded(tmp_path: Path, initialized_dsn: str) -> None:
+    whole = (DATA / "osm" / "monaco.osm.pbf").read_bytes()
+    (tmp_path / "monaco.osm.pbf").write_bytes(whole[: len(whole) // 2])
+    result = ingest("osm", str(tmp_path / "monaco.osm.pbf"), "--dsn", initialized_dsn)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(f"error: {tmp_path / 'monaco.osm.pbf'}: ")
+    assert not list((tmp_path / "monaco.layers").rglob("*.geojson"))  # no half-written layer either
+    with psycopg.connect(initialized_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM public.roads").fetchone()[0] == 0
+
+
 def test_a_missing_extract_is_one_line(tmp_path: Path) -> None:
     good = pbf_from_opl(OPL, tmp_path / "good.osm.pbf")
     result = ingest("osm", str(good), str(tmp_path / "absent.osm.pbf"), "--export-geojson", str(tmp_path / "out"))
     assert result.returncode == 2 and "absent.osm.pbf" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_the_format_comes_from_the_content_not_the_name(tmp_path: Path) -> None:
+    odd = tmp_path / "extract.dat"
+    shutil.copy(DATA / "osm" / "manhattan-midtown.osm.pbf", odd)
+    result = ingest("osm", str(odd), "--export-geojson", str(tmp_path / "out"), "--json")
+    assert result.returncode in (0, 1), result.stderr
+    assert json.loads(result.stdout)["export"]["features"]["roads"] == 170
+    assert (tmp_path / "out" / "roads" / "extract.dat.geojson").is_file()
