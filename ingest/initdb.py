@@ -181,6 +181,8 @@ def _create_reader_role(conn: psycopg.Connection) -> None:
 
 
 def _apply_grants(conn: psycopg.Connection) -> None:
+    """The reader's resource limits and grants, on every run (a role made by an older version gets them too)."""
+    run_sql_file(conn, "25_reader_limits.sql")
     run_sql_file(conn, "30_reader_grants.sql")
 
 

@@ -16,6 +16,7 @@ from ingest.db import DsnOption
 from ingest.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_SOME_FAILED, reported_as_exit_code
 from reproduce import configs, readiness, report
 from reproduce import verify as verification
+from reproduce.runner import MAX_ROWS
 from reproduce.verify import Request, Run, Shown
 
 app = command_group(
@@ -110,6 +111,9 @@ def verify(
     baseline: Annotated[Path | None, typer.Option("--baseline", metavar="FILE",
                                                   help="An earlier --json-out: list status changes.",
                                                   show_default=False, dir_okay=False)] = None,
+    max_rows: Annotated[int, typer.Option("--max-rows", metavar="N", min=1,
+                                          help="A result with more rows is an error (the largest stored answer "
+                                          "has 6,885).")] = MAX_ROWS,
 ) -> None:
     """Re-run the benchmark SQL of the selected questions as gsqa_reader and compare every result with the
     stored answer under the paper's tolerances (token F1 >= 0.8, 5 m, 5 deg, 10 m elevation, 5 deg slope,
@@ -132,7 +136,7 @@ def verify(
     130 interrupted: running queries were cancelled on the server and the --resume file flushed.
     """
     request = Request(ConfigName(config).value, data, dsn, reader_dsn, timeout, workers, template, question,
-                      resume, force)
+                      resume, force, max_rows=max_rows)
     with reported_as_exit_code():
         report.check_writable([json_out, junit, html, resume])
         previous = report.read_baseline(baseline) if baseline else None

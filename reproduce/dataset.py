@@ -134,8 +134,13 @@ def _load_jsonl_template(dataset: Dataset, qa2_root: Path | None, chosen: Templa
     if not path.is_file():
         _skip_all(dataset, chosen, f"file {path.relative_to(data)} is not in {data}")
         return
-    lines = _read(dataset, path, data).decode().rstrip("\n").split("\n")
-    for n, line in enumerate(lines):
+    lines = _read(dataset, path, data).rstrip(b"\n").split(b"\n")
+    for n, raw_line in enumerate(lines):
+        try:
+            line = raw_line.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise GsqaError(f"{path}:{n + 1}: not UTF-8 text (byte {error.start + 1} of the line); expected one "
+                            "JSON record per line") from None
         raw = _parse_json(line, f"{path}:{n + 1}")
         dataset.records.append(_record(raw, f"{chosen.group}/{chosen.stem}/{n}", chosen))
 

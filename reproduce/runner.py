@@ -2,11 +2,18 @@
 
 Each question runs on a worker connection logged in as the read-only role, in its own transaction that
 starts with SET LOCAL statement_timeout (so a question that changes the setting cannot affect the next
-one) and always ends in ROLLBACK. The SQL is sent with the extended protocol (a prepared statement), which
+one) and always ends in ROLLBACK. The SQL is sent with the extended protocol, which
 refuses more than one statement, so "COMMIT; DELETE ..." is an error and nothing of it runs. A client
 watchdog cancels on the server if the server-side timeout did not fire (statement_timeout acts only where
 the backend checks for interrupts), and ends the backend if the SQL catches that cancel too. N workers pull
 from one queue; closing the iterator early (Ctrl-C) cancels whatever is still running, the same way.
+
+Untrusted SQL must not exhaust the client or spoil other questions: rows are streamed and capped
+(MAX_ROWS, MAX_BYTES: beyond them the question stops at once as an error saying how much was read); after
+each question the session is reset (DISCARD ALL: advisory locks, temp state, settings); the reader may not
+signal other backends (ingest init revokes pg_cancel_backend/pg_terminate_backend from PUBLIC), so the
+watchdog ends a runaway backend through the admin connection; a question whose connection was ended from
+outside is run once more on a fresh connection, and says so.
 """
 
 from __future__ import annotations
@@ -32,6 +39,9 @@ CANCEL_WAIT_S = 5.0
 # A statement can catch the cancel (a DO block with EXCEPTION WHEN query_canceled) and go on: if the same
 # question still runs this long after the cancel, its backend is terminated.
 TERMINATE_AFTER_S = 2.0
+# The largest stored answer has 6,885 rows (a V25 record); a result past these stops as an error.
+MAX_ROWS = 100_000
+MAX_BYTES = 64 * 1024**2  # of values, as text
 
 
 @dataclass(frozen=True)
@@ -42,6 +52,11 @@ class Outcome:
     seconds: float
     rows: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
+    retried: str = ""  # why the question ran a second time, if it did
+
+
+class ResultTooLarge(Exception):
+    """A result past the row or byte cap: reading stops at once."""
 
 
 def _json_value(value: Any) -> Any:
@@ -56,10 +71,13 @@ def _json_value(value: Any) -> Any:
 
 
 class Session:
-    """One worker connection as the reader role."""
+    """One worker connection as the reader role; `admin` (a DSN that may end the reader's backends) is used
+    only to end a question that catches the cancel."""
 
-    def __init__(self, dsn: str, timeout: float) -> None:
-        self.dsn, self.timeout = dsn, timeout
+    def __init__(self, dsn: str, timeout: float, admin: str | None = None, max_rows: int = MAX_ROWS,
+                 max_bytes: int = MAX_BYTES) -> None:
+        self.dsn, self.timeout, self.admin = dsn, timeout, admin
+        self.max_rows, self.max_bytes = max_rows, max_bytes
         self.conn = self._connect()
         self.watchdog_fired = False
         self.running: int | None = None  # the number of the question on the server now, if any
@@ -67,12 +85,22 @@ class Session:
 
     def _connect(self) -> psycopg.Connection:
         try:
-            return psycopg.connect(self.dsn, application_name="gsqa-reproduce")
+            # No automatic prepared statements: DISCARD ALL after each question would drop them.
+            return psycopg.connect(self.dsn, application_name="gsqa-reproduce", prepare_threshold=None)
         except psycopg.OperationalError as error:
             raise GsqaError(f"the reader role cannot connect: {' '.join(str(error).split())}") from None
 
     def run(self, statement: str) -> Outcome:
-        """Run one question's SQL and roll back, whatever it did."""
+        """Run one question's SQL and roll back, whatever it did; once more if its connection was ended from
+        outside (not by our watchdog)."""
+        outcome = self._run_once(statement)
+        if outcome.kind == "error" and self.conn.closed and not self.watchdog_fired:
+            again = self._run_once(statement)
+            return Outcome(again.kind, again.seconds, again.rows, again.error,
+                           retried=f"the first run's connection was ended from outside ({outcome.error})")
+        return outcome
+
+    def _run_once(self, statement: str) -> Outcome:
         if self.conn.closed:
             self.conn = self._connect()
         start = time.perf_counter()
@@ -85,9 +113,10 @@ class Session:
                 limit = sql.Literal(f"{round(self.timeout * 1000)}ms")
                 cur.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(limit))
                 watchdog.start()
-                cur.execute(statement, prepare=True)  # extended protocol: exactly one statement
-                rows = self._fetch(cur)
+                rows = self._fetch(cur, statement)
             return Outcome("rows", time.perf_counter() - start, rows)
+        except ResultTooLarge as error:
+            return Outcome("error", time.perf_counter() - start, error=str(error))
         except psycopg.Error as error:
             # A terminated backend surfaces as a lost connection: still the watchdog's timeout.
             if self.watchdog_fired or isinstance(error, psycopg.errors.QueryCanceled):
@@ -97,22 +126,36 @@ class Session:
         finally:
             self.running = None
             watchdog.cancel()
-            self._rollback()
+            self._reset()
 
-    @staticmethod
-    def _fetch(cur: psycopg.Cursor) -> list[dict[str, Any]]:
-        if cur.description is None:  # not a query (e.g. a lone SET or COMMIT): no result rows
-            return []
-        names = [column.name for column in cur.description]
-        return [{name: _json_value(value) for name, value in zip(names, row, strict=True) if value is not None}
-                for row in cur.fetchall()]
+    def _fetch(self, cur: psycopg.Cursor, statement: str) -> list[dict[str, Any]]:
+        """The rows, streamed (the extended protocol: exactly one statement); ResultTooLarge past the caps,
+        after which psycopg cancels the rest on the server."""
+        rows: list[dict[str, Any]] = []
+        size, names = 0, None
+        for row in cur.stream(statement):
+            if names is None:
+                names = [column.name for column in cur.description]
+            values = {name: _json_value(value) for name, value in zip(names, row, strict=True) if value is not None}
+            size += sum(len(value) if isinstance(value, str) else 8 for value in values.values())
+            rows.append(values)
+            if len(rows) > self.max_rows or size > self.max_bytes:
+                raise ResultTooLarge(
+                    f"the result is too large: stopped after {len(rows):,} rows and {size / 1e6:,.1f} MB of values "
+                    f"(caps: {self.max_rows:,} rows, {self.max_bytes / 1e6:,.0f} MB; --max-rows raises the first)")
+        return rows
 
-    def _rollback(self) -> None:
+    def _reset(self) -> None:
+        """Roll back, then forget what the question left in the session (advisory locks, settings, temp
+        objects, prepared statements)."""
         if self.conn.closed:
             return
         try:
             self.conn.rollback()
-        except psycopg.OperationalError:
+            self.conn.autocommit = True
+            self.conn.execute("DISCARD ALL")
+            self.conn.autocommit = False
+        except psycopg.Error:
             self.conn.close()  # the next question reconnects
 
     def cancel(self) -> None:
@@ -135,10 +178,12 @@ class Session:
             self._terminate()
 
     def _terminate(self) -> None:
+        """End the backend through the admin connection: the reader may not signal backends, not even its own
+        (ingest init revokes that, so that one question cannot end another)."""
         pid = self.conn.info.backend_pid
         try:
-            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as other:
-                other.execute("SELECT pg_terminate_backend(%s)", [pid])  # allowed on one's own role's backends
+            with psycopg.connect(self.admin or self.dsn, autocommit=True, connect_timeout=5) as other:
+                other.execute("SELECT pg_terminate_backend(%s)", [pid])
         except psycopg.Error:
             pass  # the server is gone too: nothing is left running there
 
@@ -154,8 +199,10 @@ def _message(error: psycopg.Error) -> str:
 class Runner:
     """N sessions pulling from one queue of questions."""
 
-    def __init__(self, dsn: str, timeout: float, workers: int) -> None:
+    def __init__(self, dsn: str, timeout: float, workers: int, admin: str | None = None,
+                 max_rows: int = MAX_ROWS) -> None:
         self.dsn, self.timeout, self.workers = dsn, timeout, max(1, workers)
+        self.admin, self.max_rows = admin, max_rows
 
     def run(self, records: Iterable[Record]) -> Iterator[tuple[Record, Outcome]]:
         """(record, outcome) as questions finish. Closing the iterator early cancels running queries."""
@@ -163,7 +210,8 @@ class Runner:
         for record in records:
             tasks.put(record)
         total = tasks.qsize()
-        sessions = [Session(self.dsn, self.timeout) for _ in range(min(self.workers, total))]
+        sessions = [Session(self.dsn, self.timeout, self.admin, self.max_rows)
+                    for _ in range(min(self.workers, total))]
         results: queue.Queue[tuple[Record, Outcome]] = queue.Queue()
         stop = threading.Event()
         threads = [threading.Thread(target=_work, args=(s, tasks, results, stop), daemon=True) for s in sessions]

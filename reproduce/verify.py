@@ -24,7 +24,7 @@ from reproduce import compare, configs, dataset, readiness
 from reproduce.dataset import Record
 from reproduce.results import Result
 from reproduce.resume import ResumeFile
-from reproduce.runner import Outcome, Runner
+from reproduce.runner import MAX_ROWS, Outcome, Runner
 
 _TABLE = re.compile(r"\b(pois|roads|parks|lakes|regions|dem_us)\b", re.I)
 
@@ -42,6 +42,7 @@ class Request:
     resume: Path | None = None
     force: bool = False
     progress: bool = True
+    max_rows: int = MAX_ROWS
 
 
 @dataclass
@@ -150,7 +151,7 @@ def _resume_header(provenance: dict[str, Any]) -> dict[str, Any]:
 
 def _run(request: Request, todo: list[Record], resume: ResumeFile | None) -> list[Result]:
     reader = readiness.reader_dsn(request.dsn, request.reader_dsn)
-    runner = Runner(reader, request.timeout, request.workers)
+    runner = Runner(reader, request.timeout, request.workers, resolve_dsn(request.dsn), request.max_rows)
     results = []
     with tqdm(total=len(todo), desc="verify", unit="q", file=sys.stderr, disable=not request.progress) as bar:
         for record, outcome in runner.run(todo):
@@ -166,17 +167,34 @@ def evaluate(record: Record, outcome: Outcome) -> Result:
     """The result of one question from what its SQL gave."""
     flags = compare.instability(record.template_id, record.sql)
     detail: dict[str, Any] = {"unstable": flags} if flags else {}
+    if outcome.retried:
+        detail["retried"] = outcome.retried
     if outcome.kind != "rows":
-        return Result(record.id, record.template_id, outcome.kind, False, {**detail, "error": outcome.error},
-                      round(outcome.seconds, 4))
+        return Result(record.id, record.template_id, outcome.kind, False,
+                      {**detail, "error": clipped(outcome.error)}, round(outcome.seconds, 4))
     verdict = compare.judge(record.template_id, record.answers, outcome.rows)
     diff = compare.exact_diff(record.template_id, record.answers, outcome.rows)
     detail["rows"] = len(outcome.rows)
     if failure := verdict.first_failure:
-        detail["failure"] = failure.as_dict()
+        detail["failure"] = clipped(failure.as_dict())
     if not diff.exact:
-        detail["diff"] = diff.as_dict()
+        detail["diff"] = clipped(diff.as_dict())
     return Result(record.id, record.template_id, verdict.status, diff.exact, detail, round(outcome.seconds, 4))
+
+
+REPORTED_CHARACTERS = 2_000  # a value in a report (JSON, JUnit, HTML, --resume) longer than this is cut
+
+
+def clipped(value: Any) -> Any:
+    """`value` with every string past REPORTED_CHARACTERS cut, its size noted: one 400 MB value must not
+    become an 800 MB report."""
+    if isinstance(value, str) and len(value) > REPORTED_CHARACTERS:
+        return f"{value[:REPORTED_CHARACTERS]}… (cut: {len(value):,} characters in all)"
+    if isinstance(value, dict):
+        return {key: clipped(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [clipped(item) for item in value]
+    return value
 
 
 def _skipped(skip: dataset.Skip) -> Result:
@@ -196,7 +214,7 @@ def show(record_id: str, data: Path | None, dsn: str | None, reader: str | None,
     """Re-run one question: its record, what the SQL gave, and the verdict per component."""
     record = dataset.find(record_id, data)
     readiness.preflight(dsn, reader, tables_needed([record]))
-    [(_, outcome)] = Runner(readiness.reader_dsn(dsn, reader), timeout, 1).run([record])
+    [(_, outcome)] = Runner(readiness.reader_dsn(dsn, reader), timeout, 1, resolve_dsn(dsn)).run([record])
     flags = compare.instability(record.template_id, record.sql)
     if outcome.kind != "rows":
         return Shown(record, outcome, None, None, flags)

@@ -15,3 +15,9 @@ BEGIN
     EXECUTE format('REVOKE CREATE, TEMPORARY ON DATABASE %I FROM gsqa_reader', current_database());
 END
 $$;
+
+-- One question must not end or cancel another: a role may signal the backends of its own role, so nobody
+-- but superusers may call the signalling functions in this database. (`reproduce` cancels through the
+-- protocol's cancel request, and ends a runaway backend through its admin connection.)
+REVOKE EXECUTE ON FUNCTION pg_catalog.pg_cancel_backend(integer) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION pg_catalog.pg_terminate_backend(integer, bigint) FROM PUBLIC;

@@ -192,3 +192,13 @@ def test_default_source_is_downloaded_once_then_cached(hub: str, tmp_path: Path,
                              env={**env, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:1"})
     assert offline.returncode == 0, offline.stderr
     assert json.loads(offline.stdout)[0] == source
+
+
+def test_a_line_that_is_not_utf8_is_one_line_naming_file_and_line(tmp_path: Path) -> None:
+    target = tmp_path / "qa2" / "raster_only"
+    target.mkdir(parents=True)
+    good = (BENCHMARK / "qa2/raster_only/elevation+poi.jsonl").read_bytes().split(b"\n")
+    (target / "elevation+poi.jsonl").write_bytes(b"\n".join([good[0], b'{"question": "caf\xe9"}', *good[2:]]))
+    with pytest.raises(GsqaError) as caught:
+        dataset.load(tmp_path, [configs.template("R1")])
+    assert str(caught.value).startswith(f"{target / 'elevation+poi.jsonl'}:2: not UTF-8 text")

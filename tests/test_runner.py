@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import _thread
+import resource
 import threading
 import time
 
@@ -69,7 +70,7 @@ STUBBORN = ("DO $$ BEGIN FOR i IN 1..600 LOOP BEGIN PERFORM pg_sleep(0.1); EXCEP
 
 
 def test_a_question_that_catches_the_cancel_is_ended_by_the_watchdog(reader: str, initialized_dsn: str) -> None:
-    session = Session(reader, timeout=1.0)
+    session = Session(reader, timeout=1.0, admin=initialized_dsn)  # the reader itself may not end backends
     outcome = session.run(STUBBORN)  # 60 s if nothing ended it
     assert outcome.kind == "timeout" and "client watchdog" in outcome.error
     assert outcome.seconds < 1.0 + WATCHDOG_GRACE_S + TERMINATE_AFTER_S + 2
@@ -83,7 +84,7 @@ def test_ctrl_c_ends_a_question_that_catches_the_cancel(reader: str, initialized
     threading.Timer(1.0, _thread.interrupt_main).start()
     start = time.perf_counter()
     with pytest.raises(KeyboardInterrupt):
-        list(Runner(reader, timeout=60.0, workers=1).run([record]))
+        list(Runner(reader, timeout=60.0, workers=1, admin=initialized_dsn).run([record]))
     assert time.perf_counter() - start < 1.0 + TERMINATE_AFTER_S + 2
     assert running_reader_queries(initialized_dsn) == []
 
@@ -125,3 +126,100 @@ def test_workers_share_one_queue(reader: str) -> None:
     results = list(Runner(reader, timeout=2.0, workers=3).run(records))
     assert sorted(outcome.rows[0]["elevation"] for _, outcome in results) == list(range(12))
     assert len({outcome.rows[0]["pid"] for _, outcome in results}) == 3
+
+
+# --- untrusted SQL must not exhaust the client or spoil other questions (issue 12) ----------------------------
+
+
+def test_a_huge_result_stops_at_the_row_cap_in_bounded_memory(reader: str) -> None:
+    session = Session(reader, timeout=60.0, max_rows=100_000)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    outcome = session.run("SELECT g::float AS elevation FROM generate_series(1, 20000000) g")
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert outcome.kind == "error" and "the result is too large: stopped after 100,001 rows" in outcome.error
+    assert grown_mb < 300, grown_mb  # all 20 M rows held took 10 GB
+    assert session.run("SELECT 1 AS one").rows == [{"one": 1}]  # the rest was cancelled, the session is usable
+    session.close()
+
+
+def test_a_huge_value_stops_at_the_byte_cap(reader: str) -> None:
+    session = Session(reader, timeout=60.0, max_bytes=10 * 1024**2)
+    outcome = session.run("SELECT repeat('x', 20000000) AS elevation")
+    assert outcome.kind == "error" and "the result is too large: stopped after 1 rows and 20.0 MB" in outcome.error
+    session.close()
+
+
+def test_a_question_past_the_temp_file_limit_is_an_error_naming_it(reader: str, initialized_dsn: str) -> None:
+    database = psycopg.conninfo.conninfo_to_dict(initialized_dsn)["dbname"]
+    with psycopg.connect(initialized_dsn, autocommit=True) as conn:  # this database only, to keep the test small
+        conn.execute(f"ALTER ROLE gsqa_reader IN DATABASE \"{database}\" SET temp_file_limit = '1MB'")
+    try:
+        session = Session(reader, timeout=60.0)
+        outcome = session.run("SELECT count(*) AS n FROM (SELECT g FROM generate_series(1, 3000000) g "
+                              "ORDER BY md5(g::text)) s")
+        assert outcome.kind == "error" and "temp_file_limit" in outcome.error, outcome
+        session.close()
+    finally:
+        with psycopg.connect(initialized_dsn, autocommit=True) as conn:
+            conn.execute(f'ALTER ROLE gsqa_reader IN DATABASE "{database}" RESET temp_file_limit')
+
+
+def test_one_question_cannot_end_another(reader: str) -> None:
+    hostile = Record("vector/range+count/0", "V23", "vector", "range+count", "", "SELECT count(pg_terminate_backend("
+                     "pid)) AS count FROM pg_stat_activity WHERE usename = current_user AND pid <> pg_backend_pid()",
+                     "", [], {})
+    innocent = Record("raster_only/elevation+poi/0", "R1", "raster_only", "elevation+poi", "",
+                      "SELECT pg_sleep(2)::text AS nap, 1 AS elevation", "", [], {})
+    outcomes = {record.id: outcome for record, outcome in Runner(reader, timeout=30.0, workers=2).run([innocent,
+                                                                                                           hostile])}
+    assert outcomes[hostile.id].kind == "error" and "permission denied" in outcomes[hostile.id].error
+    assert outcomes[innocent.id].kind == "rows" and outcomes[innocent.id].rows == [{"nap": "", "elevation": 1}]
+
+
+def test_a_session_lock_does_not_outlive_its_question(reader: str) -> None:
+    first, second = Session(reader, timeout=10.0), Session(reader, timeout=10.0)
+    assert first.run("SELECT pg_advisory_lock(4242)::text AS taken").kind == "rows"
+    assert second.run("SELECT pg_try_advisory_lock(4242) AS got").rows == [{"got": True}]  # no wait
+    first.close()
+    second.close()
+
+
+def test_a_question_ended_from_outside_runs_once_more(reader: str, initialized_dsn: str) -> None:
+    session = Session(reader, timeout=30.0)
+
+    def end_it() -> None:
+        with psycopg.connect(initialized_dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'gsqa_reader' "
+                         "AND query LIKE 'SELECT pg_sleep(1.5)%%' AND datname = current_database()")
+
+    threading.Timer(0.5, end_it).start()
+    outcome = session.run("SELECT pg_sleep(1.5)::text AS nap")
+    assert outcome.kind == "rows" and outcome.rows == [{"nap": ""}]
+    assert "ended from outside" in outcome.retried
+    session.close()
+
+
+def test_check_fails_where_a_reader_limit_is_missing(reader: str, initialized_dsn: str) -> None:
+    from ingest.reader import reader_problem
+
+    assert reader_problem(reader) is None
+    database = psycopg.conninfo.conninfo_to_dict(initialized_dsn)["dbname"]
+    with psycopg.connect(initialized_dsn, autocommit=True) as conn:
+        conn.execute(f"ALTER ROLE gsqa_reader IN DATABASE \"{database}\" SET temp_file_limit = -1")
+        try:
+            assert "no temp_file_limit" in reader_problem(reader)
+        finally:
+            conn.execute(f"ALTER ROLE gsqa_reader IN DATABASE \"{database}\" RESET temp_file_limit")
+        conn.execute("GRANT EXECUTE ON FUNCTION pg_catalog.pg_terminate_backend(integer, bigint) TO PUBLIC")
+        try:
+            assert "may cancel or end other backends" in reader_problem(reader)
+        finally:
+            conn.execute("REVOKE EXECUTE ON FUNCTION pg_catalog.pg_terminate_backend(integer, bigint) FROM PUBLIC")
+
+
+def test_long_values_are_cut_in_reports() -> None:
+    from reproduce.verify import REPORTED_CHARACTERS, clipped
+
+    value = clipped({"expected": ["x" * 5_000_000, 1.5], "actual": "short"})
+    assert value["actual"] == "short" and value["expected"][1] == 1.5
+    assert len(value["expected"][0]) < REPORTED_CHARACTERS + 60 and "5,000,000 characters" in value["expected"][0]
