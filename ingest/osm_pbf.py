@@ -324,11 +324,25 @@ def export(paths: list[Path], folder: Path, bbox: tuple[float, float, float, flo
                     raise GsqaError(f"{path}: cannot be read to its end ({error}); nothing was loaded") from None
     for missing in sorted(seen.wanted_relations - seen.built_relations):
         _broken(report, "relation", missing, "its rings could not be assembled (broken, or cut by the extract)")
+    if bbox is not None and not report.features:
+        raise GsqaError(f"--bbox {','.join(map(str, bbox))} holds none of the features of the extracts "
+                        f"(they cover {'; '.join(_extent(path) for path in paths)})")
     with contextlib.suppress(FileNotFoundError):
         (folder / "node-locations.bin").unlink()
     report.seconds = time.monotonic() - started
     done.write_text(json.dumps({"fingerprint": stamp, "report": report.as_json()}))
     return report
+
+
+def _extent(path: Path) -> str:
+    """The extract's bounding box as its header gives it, W,S,E,N."""
+    import osmium
+
+    box = osmium.io.Reader(_pbf(path), osmium.osm.NOTHING).header().box()
+    if not box.valid():
+        return f"{path.name}: no bounding box in its header"
+    return (f"{path.name}: {box.bottom_left.lon:.4f},{box.bottom_left.lat:.4f},"
+            f"{box.top_right.lon:.4f},{box.top_right.lat:.4f}")
 
 
 def _pbf(path: Path) -> Any:

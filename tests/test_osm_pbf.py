@@ -184,3 +184,10 @@ def test_the_format_comes_from_the_content_not_the_name(tmp_path: Path) -> None:
     assert result.returncode in (0, 1), result.stderr
     assert json.loads(result.stdout)["export"]["features"]["roads"] == 170
     assert (tmp_path / "out" / "roads" / "extract.dat.geojson").is_file()
+
+
+def test_a_box_outside_the_extract_is_one_line(tmp_path: Path) -> None:
+    result = ingest("osm", str(DATA / "osm" / "monaco.osm.pbf"), "--bbox", "-100,40,-99,41", "--work",
+                    str(tmp_path / "layers"), "--dsn", "postgresql://nobody@127.0.0.1:1/none")
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith("error: --bbox -100.0,40.0")
+    assert "monaco.osm.pbf: 7.4092,43.7234,7.4486,43.7517" in result.stderr
