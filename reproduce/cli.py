@@ -172,8 +172,9 @@ def show(
     data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None, timeout: TimeoutOption = 120,
 ) -> None:
     """Re-run one question and show its SQL, the stored answer, the actual result, and the verdict per
-    answer component (stored value, value returned, metric, threshold), then the strict row diff and the
-    known reasons the answer may legitimately differ.
+    answer component (stored value, value returned, metric, threshold), then the strict row diff, the
+    paper's scoring (the benchmark authors' best-row-pair rule, docs/BENCHMARK-FORMAT.md) and the known
+    reasons the answer may legitimately differ.
 
     Example: reproduce show raster_only/elevation+poi/0 --data tests/data/benchmark
 
@@ -202,6 +203,7 @@ def _describe(shown: Shown, max_rows: int = 20) -> str:
         lines += [f"  {'ok  ' if c.passed else 'FAIL'} {c.component}: {c.metric} = {c.value:.6g} "
                   f"(threshold {c.threshold}); stored {c.expected!r}, got {c.actual!r}" for c in shown.verdict.checks]
         lines += ["", "-- exact: " + ("yes" if shown.diff.exact else json.dumps(shown.diff.as_dict(), default=str))]
+        lines += ["", f"-- paper's scoring: {shown.paper.status}: {shown.paper.reason}"]
     lines += [f"-- unstable: {flag}" for flag in shown.flags]
     return "\n".join(lines)
 

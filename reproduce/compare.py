@@ -34,9 +34,14 @@ _TOKEN = re.compile(r"[a-z0-9]+")
 # --- metrics --------------------------------------------------------------------------------------------
 
 
+def tokens(value: Any) -> Counter:
+    """The [a-z0-9]+ tokens of the lowercased text, as a multiset."""
+    return Counter(_TOKEN.findall(str(value or "").lower()))
+
+
 def token_f1(actual: Any, gold: Any) -> float:
     """Token F1 over [a-z0-9]+ multisets of the lowercased texts; an empty side scores 0."""
-    pred, ref = Counter(_TOKEN.findall(str(actual or "").lower())), Counter(_TOKEN.findall(str(gold or "").lower()))
+    pred, ref = tokens(actual), tokens(gold)
     common = sum((pred & ref).values())
     if not pred or not ref or not common:
         return 0.0
@@ -236,7 +241,7 @@ def lookup(row: dict[str, Any], keys: tuple[str, ...], single_fallback: bool) ->
     return values[0] if single_fallback and len(values) == 1 else None
 
 
-def _identity(row: dict[str, Any]) -> tuple[str, Any] | None:
+def identity(row: dict[str, Any]) -> tuple[str, Any] | None:
     """What makes a row the same feature across loads: osm_id, else its name (never the serial id)."""
     if row.get("osm_id") is not None:
         return ("osm_id", str(row["osm_id"]))
@@ -307,7 +312,7 @@ def _distinct(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return distinct
 
 
-def _check(component: Component, gold_row: dict[str, Any], actual_row: dict[str, Any]) -> Check:
+def check_component(component: Component, gold_row: dict[str, Any], actual_row: dict[str, Any]) -> Check:
     single = component.metric is not NAME
     expected = lookup(gold_row, component.keys, single)
     got = lookup(actual_row, component.keys, single)
@@ -330,7 +335,7 @@ def _shorten(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({text.count(chr(10)) + 1} names)"
 
 
-def _badness(checks: list[Check], components: list[Component]) -> tuple[int, float]:
+def badness(checks: list[Check], components: list[Component]) -> tuple[int, float]:
     failed = sum(not check.passed for check in checks)
     return failed, sum(c.metric.badness(check.value) for c, check in zip(components, checks, strict=True))
 
@@ -340,8 +345,8 @@ def _best_single(components: list[Component], gold_row: dict[str, Any], actual: 
 
     Extra returned rows fail the row count: re-running the gold SQL must not give more answers than stored.
     """
-    candidates = [[_check(c, gold_row, row) for c in components] for row in actual]
-    best = min(candidates, key=lambda checks: _badness(checks, components))
+    candidates = [[check_component(c, gold_row, row) for c in components] for row in actual]
+    best = min(candidates, key=lambda checks: badness(checks, components))
     return best if len(actual) == 1 else [_row_count_check([gold_row], actual), *best]
 
 
@@ -350,7 +355,7 @@ def _paired(components: list[Component], gold: list[dict[str, Any]], actual: lis
     pairs, unpaired = _pair_by_identity(gold, actual, components)
     checks = []
     for c in components:
-        results = [_check(c, g, a) for g, a in pairs]
+        results = [check_component(c, g, a) for g, a in pairs]
         if results:
             checks.append(min(results, key=lambda check: (check.passed, -c.metric.badness(check.value))))
     if unpaired or len(gold) != len(actual):
@@ -368,9 +373,9 @@ def _pair_by_identity(gold: list[dict[str, Any]], actual: list[dict[str, Any]], 
         return repr([lookup(row, c.keys, False) for c in components])
     groups: dict[Any, tuple[list, list]] = defaultdict(lambda: ([], []))
     for row in gold:
-        groups[_identity(row)][0].append(row)
+        groups[identity(row)][0].append(row)
     for row in actual:
-        groups[_identity(row)][1].append(row)
+        groups[identity(row)][1].append(row)
     pairs, unpaired = [], 0
     for gold_rows, actual_rows in groups.values():
         gold_rows.sort(key=sort_key)
@@ -434,9 +439,9 @@ def exact_diff(template_id: str, gold: list[dict[str, Any]], actual: list[dict[s
     """Multisets of rows, paired by identity (osm_id, else name); equal rows first, then the closest."""
     groups: dict[Any, tuple[list, list]] = defaultdict(lambda: ([], []))
     for row in gold:
-        groups[_identity(row)][0].append(comparable(row, template_id))
+        groups[identity(row)][0].append(comparable(row, template_id))
     for row in actual:
-        groups[_identity(row)][1].append(comparable(row, template_id))
+        groups[identity(row)][1].append(comparable(row, template_id))
     diff = RowDiff()
     for gold_rows, actual_rows in groups.values():
         left = [row for row in gold_rows if not _take_equal(row, actual_rows)]
@@ -457,8 +462,8 @@ def _take_equal(row: dict[str, Any], candidates: list[dict[str, Any]]) -> bool:
 
 
 def _describe(row: dict[str, Any]) -> str:
-    identity = _identity(row)
-    return f"{identity[0]}={identity[1]}" if identity else "row"
+    key = identity(row)
+    return f"{key[0]}={key[1]}" if key else "row"
 
 
 # --- known instability ----------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import Any
 from ingest.errors import GsqaError
 from reproduce.results import STATUSES, Result, summarize
 
-_COLUMNS = ("config", "template", "questions", "pass %", "exact %", *STATUSES, "seconds")
+_COLUMNS = ("config", "template", "questions", "pass %", "exact %", "paper %", *STATUSES, "seconds")
 
 
 def check_writable(paths: Iterable[Path | None]) -> None:
@@ -57,8 +57,8 @@ def _row(config: str, template: str, results: list[Result]) -> list[str]:
     def rate(n: int) -> str:
         return f"{100 * n / ran:.1f}" if ran else "-"
     per_status = [str(sum(r.status == status for r in results)) for status in STATUSES]
-    return [config, template, str(counts["total"]), rate(counts["passed"]), rate(counts["exact"]), *per_status,
-            f"{sum(r.seconds for r in results):.1f}"]
+    return [config, template, str(counts["total"]), rate(counts["passed"]), rate(counts["exact"]),
+            rate(counts["paper_passed"]), *per_status, f"{sum(r.seconds for r in results):.1f}"]
 
 
 def table(results: list[Result]) -> str:
@@ -154,6 +154,10 @@ def junit(results: list[Result]) -> str:
         for result in group:
             case = ET.SubElement(suite, "testcase", classname=f"{config}.{template}", name=result.id,
                                  time=f"{result.seconds:.3f}")
+            if result.paper_status:  # the paper's scoring, beside the strict verdict the testcase carries
+                properties = ET.SubElement(case, "properties")
+                ET.SubElement(properties, "property", name="paper", value=result.paper_status)
+                ET.SubElement(properties, "property", name="paper_reason", value=result.paper_reason)
             _junit_outcome(case, result)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True)
 
@@ -191,12 +195,15 @@ def html_page(provenance: dict[str, Any], results: list[Result], records: dict[s
     summary = summarize(results)
     database = provenance.get("database", {})
     dataset = provenance.get("dataset", {})
-    counts = ", ".join(f"{value} {key}" for key, value in summary.items() if key != "total" and value)
+    counts = ", ".join(f"{value} {key}" for key, value in summary.items() if key not in ("total", "paper_passed")
+                       and value)
     facts = [("dataset", f"{dataset.get('source', '')} (sha256 {str(dataset.get('checksum', ''))[:16]}…)"),
              ("database", f"{database.get('target', '')}"), ("server", database.get("version", "")),
              ("PostGIS", database.get("postgis_full_version", "")),
              ("timeout, workers", f"{provenance.get('timeout')} s, {provenance.get('workers')}"),
-             ("questions", f"{summary['total']}: {counts}")]
+             ("questions", f"{summary['total']}: {counts}"),
+             ("paper's scoring", f"{summary['paper_passed']} pass (the authors' best-row-pair rule, "
+                                 "docs/BENCHMARK-FORMAT.md)")]
     when = f"{provenance.get('started_at', '')}, {provenance.get('seconds', '?')} s, {provenance.get('tool', '')} " \
            f"{provenance.get('tool_version', '')}"
     parts = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
@@ -255,6 +262,9 @@ def _question_card(result: Result, record: Any, data_option: str, opened: bool) 
     head = (f"<summary><span class='status fail'>{html.escape(result.status)}</span> "
             f"<code>{html.escape(result.id)}</code> {question}</summary>")
     body = [f"<p>{html.escape(str(_evidence(result)))}</p>", _values_table(result)]
+    if result.paper_status:
+        body.append(f"<p>Paper's scoring: <b>{html.escape(result.paper_status)}</b> "
+                    f"({html.escape(result.paper_reason)})</p>")
     if record is not None and "failure" not in result.detail:
         body.append(f"<p>Stored answer: <code>{html.escape(_short(record.answers))}</code></p>")
     diff = result.detail.get("diff")

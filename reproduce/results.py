@@ -20,6 +20,8 @@ class Result:
     exact: bool  # the strict row-level comparison found no difference
     detail: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    paper_status: str = ""  # the authors' scoring (reproduce/paper.py): pass or mismatch; "" when not run
+    paper_reason: str = ""
 
     @property
     def group(self) -> str:
@@ -32,13 +34,15 @@ class Result:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Result:
         return cls(data["id"], data["template_id"], data["status"], bool(data.get("exact")),
-                   data.get("detail") or {}, float(data.get("seconds") or 0.0))
+                   data.get("detail") or {}, float(data.get("seconds") or 0.0), data.get("paper_status", ""),
+                   data.get("paper_reason", ""))
 
 
 def summarize(results: Iterable[Result]) -> dict[str, int]:
-    """{total, passed, exact, mismatched, empty, timed_out, errored, skipped}."""
+    """{total, passed, exact, paper_passed, mismatched, empty, timed_out, errored, skipped}."""
     results = list(results)
     counts = Counter(result.status for result in results)
-    summary = {"total": len(results), "passed": counts["pass"], "exact": sum(r.exact for r in results)}
+    summary = {"total": len(results), "passed": counts["pass"], "exact": sum(r.exact for r in results),
+               "paper_passed": sum(r.paper_status == "pass" for r in results)}
     summary.update({SUMMARY_KEYS[status]: counts[status] for status in STATUSES if status != "pass"})
     return summary

@@ -22,6 +22,7 @@ from ingest.db import describe_target, resolve_dsn
 from ingest.errors import GsqaError
 from reproduce import compare, configs, dataset, readiness
 from reproduce.dataset import Record
+from reproduce.paper import PaperVerdict, paper_verdict
 from reproduce.results import Result
 from reproduce.resume import ResumeFile
 from reproduce.runner import MAX_ROWS, Outcome, Runner
@@ -171,15 +172,18 @@ def evaluate(record: Record, outcome: Outcome) -> Result:
         detail["retried"] = outcome.retried
     if outcome.kind != "rows":
         return Result(record.id, record.template_id, outcome.kind, False,
-                      {**detail, "error": clipped(outcome.error)}, round(outcome.seconds, 4))
+                      {**detail, "error": clipped(outcome.error)}, round(outcome.seconds, 4), "mismatch",
+                      f"{outcome.kind}: no answer to score")
     verdict = compare.judge(record.template_id, record.answers, outcome.rows)
     diff = compare.exact_diff(record.template_id, record.answers, outcome.rows)
+    paper = paper_verdict(record.template_id, record.answers, outcome.rows)
     detail["rows"] = len(outcome.rows)
     if failure := verdict.first_failure:
         detail["failure"] = clipped(failure.as_dict())
     if not diff.exact:
         detail["diff"] = clipped(diff.as_dict())
-    return Result(record.id, record.template_id, verdict.status, diff.exact, detail, round(outcome.seconds, 4))
+    return Result(record.id, record.template_id, verdict.status, diff.exact, detail, round(outcome.seconds, 4),
+                  paper.status, clipped(paper.reason))
 
 
 REPORTED_CHARACTERS = 2_000  # a value in a report (JSON, JUnit, HTML, --resume) longer than this is cut
@@ -208,6 +212,7 @@ class Shown:
     verdict: compare.Verdict | None
     diff: compare.RowDiff | None
     flags: list[str]
+    paper: PaperVerdict | None = None
 
 
 def show(record_id: str, data: Path | None, dsn: str | None, reader: str | None, timeout: float) -> Shown:
@@ -219,4 +224,5 @@ def show(record_id: str, data: Path | None, dsn: str | None, reader: str | None,
     if outcome.kind != "rows":
         return Shown(record, outcome, None, None, flags)
     verdict = compare.judge(record.template_id, record.answers, outcome.rows)
-    return Shown(record, outcome, verdict, compare.exact_diff(record.template_id, record.answers, outcome.rows), flags)
+    return Shown(record, outcome, verdict, compare.exact_diff(record.template_id, record.answers, outcome.rows), flags,
+                 paper_verdict(record.template_id, record.answers, outcome.rows))

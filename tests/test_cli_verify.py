@@ -75,11 +75,14 @@ def test_each_status_and_exit_1(full_run: tuple, db: str) -> None:
     assert result.returncode == 1, result.stderr
     report = json.loads((out / "run.json").read_text())
     assert list(report) == ["provenance", "summary", "results"]
-    assert report["summary"] == {"total": 5, "passed": 1, "exact": 1, "mismatched": 1, "empty": 1, "timed_out": 1,
-                                 "errored": 1, "skipped": 0}
+    assert report["summary"] == {"total": 5, "passed": 1, "exact": 1, "paper_passed": 1, "mismatched": 1, "empty": 1,
+                                 "timed_out": 1, "errored": 1, "skipped": 0}
     by_id = {entry["id"]: entry for entry in report["results"]}
     assert {status: by_id[IDS[status]]["status"] for status in QUESTIONS} == {s: s for s in QUESTIONS}
-    assert all(list(entry) == ["id", "template_id", "status", "exact", "detail", "seconds"] for entry in by_id.values())
+    assert all(list(entry) == ["id", "template_id", "status", "exact", "detail", "seconds", "paper_status",
+                               "paper_reason"] for entry in by_id.values())
+    assert by_id[IDS["pass"]]["paper_status"] == "pass" and by_id[IDS["mismatch"]]["paper_status"] == "mismatch"
+    assert by_id[IDS["mismatch"]]["paper_reason"].startswith("best pair fails elevation elevation (m) 20.5")
     assert 0.9 <= by_id[IDS["timeout"]]["seconds"] < 2.5
     assert "no_such_column" in by_id[IDS["error"]]["detail"]["error"]
     failure = by_id[IDS["mismatch"]]["detail"]["failure"]
