@@ -7,8 +7,9 @@ component. The thresholds and metrics are compare.COMPONENTS'. Where it differs 
 (compare.judge):
 - row counts do not matter: an extra or a missing row is not a failure;
 - several stored names are not one bag: the best single name pair decides;
-- rows are not paired by identity: a returned row may pass against another stored row (cross-matching);
-- an aspect is an angle on the circle like any other (the strict verdict treats a negative aspect as flat).
+- rows are not paired by identity: a returned row may pass against another stored row (cross-matching).
+One rule is deliberately not the authors': a negative aspect (ST_Aspect's -1 for a flat cell) is flat, not an
+angle, in both verdicts (docs/BENCHMARK-FORMAT.md says why).
 Large answers (thousands of rows on both sides) are searched through an index on the first component instead
 of every pair, so the verdict stays proportional to the rows.
 """
@@ -22,8 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from reproduce.compare import (
-    ANGLE,
-    ASPECT,
     LOCATION,
     NAME,
     Check,
@@ -48,9 +47,8 @@ class PaperVerdict:
 
 
 def paper_components(template_id: str) -> list[Component]:
-    """The strict verdict's components as the authors apply them: one name per row, an aspect as an angle."""
-    return [Component(c.keys, ANGLE if c.metric is ASPECT else c.metric, joined=False)
-            for c in components_of(template_id)]
+    """The strict verdict's components as the authors apply them: one name per row, not one bag."""
+    return [Component(c.keys, c.metric, joined=False) for c in components_of(template_id)]
 
 
 def paper_verdict(template_id: str, gold: list[dict[str, Any]], actual: list[dict[str, Any]]) -> PaperVerdict:
