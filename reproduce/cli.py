@@ -167,6 +167,55 @@ def _print_run(run: Run, previous: dict[str, str] | None) -> None:
 
 
 @app.command()
+def rebase(
+    config: Annotated[ConfigName, typer.Option("--config", help="Which part of the benchmark.")],
+    out: Annotated[Path, typer.Option("--out", metavar="DIR", help="A new folder for the re-based dataset.",
+                                      file_okay=False)],
+    data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None, timeout: TimeoutOption = 120,
+    workers: Annotated[int, typer.Option("--workers", metavar="N", min=1, help="Parallel connections (default: cores).",
+                                         show_default=False)] = os.cpu_count() or 1,
+    template: Annotated[list[str], typer.Option("--template", metavar="ID", help="Template id or stem "
+                                                "(repeatable).")] = [],  # noqa: B006
+    keep_failed: Annotated[bool, typer.Option("--keep-failed", help="Write what a failed question gave (empty, "
+                                              "timeout, error) instead of keeping its published answer.")] = False,
+    max_rows: Annotated[int, typer.Option("--max-rows", metavar="N", min=1,
+                                          help="A result with more rows is an error.")] = MAX_ROWS,
+    as_json: JsonOption = False,
+) -> None:
+    """Re-base the benchmark on this database: re-run every selected gold SQL as `verify` does and write the
+    records again to --out with the new answers, in the raw layout `verify --data` reads
+    (`qa2/<config>/<template>.jsonl`, `vector/T<k>/<nnn>/question.json`), each with a `rebase` member (the
+    published answers, the verdict of the new answer against them, seconds, instability flags), plus
+    DRIFT.md and drift.json (per template: held, changed and by how much, failed; the 20 largest changes;
+    the database's versions) and a README card. A question whose SQL returns nothing, times out or fails
+    keeps its published answer and is listed (`--keep-failed` writes what it gave). The folder appears only
+    when complete. Whole templates are re-based (ids are positions in their files).
+
+    Example: reproduce rebase --config raster_only --data tests/data/benchmark --out rebased/
+
+    Exit codes: 0 every question gave an answer; 1 some did not (listed); 2 nothing started (usage error,
+    --out not empty, unreadable data, unreachable database, failed preflight).
+    """
+    from reproduce import rebase as rebasing
+
+    request = Request(ConfigName(config).value, data, dsn, reader_dsn, timeout, workers, template, [],
+                      max_rows=max_rows)
+    with reported_as_exit_code():
+        report = rebasing.rebase(request, out, keep_failed)
+    table = report.per_template()
+    if as_json:
+        typer.echo(json.dumps({"out": report.out, "templates": table}))
+    else:
+        typer.echo(f"{'template':10} {'questions':>9} {'held':>6} {'changed':>8} {'empty':>6} {'timeout':>8} "
+                   f"{'error':>6}")
+        for name, row in table.items():
+            typer.echo(f"{name:10} {row['questions']:>9} {row['held']:>6} {row['changed']:>8} {row['empty']:>6} "
+                       f"{row['timeout']:>8} {row['error']:>6}")
+        typer.echo(f"written to {report.out} (DRIFT.md says what moved)")
+    raise typer.Exit(report.exit_code)
+
+
+@app.command()
 def show(
     question: Annotated[str, typer.Argument(help="Question id, e.g. raster_only/elevation+poi/0.")],
     data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None, timeout: TimeoutOption = 120,

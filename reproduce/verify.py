@@ -56,9 +56,9 @@ class Run:
 def verify(request: Request) -> Run:
     """Every selected question's result, in dataset order (skipped ones included)."""
     started = time.perf_counter()
-    data = _load(request)
+    data = load_selected(request)
     records = data.records
-    _preflight(request, records)
+    preflight_records(request, records)
     provenance = _provenance(request, data)
     resume = ResumeFile(request.resume, _resume_header(provenance), request.force) if request.resume else None
     done = dict(resume.done) if resume else {}
@@ -75,7 +75,7 @@ def verify(request: Request) -> Run:
     return Run(provenance, sorted(results, key=lambda result: order[result.id]), {r.id: r for r in records})
 
 
-def _load(request: Request) -> dataset.Dataset:
+def load_selected(request: Request) -> dataset.Dataset:
     names = list(request.templates) or [dataset.template_of(record_id).id for record_id in request.ids]
     data = dataset.load(request.data, configs.select(request.config, names))
     if request.ids:
@@ -106,7 +106,7 @@ def tables_needed(records: list[Record]) -> list[str]:
     return sorted({name.lower() for record in records for name in _TABLE.findall(record.sql)})
 
 
-def _preflight(request: Request, records: list[Record]) -> None:
+def preflight_records(request: Request, records: list[Record]) -> None:
     """readiness.preflight, and when tables are missing or empty: which templates read them, and the command
     line that runs the others."""
     try:

@@ -31,6 +31,13 @@ def query_active(dsn: str, pattern: str) -> bool:
                             "AND datname = current_database() AND query ILIKE %s", [pattern]).fetchone()[0]
 
 
+def paused(dsn: str) -> bool:
+    """A statement of the database waits in pg_sleep (the pause a test's trigger puts in a load)."""
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event = 'PgSleep' "
+                            "AND datname = current_database()").fetchone()[0]
+
+
 def logged_files(dsn: str, target: str) -> int:
     """Files of `target` in gsqa.load_log (each committed together with its rows)."""
     with psycopg.connect(dsn) as conn:

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from conftest import drop_database, make_scratch_database
 from layout_helpers import published_files, write_published_layout
-from load_helpers import database_state, partial_download, query_active, wait_for
+from load_helpers import database_state, partial_download, paused, wait_for
 from osm_helpers import feature, write_layer
 
 from bench.local_hub import FakeHub
@@ -175,7 +175,8 @@ def test_kill_9_during_a_stage_then_rerun_gives_the_unbroken_database(new_databa
     process = subprocess.Popen([str(BIN / "ingest"), "all", str(layout), "--offline", "--dsn", dsn, "--workers", "1"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        assert wait_for(lambda: query_active(dsn, statement), process), f"the build never reached {statement}"
+        # The trigger's pg_sleep, not any statement like it: the same INSERT runs unpaused for earlier files.
+        assert wait_for(lambda: paused(dsn), process), f"the build never paused at {statement}"
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait()

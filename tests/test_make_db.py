@@ -24,7 +24,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from layout_helpers import published_files, write_published_layout
-from load_helpers import database_state, query_active, wait_for
+from load_helpers import database_state, paused, wait_for
 
 from bench.local_hub import FakeHub
 from ingest import fetch
@@ -184,7 +184,7 @@ def test_loader_killed_midway_then_rerun_gives_the_same_database(stack: dict, fi
     build = subprocess.Popen(["make", "db", f"COMPOSE={compose_binary()}"], cwd=ROOT, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        assert wait_for(lambda: query_active(stack["dsn"], "INSERT INTO%load_log%"), build, 600)
+        assert wait_for(lambda: paused(stack["dsn"]), build, 600)  # the trigger's pause after the first file
         loader = _loader_container(stack)
         assert "== ingest all: dem" in loader.logs().decode()
         loader.kill()  # SIGKILL to the whole container, as an OOM kill or a lost machine would

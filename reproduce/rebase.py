@@ -1,0 +1,186 @@
+"""`reproduce rebase`: new ground truth from a rebuilt database, as a dataset in the raw layout, with a drift report.
+
+Every selected gold SQL runs as `reproduce verify` runs it (same runner, reader role, timeout). The records are
+written again, each as it was except its answers and a `rebase` member (the old answers, the strict verdict of
+the new answer against them, seconds, instability flags): raster configs as `qa2/<config>/<template>.jsonl`,
+vector as `vector/T<k>/<nnn>/question.json`, the layouts `reproduce verify --data` reads. A question whose new
+answer is empty, timed out or errored keeps its old answer (`rebase.kept_old`) and is listed in the report;
+`--keep-failed` writes what the SQL gave instead. Beside the records: `DRIFT.md` and `drift.json` (per template:
+how many answers hold under the tolerances, how many changed and by how much, how many failed; the 20 largest
+changes; the database's fingerprint and versions) and a `README.md` card saying how the answers were made.
+The folder is written under a temporary name and renamed when complete, so a killed rebase leaves nothing the
+reader would take for a dataset.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import shutil
+import statistics
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from ingest.db import describe_target, resolve_dsn
+from ingest.errors import GsqaError
+from reproduce import compare, configs, readiness
+from reproduce.dataset import Record
+from reproduce.runner import Outcome, Runner
+from reproduce.verify import Request, clipped, load_selected, preflight_records
+
+LARGEST_LISTED = 20
+
+
+@dataclass
+class Rebased:
+    record: Record
+    outcome: Outcome
+    status: str  # held, changed, empty, timeout, error
+    change: float  # the failing component's measure against its tolerance (0 when held), for ranking
+    measure: str = ""  # what changed, e.g. "elevation (m) 12 (tolerance 10)"
+
+
+@dataclass
+class RebaseReport:
+    out: str
+    rebased: list[Rebased] = field(default_factory=list)
+    skipped: int = 0
+
+    def per_template(self) -> dict[str, dict[str, Any]]:
+        groups: dict[str, list[Rebased]] = defaultdict(list)
+        for item in self.rebased:
+            groups[item.record.template_id].append(item)
+        table = {}
+        for template, items in groups.items():
+            counts = {status: sum(item.status == status for item in items)
+                      for status in ("held", "changed", "empty", "timeout", "error")}
+            changes = [item.change for item in items if item.status == "changed" and math.isfinite(item.change)]
+            table[template] = {"questions": len(items), **counts, "change_in_tolerances": _spread(changes)}
+        return table
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if all(item.status in ("held", "changed") for item in self.rebased) else 1
+
+
+def _spread(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def rebase(request: Request, out: Path, keep_failed: bool = False) -> RebaseReport:
+    if out.exists() and any(out.iterdir()):
+        raise GsqaError(f"--out {out}: exists and is not empty; rebase writes a new dataset folder")
+    data = load_selected(request)
+    preflight_records(request, data.records)
+    facts = readiness.database_facts(request.dsn)
+    report = RebaseReport(out=str(out), skipped=len(data.skipped))
+    runner = Runner(readiness.reader_dsn(request.dsn, request.reader_dsn), request.timeout, request.workers,
+                    resolve_dsn(request.dsn), request.max_rows)
+    order = {record.id: n for n, record in enumerate(data.records)}
+    with tqdm(total=len(data.records), desc="rebase", unit="q", file=sys.stderr, disable=not request.progress) as bar:
+        for record, outcome in runner.run(data.records):
+            report.rebased.append(_judge(record, outcome))
+            bar.update()
+    report.rebased.sort(key=lambda item: order[item.record.id])
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    _write_records(partial, report.rebased, keep_failed)
+    _write_reports(partial, report, facts, request)
+    if out.exists():
+        out.rmdir()
+    os.replace(partial, out)
+    return report
+
+
+def _judge(record: Record, outcome: Outcome) -> Rebased:
+    if outcome.kind != "rows" or not outcome.rows:
+        return Rebased(record, outcome, "empty" if outcome.kind == "rows" else outcome.kind, math.inf)
+    verdict = compare.judge(record.template_id, record.answers, outcome.rows)
+    failure = verdict.first_failure
+    if failure is None:
+        return Rebased(record, outcome, "held", 0.0)
+    change = failure.value / failure.threshold if failure.threshold and math.isfinite(failure.value) else math.inf
+    value = "n/a" if math.isinf(failure.value) else f"{failure.value:.4g}"
+    return Rebased(record, outcome, "changed", change, f"{failure.component}: {failure.metric} {value} "
+                                                       f"(tolerance {failure.threshold})")
+
+
+def _new_record(item: Rebased, keep_failed: bool) -> dict[str, Any]:
+    """The record as the reader reads it, its answers replaced, with where they came from."""
+    record, outcome = item.record, item.outcome
+    failed = item.status not in ("held", "changed")
+    answers = record.answers if failed and not keep_failed else outcome.rows
+    provenance = {"old_answers": clipped(record.answers), "verdict": item.status, "seconds": round(outcome.seconds, 3),
+                  "unstable": compare.instability(record.template_id, record.sql)}
+    if failed:
+        provenance |= {"kept_old": not keep_failed, "error": outcome.error}
+    return {"question": record.question, "sql": record.sql, "answers": answers, "answer_type": record.answer_type,
+            "question_entities": record.question_entities, "rebase": provenance}
+
+
+def _write_records(root: Path, items: list[Rebased], keep_failed: bool) -> None:
+    lines: dict[Path, list[str]] = defaultdict(list)
+    for item in items:
+        record = item.record
+        if record.group == "vector":
+            number = int(record.id.rsplit("/", 1)[1]) + 1
+            path = root / "vector" / f"T{configs.template(record.template_id).number}" / f"{number:03d}"
+            path.mkdir(parents=True, exist_ok=True)
+            document = _new_record(item, keep_failed) | {"type": record.template}
+            (path / "question.json").write_text(json.dumps(document, indent=2, default=str) + "\n")
+        else:
+            lines[root / "qa2" / record.group / f"{record.template}.jsonl"].append(
+                json.dumps(_new_record(item, keep_failed), default=str))
+    for path, content in lines.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(content) + "\n")
+
+
+def _write_reports(root: Path, report: RebaseReport, facts: dict[str, Any], request: Request) -> None:
+    made = {"command": " ".join(["reproduce", "rebase", *sys.argv[2:]]) if sys.argv[1:2] == ["rebase"] else "",
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "database": {"target": describe_target(resolve_dsn(request.dsn)), **facts}, "timeout": request.timeout}
+    largest = sorted((item for item in report.rebased if item.status == "changed"), key=lambda item: -item.change)
+    drift = {"made": made, "templates": report.per_template(), "skipped": report.skipped,
+             "largest_changes": [{"id": item.record.id, "question": item.record.question, "change": item.measure}
+                                 for item in largest[:LARGEST_LISTED]],
+             "failed": [{"id": item.record.id, "status": item.status, "error": item.outcome.error}
+                        for item in report.rebased if item.status not in ("held", "changed")]}
+    (root / "drift.json").write_text(json.dumps(drift, indent=1, default=str) + "\n")
+    (root / "DRIFT.md").write_text(_drift_markdown(drift))
+    (root / "README.md").write_text(
+        "# GS-QA2 answers re-based on a rebuilt reference database\n\n"
+        f"Made by `{made['command'] or 'reproduce rebase'}` on {made['date']} against {made['database']['target']} "
+        f"({made['database']['version']}; {made['database']['postgis_full_version']}), timeout {request.timeout} s.\n"
+        "Every record is the GS-QA2 record with its answers replaced by what its gold SQL returned there; "
+        "`rebase.old_answers` keeps the published ones. DRIFT.md says what changed.\n\n"
+        "Licence and attribution as the GS-QA2 benchmark: the answers derive from OpenStreetMap data, © "
+        "OpenStreetMap contributors, ODbL 1.0, and from ASTER GDEM v3 (METI and NASA); Wikipedia-derived facts "
+        "(V7) are CC BY-SA.\n")
+
+
+def _drift_markdown(drift: dict[str, Any]) -> str:
+    lines = ["# Drift against the published answers", "",
+             "| template | questions | held | changed | empty | timeout | error | change (in tolerances) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for template, row in drift["templates"].items():
+        spread = row["change_in_tolerances"]
+        change = f"{spread['min']:.2g} / {spread['median']:.2g} / {spread['max']:.2g}" if spread else "–"
+        lines.append(f"| {template} | {row['questions']} | {row['held']} | {row['changed']} | {row['empty']} | "
+                     f"{row['timeout']} | {row['error']} | {change} |")
+    lines += ["", "Change: the first failing component's measure over its tolerance (min / median / max).", "",
+              "## The largest changes", ""]
+    lines += [f"- `{item['id']}` {item['question']}: {item['change']}" for item in drift["largest_changes"]] or ["none"]
+    if drift["failed"]:
+        lines += ["", "## No new answer (the published one is kept unless --keep-failed)", ""]
+        lines += [f"- `{item['id']}`: {item['status']} {item['error']}".rstrip() for item in drift["failed"]]
+    return "\n".join(lines) + "\n"

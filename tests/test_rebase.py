@@ -1,0 +1,96 @@
+"""`reproduce rebase` on a fixture database where the stored R1-R4 answers hold: unchanged it gives them back,
+shifted it re-bases them with a drift report, and `verify` passes every question of what it wrote."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+from conftest import DATA
+from refdb_fixtures import load_stored_answers
+
+from reproduce import compare, configs, dataset
+from reproduce.rebase import rebase
+from reproduce.verify import Request, verify
+
+TEMPLATES = ["R1", "R2", "R3", "R4"]
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="module")
+def stored() -> list[dataset.Record]:
+    return dataset.load(DATA / "benchmark", [configs.template(t) for t in TEMPLATES]).records
+
+
+@pytest.fixture
+def stored_db(new_database, stored: list[dataset.Record]) -> str:
+    dsn = new_database("rebase", initialized=True)
+    with psycopg.connect(dsn) as conn:
+        load_stored_answers(conn, stored)
+    return dsn
+
+
+def request(dsn: str, data: Path) -> Request:
+    return Request("raster_only", data, dsn, None, 10.0, 2, list(TEMPLATES), progress=False)
+
+
+def test_an_unchanged_database_gives_the_stored_answers_back(stored_db: str, stored: list[dataset.Record],
+                                                             tmp_path: Path) -> None:
+    report = rebase(request(stored_db, DATA / "benchmark"), tmp_path / "out")
+    assert {item.status for item in report.rebased} == {"held"} and len(report.rebased) == 80
+    rebased = {r.id: r for r in dataset.load(tmp_path / "out", [configs.template(t) for t in TEMPLATES]).records}
+    for record in stored:
+        again = rebased[record.id]
+        assert compare.exact_diff(record.template_id, record.answers, again.answers).exact, record.id
+        assert (again.question, again.sql, again.answer_type) == (record.question, record.sql, record.answer_type)
+    drift = json.loads((tmp_path / "out" / "drift.json").read_text())
+    assert drift["templates"]["R1"] == {"questions": 20, "held": 20, "changed": 0, "empty": 0, "timeout": 0,
+                                        "error": 0, "change_in_tolerances": None}
+
+
+def test_a_shifted_database_is_rebased_and_verify_passes_what_rebase_wrote(stored_db: str, tmp_path: Path) -> None:
+    with psycopg.connect(stored_db) as conn:  # 25 m higher everywhere: beyond the 10 m tolerance
+        conn.execute("UPDATE dem_us SET rast = ST_MapAlgebra(rast, 1, '16BSI', '[rast] + 25')")
+    result = subprocess.run([str(BIN / "reproduce"), "rebase", "--config", "raster_only", "--data",
+                             str(DATA / "benchmark"), "--dsn", stored_db, "--out", str(tmp_path / "out"),
+                             *sum((["--template", t] for t in TEMPLATES), [])], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    drift = json.loads((tmp_path / "out" / "drift.json").read_text())
+    assert drift["templates"]["R1"]["changed"] == 20 and drift["templates"]["R1"]["change_in_tolerances"]["min"] > 2
+    assert drift["templates"]["R3"]["held"] == 20  # differences of two elevations do not move
+    assert len(drift["largest_changes"]) == 20  # flipped yes/no answers (R4) rank first, then elevations
+    assert any(item["change"].startswith("elevation: elevation (m) 25") for item in drift["largest_changes"])
+    assert "| R1 | 20 | 0 | 20 |" in (tmp_path / "out" / "DRIFT.md").read_text()
+    line = json.loads((tmp_path / "out" / "qa2/raster_only/elevation+poi.jsonl").read_text().splitlines()[0])
+    assert line["answers"][0]["elevation"] == line["rebase"]["old_answers"][0]["elevation"] + 25
+    assert line["rebase"]["verdict"] == "changed" and line["rebase"]["unstable"]
+    again = verify(request(stored_db, tmp_path / "out"))
+    assert {r.status for r in again.results} == {"pass"} and len(again.results) == 80
+    assert "ODbL" in (tmp_path / "out" / "README.md").read_text()
+
+
+def test_a_question_without_a_new_answer_keeps_its_old_one(stored_db: str, tmp_path: Path) -> None:
+    with psycopg.connect(stored_db) as conn:
+        conn.execute("TRUNCATE dem_us")
+        conn.execute("INSERT INTO dem_us (rast, filename) SELECT ST_MakeEmptyRaster(1, 1, 0, 0, 1), 'far away'")
+    report = rebase(request(stored_db, DATA / "benchmark"), tmp_path / "out")
+    assert report.exit_code == 1 and {item.status for item in report.rebased if item.record.template_id == "R1"} == {
+        "empty"}
+    line = json.loads((tmp_path / "out" / "qa2/raster_only/elevation+poi.jsonl").read_text().splitlines()[0])
+    assert line["rebase"]["kept_old"] and line["answers"] == line["rebase"]["old_answers"]
+    assert "## No new answer" in (tmp_path / "out" / "DRIFT.md").read_text()
+
+
+def test_an_existing_output_folder_is_refused(stored_db: str, tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep.txt").write_text("mine")
+    result = subprocess.run([str(BIN / "reproduce"), "rebase", "--config", "raster_only", "--data",
+                             str(DATA / "benchmark"), "--dsn", stored_db, "--out", str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "exists and is not empty" in result.stderr
+    assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
