@@ -15,8 +15,15 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 COMMIT = "c" * 40
+
+
+def repository_files(root: Path, leave_out: frozenset[str] = frozenset()) -> dict[str, bytes]:
+    """Repository path -> content of every file under `root` (but those named in `leave_out`), to serve."""
+    return {str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*"))
+            if path.is_file() and path.name not in leave_out}
 
 
 def git_blob_id(body: bytes) -> str:

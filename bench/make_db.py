@@ -40,7 +40,7 @@ from bench.dem import Sampler  # noqa: E402
 
 # Run the command under bash, not exec'd: the sampler counts the process tree below bash.
 SHELL = '"$@" >/dev/null 2>&1'
-from bench.local_hub import FakeHub  # noqa: E402
+from bench.local_hub import FakeHub, repository_files  # noqa: E402
 from bench.osmx_synth import write_layers  # noqa: E402
 from ingest.aster_synth import spectral_terrain, write_aster_tile  # noqa: E402
 from ingest.fetch import SOURCE_REPO  # noqa: E402
@@ -69,11 +69,6 @@ def make_source(work: Path, name: str) -> Path:
         write_layers(root / "osm" / "osm_extract", total_mb=osm_mb)
     done.touch()
     return root
-
-
-def published_files(root: Path) -> dict[str, bytes]:
-    return {str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*"))
-            if path.is_file() and path.name != ".complete"}
 
 
 def fresh_database(server_dsn: str, name: str) -> str:
@@ -168,7 +163,7 @@ def main() -> None:
     results, source_mb = {}, {}
     for name in args.inputs.split(","):
         source = make_source(args.work, name)
-        files = published_files(source)
+        files = repository_files(source, frozenset({".complete"}))
         source_mb = {"osm": sum(len(body) for path, body in files.items() if path.startswith("osm/")) / 1e6}
         with FakeHub(SOURCE_REPO, files) as hub:
             runs = [one_run(hub, args.dsn, args.work, name, number) for number in range(args.runs)]

@@ -151,10 +151,14 @@ def _field(value: str | int, column: str) -> bytes:
     return _INT32.pack(len(data)) + data
 
 
-def overlaps(wkb: bytes, bbox: tuple[float, float, float, float]) -> bool:
-    """Does the geometry's envelope overlap the box (W, S, E, N)? Touching counts."""
-    west, south, east, north = shapely.bounds(shapely.from_wkb(wkb))
+def envelope_overlaps(geometry: shapely.Geometry, bbox: tuple[float, float, float, float]) -> bool:
+    """Does the geometry's envelope overlap the box (W, S, E, N)? Touching counts; an empty geometry does not."""
+    west, south, east, north = shapely.bounds(geometry)
     return west <= bbox[2] and east >= bbox[0] and south <= bbox[3] and north >= bbox[1]
+
+
+def overlaps(wkb: bytes, bbox: tuple[float, float, float, float]) -> bool:
+    return envelope_overlaps(shapely.from_wkb(wkb), bbox)
 
 
 def encoder(layer: Layer, source_name: str,

@@ -155,17 +155,11 @@ def _area_geometry(area: Any, factory: Any) -> str:
 
 
 def _overlaps(geometry: str, bbox: tuple[float, float, float, float]) -> bool:
-    west, south, east, north = bbox
-    xs, ys = [], []
-    stack = [json.loads(geometry)["coordinates"]]
-    while stack:
-        item = stack.pop()
-        if item and isinstance(item[0], (int, float)):
-            xs.append(item[0])
-            ys.append(item[1])
-        else:
-            stack.extend(item)
-    return bool(xs) and min(xs) <= east and max(xs) >= west and min(ys) <= north and max(ys) >= south
+    import shapely
+
+    from ingest.osm_features import envelope_overlaps
+
+    return envelope_overlaps(shapely.from_geojson(geometry), bbox)
 
 
 # --- reading --------------------------------------------------------------------------------------------

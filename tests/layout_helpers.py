@@ -17,8 +17,3 @@ def write_published_layout(root: Path, lons: tuple[int, ...] = (-100, -99), size
     if osm:
         write_rule_layers(root / "osm" / "osm_extract")
     return root
-
-
-def published_files(root: Path) -> dict[str, bytes]:
-    """Repository path -> content of every file under `root` (to serve from a fake hub)."""
-    return {str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()}

@@ -15,11 +15,11 @@ from pathlib import Path
 import psycopg
 import pytest
 from conftest import drop_database, make_scratch_database
-from layout_helpers import published_files, write_published_layout
+from layout_helpers import write_published_layout
 from load_helpers import database_state, partial_download, paused, wait_for
 from osm_helpers import feature, write_layer
 
-from bench.local_hub import FakeHub
+from bench.local_hub import FakeHub, repository_files
 from ingest import fetch
 
 BIN = Path(sys.executable).parent
@@ -201,7 +201,7 @@ def test_kill_9_during_the_fetch_then_rerun_gives_the_unbroken_database(new_data
     roads = [feature({"type": "LineString", "coordinates": [[-99.5 + i * 1e-5, 40.5], [-99.4, 40.6 + i * 1e-5]]},
                      i, {"highway": "residential", "name": f"Road {i}"}) for i in range(80_000)]
     write_layer(source / big, roads)
-    with FakeHub(fetch.SOURCE_REPO, published_files(source)) as hub:
+    with FakeHub(fetch.SOURCE_REPO, repository_files(source)) as hub:
         hub.faults.slow[big] = 0.01
         env = {**os.environ, "HF_ENDPOINT": hub.endpoint(), "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_XET": "1"}
         dsn = new_database("build_kill_fetch")

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from layout_helpers import published_files, write_published_layout
+from layout_helpers import write_published_layout
 from load_helpers import database_state, paused, wait_for
 
-from bench.local_hub import FakeHub
+from bench.local_hub import FakeHub, repository_files
 from ingest import fetch
 
 pytestmark = pytest.mark.docker
@@ -114,7 +114,7 @@ def r1_records(tiles: Path, target: Path) -> Path:
 def stack(engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """The environment of one compose project (own volume, port, data folder), torn down afterwards."""
     source = write_published_layout(tmp_path_factory.mktemp("published"))
-    with FakeHub(fetch.SOURCE_REPO, published_files(source), host="0.0.0.0") as hub:
+    with FakeHub(fetch.SOURCE_REPO, repository_files(source), host="0.0.0.0") as hub:
         env = {**os.environ, "COMPOSE_PROJECT_NAME": f"gsqa-e2e-{os.getpid()}",
                "GSQA_DATA": str(tmp_path_factory.mktemp("data")), "GSQA_DB_PORT": str(free_port()),
                "HF_ENDPOINT": hub.endpoint("host.docker.internal"), "HF_HUB_DISABLE_XET": "1"}
