@@ -1,9 +1,13 @@
 -- The five layers as `ingest osm FILE.osm.pbf` derives them (ingest/osm_pbf.py), as an osm2pgsql flex style:
 -- the anchor of bench/osm_pbf.py. Tags go to a jsonb column and geometries to geometry(4326) columns
 -- (ingest osm writes geography and one column per tag, so the two do comparable work, not the same).
+-- GSQA_BENCH_LOAD_ONLY=1: the tables are neither clustered by geometry nor indexed (osm2pgsql's defaults do
+-- both), to compare the load alone with `ingest osm`, which does neither.
+local load_only = os.getenv('GSQA_BENCH_LOAD_ONLY') == '1'
 local tables = {}
 local function table_of(name, geometry)
     return osm2pgsql.define_table({ name = 'bench_' .. name, ids = { type = 'any', id_column = 'osm_id' },
+        cluster = load_only and 'no' or 'auto', indexes = load_only and {} or nil,
         columns = { { column = 'tags', type = 'jsonb' },
                     { column = 'geom', type = geometry, projection = 4326, not_null = true } } })
 end
@@ -44,7 +48,7 @@ function osm2pgsql.process_way(object)
     if tags.waterway and tags.waterway ~= 'riverbank' then
         tables.lakes:insert({ tags = tags, geom = object:as_linestring() })
     end
-    if object.is_closed then
+    if object.is_closed and #object.nodes >= 4 then
         for _, target in ipairs(area_tables(tags)) do
             target:insert({ tags = tags, geom = object:as_polygon() })
         end

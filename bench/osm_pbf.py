@@ -1,13 +1,17 @@
 """PBF load benchmark: `ingest osm FILE.osm.pbf` against osm2pgsql (flex style bench/osm2pgsql_flex.lua, the same
-five layers) on the same extracts, server and settings.
+five layers) on the same extracts, server and settings, in one run.
 
-    .venv/bin/python bench/osm_pbf.py [--runs 3] [--city-side 800] [--dsn DSN] [--work DIR] [--json]
+    .venv/bin/python bench/osm_pbf.py [--runs 3] [--city-side 830] [--town-side 600] [--dsn DSN] [--work DIR]
+                                      [--json]
 
-Inputs: the real extracts in tests/data/osm (Monaco, Midtown Manhattan), and a synthetic city written with
-pyosmium (a grid of streets, blocks that are parks or ponds, named POIs, park multipolygons and one
-administrative boundary; --city-side 800 gives about 1.1 M objects). Each run loads into a fresh database:
-  osm2pgsql -O flex -S bench/osm2pgsql_flex.lua --number-processes 2 FILE
-  ingest osm FILE --work DIR (a fresh DIR: the PBF is read, the layers written, then loaded)
+Inputs: the real extracts in tests/data/osm (Monaco, Midtown Manhattan) and two synthetic ones written with
+pyosmium (write_city): a dense city (--city-side 830: about 1.0 M objects, a third of them features of the
+five layers) and a town with buildings (--town-side 600: about 11 M objects, 2% features, as in real data).
+Two comparisons, each round into fresh databases:
+  load:  osm2pgsql -O flex -S bench/osm2pgsql_flex.lua --number-processes 2 FILE, tables neither clustered
+         nor indexed (GSQA_BENCH_LOAD_ONLY=1)  |  ingest osm FILE
+  ready: osm2pgsql as it runs by default (tables clustered by geometry, GiST indexes, ANALYZE)
+         |  ingest osm FILE; ingest finalize (GiST indexes, ANALYZE; no clustering: ids stay in load order)
 and prints, per tool, wall time, client CPU (the process tree), server CPU (all postgres processes), peak
 client memory (RSS of the largest process, PSS of all), the rows per table side by side, and the wall ratio.
 osm2pgsql stores tags as jsonb and geometry(4326); ingest osm stores one column per tag and geography, with
@@ -43,8 +47,13 @@ STYLE = ROOT / "bench" / "osm2pgsql_flex.lua"
 OURS = {"pois": "pois", "roads": "roads", "parks": "parks", "lakes": "lakes", "regions": "regions"}
 
 
-def write_city(path: Path, side: int) -> int:
-    """A synthetic city of about 1.7 * side^2 objects; returns how many."""
+def write_city(path: Path, side: int, buildings: int = 0) -> int:
+    """A synthetic city on a side x side grid of street nodes; returns how many objects it has.
+
+    Without buildings (the dense city: about 1.5 * side^2 objects) a third of all objects are features of
+    the five layers, ten times real OpenStreetMap data: the per-feature cost decides. With `buildings` per
+    grid cell (closed ways tagged building=yes, four nodes each, in no layer) about 2% are features, as in
+    a real extract: reading the file decides."""
     step, origin = 0.0005, (-74.2, 40.5)
     node_id = lambda i, j: i * side + j + 1  # noqa: E731
     objects = 0
@@ -53,11 +62,23 @@ def write_city(path: Path, side: int) -> int:
             for j in range(side):
                 tags = {}
                 if (i * 7 + j * 13) % 9 == 0:
-                    tags = {"name": f"Place {i}-{j}", ["amenity", "tourism", "leisure"][(i + j) % 3]:
-                            ["restaurant", "museum", "park"][(i + j) % 3]}
+                    category = (i * 31 + j * 17) % 3
+                    tags = {"name": f"Place {i}-{j}", ["amenity", "tourism", "leisure"][category]:
+                            ["restaurant", "museum", "park"][category]}
                 writer.add_node(osmium.osm.mutable.Node(id=node_id(i, j), location=(origin[0] + j * step,
                                                                                    origin[1] + i * step), tags=tags))
                 objects += 1
+        corners = [(0.1, 0.1), (0.3, 0.1), (0.3, 0.3), (0.1, 0.3)]
+        building_nodes = side * side + 1
+        for i in range(side - 1):
+            for j in range(side - 1):
+                for number in range(buildings):
+                    dx, dy = 0.4 * (number % 2), 0.4 * (number // 2 % 2)
+                    for offset, (x, y) in enumerate(corners):
+                        writer.add_node(osmium.osm.mutable.Node(id=building_nodes + offset, location=(
+                            origin[0] + (j + x + dx) * step, origin[1] + (i + y + dy) * step)))
+                    building_nodes += 4
+                    objects += 4
         way_id = 1
         for i in range(side):  # streets along rows and columns, in segments of 10 nodes
             for start in range(0, side - 1, 10):
@@ -75,6 +96,11 @@ def write_city(path: Path, side: int) -> int:
                 writer.add_way(osmium.osm.mutable.Way(id=way_id, nodes=ring, tags=tags if (i * j) % 5 else {}))
                 blocks.append(way_id)
                 way_id, objects = way_id + 1, objects + 1
+        first_building_node = side * side + 1
+        for building in range((building_nodes - first_building_node) // 4):
+            ring = [first_building_node + 4 * building + corner for corner in (0, 1, 2, 3, 0)]
+            writer.add_way(osmium.osm.mutable.Way(id=way_id, nodes=ring, tags={"building": "yes"}))
+            way_id, objects = way_id + 1, objects + 1
         untagged = [block for n, block in enumerate(blocks) if n % 5 == 0][:2 * (len(blocks) // 10)]
         for relation_id in range(1, len(untagged) // 2 + 1):
             members = [("w", untagged[2 * relation_id - 2], "outer"), ("w", untagged[2 * relation_id - 1], "outer")]
@@ -118,16 +144,16 @@ def counts(dsn: str, prefix: str) -> dict[str, int]:
                 for layer, table in OURS.items()}
 
 
-def one_round(server_dsn: str, source: Path, work: Path) -> dict:
+def one_round(server_dsn: str, source: Path, mode: str) -> dict:
     theirs = fresh_database(server_dsn, "gsqa_bench_osm2pgsql", initialize=False)
     anchor = timed(["osm2pgsql", "-d", psycopg.conninfo.conninfo_to_dict(theirs)["dbname"], "-O", "flex", "-S",
                     str(STYLE), "--number-processes", "2", str(source)],
-                   env={**os.environ, **_libpq_env(server_dsn)})
+                   env={**os.environ, **_libpq_env(server_dsn), **({"GSQA_BENCH_LOAD_ONLY": "1"}
+                                                                  if mode == "load" else {})})
     anchor["rows"] = counts(theirs, "bench_")
     ours_dsn = fresh_database(server_dsn, "gsqa_bench_ingest_pbf", initialize=True)
-    folder = work / f"{source.stem}.layers"
-    subprocess.run(["rm", "-rf", str(folder)], check=True)
-    ours = timed([str(INGEST), "osm", str(source), "--work", str(folder), "--dsn", ours_dsn])
+    load = f"{INGEST} osm {source} --dsn '{ours_dsn}' >/dev/null 2>&1"
+    ours = timed(["bash", "-c", load if mode == "load" else f"{load}; {INGEST} finalize --dsn '{ours_dsn}'"])
     ours["rows"] = counts(ours_dsn, "public.")
     return {"osm2pgsql": anchor, "ingest osm": ours}
 
@@ -140,22 +166,26 @@ def _libpq_env(dsn: str) -> dict[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--city-side", type=int, default=800)
+    parser.add_argument("--city-side", type=int, default=830)
+    parser.add_argument("--town-side", type=int, default=600)
     parser.add_argument("--dsn", default=os.environ.get("DATABASE_URL", ""))
     parser.add_argument("--work", type=Path, default=Path("/tmp/gsqa-bench-osm-pbf"))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    city = args.work / f"city-{args.city_side}.osm.pbf"
-    if not city.exists():
-        print(f"writing the synthetic city ({write_city(city, args.city_side):,} objects)", file=sys.stderr)
-    inputs = [ROOT / "tests/data/osm/monaco.osm.pbf", ROOT / "tests/data/osm/manhattan-midtown.osm.pbf", city]
-    results = {}
+    inputs = [ROOT / "tests/data/osm/monaco.osm.pbf", ROOT / "tests/data/osm/manhattan-midtown.osm.pbf"]
+    for name, side, buildings in (("city", args.city_side, 0), ("town", args.town_side, 6)):
+        path = args.work / f"{name}-{side}.osm.pbf"
+        if not path.exists():
+            print(f"writing {path} ({write_city(path, side, buildings):,} objects)", file=sys.stderr)
+        inputs.append(path)
+    results: dict = {}
     for source in inputs:
-        rounds = [one_round(args.dsn, source, args.work) for _ in range(args.runs)]
-        results[source.name] = {"bytes": source.stat().st_size, "rounds": rounds}
-        if not args.json:
-            print_input(source.name, source.stat().st_size, rounds)
+        for mode in ("load", "ready"):
+            rounds = [one_round(args.dsn, source, mode) for _ in range(args.runs)]
+            results.setdefault(source.name, {"bytes": source.stat().st_size})[mode] = rounds
+            if not args.json:
+                print_input(f"{source.name}, {mode}", source.stat().st_size, rounds)
     if args.json:
         print(json.dumps(results, indent=1))
 

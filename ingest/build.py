@@ -218,9 +218,10 @@ def osm_inputs(source: Path) -> dict[str, list[Path]]:
 
 
 def _osm_stage(done: str | None, options: BuildOptions, dsn: str | None) -> StageResult:
-    """The published GeoJSON layers (osm/osm_extract/), or else OpenStreetMap extracts (osm/*.osm.pbf), whose
-    layers are derived into osm/pbf.layers/ first."""
-    from ingest import osm_pbf
+    """The published GeoJSON layers (osm/osm_extract/), or else OpenStreetMap extracts (osm/*.osm.pbf), read
+    straight into the tables."""
+    from ingest import osm, osm_pbf
+    from ingest.osm_rules import LAYERS
 
     extracts = sorted((options.data_dir / "osm").glob("*.osm.pbf"))
     geojson = (options.data_dir / fetch.OSM_DIR).is_dir()
@@ -231,32 +232,27 @@ def _osm_stage(done: str | None, options: BuildOptions, dsn: str | None) -> Stag
     stamp = fingerprint(inputs, options.compression, options.bbox)
     if done == stamp:
         return StageResult("osm", "done", f"{len(inputs)} files already loaded (inputs unchanged)", None, stamp)
+    read = None
     if geojson:
-        return _load_layers(options.data_dir, options.bbox, options, dsn, stamp, None)
-    layers = options.data_dir / "osm" / "pbf.layers"
-    exported = osm_pbf.export(extracts, layers, bbox=options.bbox, progress=options.progress)
-    return _load_layers(layers, None, options, dsn, stamp, exported)
-
-
-def _load_layers(source: Path, bbox: fetch.BBox | None, options: BuildOptions, dsn: str | None, stamp: str,
-                 exported: Any) -> StageResult:
-    from ingest import osm
-
-    by_table = osm_inputs(source)
-    files = [path for paths in by_table.values() for path in paths]
-    expected = {"files": len(files), "tables": {table: len(paths) for table, paths in by_table.items()}}
-    report = osm.load_osm(source, dsn, workers=options.workers, compression=options.compression,
-                          progress=options.progress, bbox=bbox)
-    details = {**({"export": exported.as_json()} if exported else {}), **report.as_json()}
+        by_table = {table: len(paths) for table, paths in osm_inputs(options.data_dir).items()}
+        report = osm.load_osm(options.data_dir, dsn, workers=options.workers, compression=options.compression,
+                              progress=options.progress, bbox=options.bbox)
+    else:
+        by_table = {layer.table.fullname: len(osm_pbf.layer_sources(extracts, layer.folder))
+                    for layer in LAYERS.values()}
+        report, read = osm.load_pbf(extracts, dsn, compression=options.compression, progress=options.progress,
+                                    bbox=options.bbox, work=options.data_dir / "osm")
+    expected = {"files": sum(by_table.values()), "tables": by_table}
+    details = {**({"pbf": read.as_json()} if read else {}), **report.as_json()}
     failed = {name: error for layer in report.layers.values() for name, error in layer.failed.items()}
     if failed:
-        raise StageFailed(f"{len(failed)} of {len(files)} GeoJSON files failed (first: {next(iter(failed.values()))})",
-                          details)
+        raise StageFailed(f"{len(failed)} of {expected['files']} OSM sources failed (first: "
+                          f"{next(iter(failed.values()))})", details)
     skipped = sum(layer.skipped_count for layer in report.layers.values())
     rows = sum(layer.rows_written for layer in report.layers.values())
     summary = f"{rows:,} rows written; {skipped:,} features skipped as loader 1 would (listed in the stage report)"
-    if exported:
-        summary += f"; from {len(exported.sources)} extract(s), {sum(exported.broken.values()):,} objects not built"
+    if read:
+        summary += f"; from {len(read.sources)} extract(s), {sum(read.broken.values()):,} objects not built"
     return StageResult("osm", "done", summary, details, stamp, expected)
 
 

@@ -21,7 +21,7 @@ from ingest.errors import EXIT_INTERRUPTED, reported_as_exit_code
 if TYPE_CHECKING:
     from ingest.fetch import FetchReport
     from ingest.osm import OsmLoadReport
-    from ingest.osm_pbf import ExportReport as OsmExportReport
+    from ingest.osm_pbf import PbfReport as OsmPbfReport
 
 app = command_group(
     "ingest",
@@ -217,7 +217,7 @@ def osm_command(
                                                "lakes, regions [default: every layer folder in SOURCE].",
                                                show_default=False)] = None,
     workers: Annotated[int | None, typer.Option(metavar="N",
-                                                min=1, help="Parser processes in all, shared by two writer "
+                                                min=1, help="GeoJSON: parser processes in all, shared by two writer "
                                                 "connections [default: number of cores].",
                                                 show_default=False)] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Empty the tables and their load log first.")] = False,
@@ -231,8 +231,8 @@ def osm_command(
         "--export-geojson", metavar="DIR", help="PBF input: write the osmx-style layers to DIR and load nothing.",
         show_default=False)] = None,
     work: Annotated[Path | None, typer.Option(
-        metavar="DIR", help="PBF input: where the layers are written before they load [default: "
-        "<first extract>.layers beside it].", show_default=False)] = None,
+        metavar="DIR", help="PBF input over 1 GiB: where the node locations are kept on disk while the "
+        "extracts are read [default: beside the first extract].", show_default=False)] = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -247,11 +247,14 @@ def osm_command(
     invalid JSON, a tag value over 255 characters, an id that is not an integer, ...) is skipped and listed;
     a file that is truncated or not JSON is reported on one line and the other files still load.
 
-    PBF (detected from the content, not the name): the extracts are read with pyosmium into osmx-style
-    layers (the rules are in docs/DESIGN.md), which then load as above; an object in several extracts is
-    taken once; what cannot be built (ways with missing nodes, broken multipolygons) is listed by OSM type
-    and id. The layers are kept (--work), so a rerun loads without reading the extracts again.
-    `--export-geojson DIR` only writes them. Progress goes to stderr; run `ingest finalize` afterwards.
+    PBF (detected from the content, not the name): three reader processes (nodes, ways, areas) read the
+    extracts with pyosmium and stream rows straight into the tables under the same rules (docs/DESIGN.md);
+    what each reader makes of each extract for each layer is one source, loaded and logged like a file
+    above, so a rerun reads only what is missing. An object in several extracts is taken once; what cannot
+    be built (ways with missing nodes, broken multipolygons) is listed by OSM type and id. A truncated
+    extract is refused before anything starts. `--export-geojson DIR` writes the same features as osmx-style
+    GeoJSON layers instead (loading DIR gives the same rows). Progress goes to stderr; run `ingest finalize`
+    afterwards.
 
     Example: ingest osm /data/osm_extract --dsn postgresql://postgres@localhost:5432/gsqa
     Example: ingest osm new-york.osm.pbf new-jersey.osm.pbf --bbox -74.3,40.5,-73.7,40.9
@@ -266,33 +269,33 @@ def osm_command(
 
     _check_compression(compression)
     wanted = [name.strip() for name in layers.split(",") if name.strip()] if layers else None
+    read, report = None, None
     with _load_stage():
         box = parse_bbox(bbox) if bbox else None
-        exported = None
-        if osm_pbf.all_pbf(sources):
-            folder = export_geojson or work or osm_pbf.default_folder(sources)
-            exported = osm_pbf.export(sources, folder, bbox=box)
-            sources, box = [folder], None
-        if export_geojson is None:
+        if not osm_pbf.all_pbf(sources):
             report = osm.load_osm(sources[0], dsn, layers=wanted, workers=workers, replace=replace,
                                   compression=compression, bbox=box)
-    code = max(1 if exported and exported.broken else 0, report.exit_code if export_geojson is None else 0)
+        elif export_geojson is not None:
+            read = osm_pbf.export(sources, export_geojson, bbox=box)
+        else:
+            report, read = osm.load_pbf(sources, dsn, layers=wanted, replace=replace, compression=compression,
+                                        bbox=box, work=work)
+    code = max(1 if read and read.broken else 0, report.exit_code if report else 0)
     if as_json:
-        typer.echo(json.dumps({**({"export": exported.as_json()} if exported else {}),
-                               **(report.as_json() if export_geojson is None else {})}))
+        typer.echo(json.dumps({**({"pbf": read.as_json()} if read else {}), **(report.as_json() if report else {})}))
     else:
-        if exported:
-            _print_export_report(exported)
-        if export_geojson is None:
+        if read:
+            _print_pbf_report(read, export_geojson)
+        if report:
             _print_osm_report(report)
     raise typer.Exit(code)
 
 
-def _print_export_report(report: OsmExportReport) -> None:
+def _print_pbf_report(report: OsmPbfReport, exported_to: Path | None) -> None:
     layers = ", ".join(f"{layer} {count:,}" for layer, count in sorted(report.features.items()))
-    reused = " (the layers of an earlier run, inputs unchanged)" if report.reused else ""
-    typer.echo(f"{len(report.sources)} extract(s) -> {report.folder}{reused}: {layers}; {report.duplicates:,} "
-               f"objects already taken from an earlier extract; node locations: {report.location_index.split(',')[0]}")
+    target = f" -> {exported_to}" if exported_to else ""
+    typer.echo(f"{len(report.sources)} extract(s){target}: {layers}; {report.duplicates:,} objects already taken "
+               f"from an earlier extract; node locations: {report.location_index.split(',')[0] or 'not needed'}")
     if report.broken:
         typer.echo(f"could not be built ({', '.join(f'{kind} {n:,}' for kind, n in sorted(report.broken.items()))}):")
         for line in report.broken_listed:

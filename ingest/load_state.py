@@ -7,6 +7,7 @@ stage whose rows are numbered in file order reloads from the first new or change
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +37,14 @@ class LogEntry:
 
 
 def file_checksum(path: Path) -> str:
+    stat = path.stat()
+    return _checksum(path.resolve(), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _checksum(path: Path, _size: int, _mtime_ns: int) -> str:
+    """Remembered while the file stays the same (size, mtime): the layers of an OpenStreetMap extract are
+    each logged with the extract's checksum, and hashing a US extract takes half a minute."""
     with open(path, "rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 

@@ -33,7 +33,7 @@ import psycopg
 from psycopg import sql
 from tqdm import tqdm
 
-from ingest import schema
+from ingest import osm_pbf, schema
 from ingest.db import connect, identifier, relation_exists, where
 from ingest.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
 from ingest.initdb import create_table_sql
@@ -163,6 +163,9 @@ class _Plan:
     files: dict[str, Path]  # name -> path, sorted by name
     logged: dict[str, LogEntry]
     bbox: tuple[float, float, float, float] | None = None  # a regional build keeps the features overlapping it
+    # What a logged file was loaded with (the box; PBF: the rules): a file logged with other settings is
+    # loaded again. Written into its load_log details.
+    settings: dict = field(default_factory=dict)
     same: set[str] = field(default_factory=set)
     todo: list[str] = field(default_factory=list)
     jobs: dict[str, list[Job]] = field(default_factory=dict)  # the pieces of each file in todo
@@ -198,13 +201,43 @@ def load_osm(source: Path, dsn: str | None = None, *, layers: list[str] | None =
                  for number in range(len(lanes))]
         control = stack.enter_context(connect(dsn, autocommit=True))  # holds the locks until the end
         plans = {plan.layer.name: plan for plan in _prepare(control, selected, files, replace, workers, compression,
-                                                             bbox)}
+                                                             bbox, {"bbox": _listed(bbox)})}
         writers = [stack.enter_context(connect(dsn, autocommit=True)) for _ in lanes]
-        _run_lanes([_Lane(pool, writer, [plans[layer.name] for layer in lane], number)
+        _run_lanes([_Lane(_GeoJsonFeed(pool), writer, [plans[layer.name] for layer in lane], number)
                     for number, (pool, writer, lane) in enumerate(zip(pools, writers, lanes, strict=True))],
                    report, progress)
     report.seconds = time.monotonic() - started
     return report
+
+
+def load_pbf(paths: list[Path], dsn: str | None = None, *, layers: list[str] | None = None, replace: bool = False,
+             compression: str = "lz4", progress: bool = True, bbox: tuple[float, float, float, float] | None = None,
+             work: Path | None = None) -> tuple[OsmLoadReport, osm_pbf.PbfReport]:
+    """Load OpenStreetMap extracts straight into the tables: the readers of osm_pbf.py stream binary COPY
+    rows, one writer connection per layer takes each source (extract x reader) in name order, one
+    transaction each with its load_log row, as for GeoJSON files. A rerun skips sources logged with the
+    same extract (size, checksum), box and rules; nodes are read again only if a nodes source is missing."""
+    started = time.monotonic()
+    osm_pbf.check_inputs(paths, bbox)
+    report = OsmLoadReport(source=", ".join(map(str, paths)))
+    selected = select_layers(dict.fromkeys(LAYERS, Path()), layers, report)
+    files = {layer.name: osm_pbf.layer_sources(paths, layer.folder) for layer in selected}
+    for layer in selected:
+        report.layers[layer.name] = LayerReport(table=layer.table.fullname, files=len(files[layer.name]))
+    with contextlib.ExitStack() as stack:
+        readers = stack.enter_context(osm_pbf.Readers())  # forked before any connection is open
+        control = stack.enter_context(connect(dsn, autocommit=True))  # holds the locks until the end
+        plans = _prepare(control, selected, files, replace, 2, compression, bbox,
+                         {"bbox": _listed(bbox), "rules": osm_pbf.RULES_VERSION})
+        wanted = {plan.layer.folder: set(plan.todo) for plan in plans}
+        readers.start(osm_pbf.reader_plans(paths, wanted, work or paths[0].parent, bbox))
+        writers = [stack.enter_context(connect(dsn, autocommit=True)) for _ in plans]
+        with osm_pbf.ReadProgress(readers, progress):
+            _run_lanes([_Lane(_PbfFeed(readers), writer, [plan], number)
+                        for number, (writer, plan) in enumerate(zip(writers, plans, strict=True))], report, False)
+        read = readers.report(paths)
+    report.seconds = read.seconds = time.monotonic() - started
+    return report, read
 
 
 def _lanes(selected: list[Layer], files: dict[str, dict[str, Path]], count: int) -> list[list[Layer]]:
@@ -220,11 +253,37 @@ def _lanes(selected: list[Layer], files: dict[str, dict[str, Path]], count: int)
     return [sorted(lane, key=selected.index) for lane in lanes if lane]
 
 
+class _GeoJsonFeed:
+    """A lane's GeoJSON files: cut into pieces for its own parsers."""
+
+    def __init__(self, pool: OrderedPool) -> None:
+        self.pool = pool
+
+    def jobs(self, plan: _Plan, name: str) -> list[Job]:
+        return jobs_for(plan.files[name], plan.layer.name, bbox=plan.bbox)
+
+    def streams(self, jobs: list[Job]) -> Iterator[JobStream]:
+        return self.pool.streams(jobs)
+
+
+class _PbfFeed:
+    """A lane's sources of OpenStreetMap extracts: each the stream of one reader process (osm_pbf.py)."""
+
+    def __init__(self, readers: osm_pbf.Readers) -> None:
+        self.readers = readers
+
+    def jobs(self, plan: _Plan, name: str) -> list[Job]:
+        return [Job(str(plan.files[name]), name, plan.layer.folder, "pbf")]
+
+    def streams(self, jobs: list[Job]) -> Iterator[JobStream]:
+        return (self.readers.stream(job.source_name, job.layer) for job in jobs)
+
+
 @dataclass
 class _Lane:
-    """Layers written one after the other by one connection, fed by its own parsers."""
+    """Layers written one after the other by one connection, fed by its own parsers or readers."""
 
-    pool: OrderedPool
+    feed: _GeoJsonFeed | _PbfFeed
     conn: psycopg.Connection
     plans: list[_Plan]
     number: int
@@ -254,15 +313,16 @@ def _run_lanes(lanes: list[_Lane], report: OsmLoadReport, progress: bool) -> Non
 def _load_lane(lane: _Lane, report: OsmLoadReport, progress: bool, stop: threading.Event) -> None:
     # Every layer's pieces are queued at once, so the parsers work ahead across layer boundaries.
     for plan in lane.plans:
-        plan.jobs = {name: jobs_for(plan.files[name], plan.layer.name, bbox=plan.bbox) for name in plan.todo}
-    streams = lane.pool.streams([job for plan in lane.plans for name in plan.todo for job in plan.jobs[name]])
+        plan.jobs = {name: lane.feed.jobs(plan, name) for name in plan.todo}
+    streams = lane.feed.streams([job for plan in lane.plans for name in plan.todo for job in plan.jobs[name]])
     for plan in lane.plans:
         _load_layer(lane.conn, streams, plan, report.layers[plan.layer.name], lane.number if progress else False,
                     stop)
 
 
 def _prepare(conn: psycopg.Connection, selected: list[Layer], files: dict[str, dict[str, Path]], replace: bool,
-             workers: int, compression: str, bbox: tuple[float, float, float, float] | None) -> list[_Plan]:
+             workers: int, compression: str, bbox: tuple[float, float, float, float] | None,
+             settings: dict) -> list[_Plan]:
     """Locks, checks and plans for every layer before anything is written."""
     require_bookkeeping(conn)
     for layer in selected:
@@ -271,7 +331,7 @@ def _prepare(conn: psycopg.Connection, selected: list[Layer], files: dict[str, d
             raise GsqaError(f"table {layer.table.fullname} does not exist in {where(conn)}: run `ingest init` first")
     if not relation_exists(conn, STAGE):
         conn.execute(create_table_sql(schema.pois_stage))
-    plans = [_Plan(layer, files[layer.name], {}, bbox) for layer in selected]
+    plans = [_Plan(layer, files[layer.name], {}, bbox, settings) for layer in selected]
     if not replace:
         for plan in plans:
             plan.logged = read_log(conn, plan.target)
@@ -281,7 +341,7 @@ def _prepare(conn: psycopg.Connection, selected: list[Layer], files: dict[str, d
             _empty(conn, plan.layer)
         _set_compression(conn, plan, compression)
         same_box = {name: path for name, path in plan.files.items()
-                    if name in plan.logged and (plan.logged[name].details or {}).get("bbox") == _listed(bbox)}
+                    if name in plan.logged and _same_settings(plan.logged[name].details, settings)}
         plan.same = unchanged({name: (path, path.stat().st_size) for name, path in same_box.items()},
                               plan.logged, workers)
         if plan.layer.in_passes:
@@ -289,6 +349,10 @@ def _prepare(conn: psycopg.Connection, selected: list[Layer], files: dict[str, d
         else:
             plan.todo = plan_from_first_change(plan.files, plan.same)
     return plans
+
+
+def _same_settings(details: dict | None, settings: dict) -> bool:
+    return all((details or {}).get(key) == value for key, value in settings.items())
 
 
 def _listed(bbox: tuple[float, float, float, float] | None) -> list[float] | None:
@@ -377,7 +441,7 @@ def _write_file(conn: psycopg.Connection, plan: _Plan, name: str, file_streams: 
             _make_room(conn, plan, name, first_write)
             rows, features = _copy_file(conn, plan, file_streams, skipped, bar, stop)
             details = {"features": features, "skipped_count": skipped.count, "skipped": skipped.listed[:_LOGGED_SKIPS],
-                       "bbox": _listed(plan.bbox)}
+                       **plan.settings}
             write_log(conn, plan.target, name, plan.files[name].stat().st_size, checksum.result(), rows, details)
     except SourceError as error:
         _fail(report, name, str(error), file_streams, bar)

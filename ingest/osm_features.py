@@ -22,12 +22,13 @@ import shapely
 import simdjson
 from shapely.geometry import shape
 
-from ingest.osm_rules import MISSING, BadFeature, Layer, rows_of
+from ingest.osm_rules import MISSING, BadFeature, Layer, Values, rows_of
 
 COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 COPY_TRAILER = struct.pack(">h", -1)
 _NULL = struct.pack(">i", -1)
 _INT16, _INT32, _INT64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
+_STAGE_FIELDS = struct.Struct(">iiiq")  # pass (int4) and position (int8), each after its length
 
 _WKB_TYPES = {"Point": 1, "LineString": 2, "Polygon": 3, "MultiPoint": 4, "MultiLineString": 5, "MultiPolygon": 6}
 _WKB_HEAD = struct.Struct("<BI")
@@ -161,20 +162,37 @@ def overlaps(wkb: bytes, bbox: tuple[float, float, float, float]) -> bool:
     return envelope_overlaps(shapely.from_wkb(wkb), bbox)
 
 
-def encoder(layer: Layer, source_name: str,
-            bbox: tuple[float, float, float, float] | None = None) -> Callable[[Any, int], list[bytes]]:
-    """feature, byte offset -> its binary COPY rows (BadFeature when loader 1 could not have stored it);
-    no rows for a feature outside `bbox` (a regional build).
-
-    Direct tables get (geometry, attributes...); pois gets the staging row (source_name, pass, offset,
-    geometry, attributes...), numbered later in loader 1's pass order (see osm.py). This runs once per
-    feature of 53 GB: it is written for speed (no helper calls for NULL columns, simdjson proxies first).
-    """
+def row_packer(layer: Layer, source_name: str) -> Callable[[list[tuple[int, Values]], bytes, int], list[bytes]]:
+    """(rows_of's rows, geometry WKB, position in the source) -> the binary COPY rows. Direct tables get
+    (geometry, attributes...); pois gets the staging row (source_name, pass, position, geometry,
+    attributes...), numbered later in loader 1's pass order (see osm.py). Both readers (GeoJSON and PBF)
+    pack their rows here; it runs once per feature, so it is written for speed (no call for NULL columns)."""
     columns = layer.attribute_columns
     staged = layer.in_passes
     field_count = _INT16.pack(len(columns) + (4 if staged else 1))
-    source = _field(source_name, "source_name")
+    staged_prefix = field_count + _field(source_name, "source_name")
     nulls = [_NULL] * len(columns)
+
+    def pack(rows: list[tuple[int, Values]], geometry: bytes, position: int) -> list[bytes]:
+        fields = nulls.copy()
+        for index, value in rows[0][1].items():
+            if type(value) is str and value.isascii():  # the common case without a call
+                fields[index] = _INT32.pack(len(value)) + value.encode("ascii")
+            else:
+                fields[index] = _field(value, columns[index])
+        body = b"".join([_INT32.pack(len(geometry)), geometry, *fields])
+        if not staged:
+            return [field_count + body]
+        return [staged_prefix + _STAGE_FIELDS.pack(4, number, 8, position) + body for number, _ in rows]
+
+    return pack
+
+
+def encoder(layer: Layer, source_name: str,
+            bbox: tuple[float, float, float, float] | None = None) -> Callable[[Any, int], list[bytes]]:
+    """feature, byte offset -> its binary COPY rows (BadFeature when loader 1 could not have stored it);
+    no rows for a feature outside `bbox` (a regional build)."""
+    pack = row_packer(layer, source_name)
     proxy, plain = simdjson.Object, dict
 
     def encode(feature: Any, offset: int) -> list[bytes]:
@@ -191,16 +209,6 @@ def encoder(layer: Layer, source_name: str,
         geometry = geometry_wkb(feature)
         if bbox is not None and not overlaps(geometry, bbox):
             return []
-        fields = nulls.copy()
-        for index, value in rows[0][1].items():
-            if type(value) is str and value.isascii():  # the common case without a call
-                fields[index] = _INT32.pack(len(value)) + value.encode("ascii")
-            else:
-                fields[index] = _field(value, columns[index])
-        body = b"".join([_INT32.pack(len(geometry)), geometry, *fields])
-        if not staged:
-            return [field_count + body]
-        return [field_count + source + _INT32.pack(4) + _INT32.pack(number) + _INT32.pack(8) + _INT64.pack(offset)
-                + body for number, _ in rows]
+        return pack(rows, geometry, offset)
 
     return encode

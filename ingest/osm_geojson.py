@@ -110,7 +110,7 @@ def jobs_for(path: Path, layer: str, range_bytes: int | None = None,
             for start, end in zip(starts, ends, strict=True)]
 
 
-class _Batcher:
+class Batcher:
     """Collects encoded rows and skipped features into Batch items."""
 
     def __init__(self) -> None:
@@ -151,21 +151,21 @@ def parse_job(job: Job) -> Generator[Batch, None, None]:
     """The pool's work function: the job's batches (the last one may be empty)."""
     try:
         reader = _read_lines if job.layout == "lines" else _read_stream
-        batcher = _Batcher()
+        batcher = Batcher()
         yield from reader(job, batcher)
         yield batcher.take()
     except OSError as error:
         raise SourceError(f"{job.path}: cannot read ({error.strerror or error})") from None
 
 
-def _encode_safely(encode: Any, feature: Any, offset: int, batcher: _Batcher) -> None:
+def _encode_safely(encode: Any, feature: Any, offset: int, batcher: Batcher) -> None:
     try:
         batcher.add(encode(feature, offset))
     except BadFeature as error:
         batcher.skip(offset, str(error))
 
 
-def _read_lines(job: Job, batcher: _Batcher) -> Iterator[Batch]:
+def _read_lines(job: Job, batcher: Batcher) -> Iterator[Batch]:
     """The features of a piece of a lines file. The piece holds whole lines (jobs_for cuts at line starts),
     so it is read at once and split in C; this loop runs once per feature of 53 GB."""
     layer = LAYERS[job.layer]
@@ -200,7 +200,7 @@ def _read_lines(job: Job, batcher: _Batcher) -> Iterator[Batch]:
                           f"line starts at byte {last:,}); expected a complete GeoJSON FeatureCollection")
 
 
-def _last_feature(parse: Any, encode: Any, text: bytes, offset: int, batcher: _Batcher, reason: str) -> bool:
+def _last_feature(parse: Any, encode: Any, text: bytes, offset: int, batcher: Batcher, reason: str) -> bool:
     """A line that is not JSON on its own: the last feature with the end of the collection (`{...}]}`),
     then True; otherwise a skipped feature."""
     closing = text.rfind(b"]")
@@ -216,7 +216,7 @@ def _last_feature(parse: Any, encode: Any, text: bytes, offset: int, batcher: _B
     return False
 
 
-def _read_stream(job: Job, batcher: _Batcher) -> Iterator[Batch]:
+def _read_stream(job: Job, batcher: Batcher) -> Iterator[Batch]:
     encode = encoder(LAYERS[job.layer], job.source_name, job.bbox)
     with open(job.path, "rb") as handle:
         try:

@@ -1,13 +1,11 @@
-"""`ingest osm FILE.osm.pbf`: the five osmx layers derived from OpenStreetMap extracts with pyosmium.
+"""OpenStreetMap extracts (`.osm.pbf`) -> the five osmx layers, read with pyosmium.
 
 The published layers were made by UCR's osmx extractor, whose source is not available; the rules below are
 what the benchmark's answers show (confirmed) or the nearest reading of them (inferred), docs/DESIGN.md
-lists each. Every feature is written as osmx wrote it: `properties.id` (the OSM id, no type marker) and
-`properties.tagsMap` (all tags), and the layers then load through loader 1's rules exactly as the published
-GeoJSON does (ingest/osm_rules.py): the PBF path exports the layers first (`export`) and loads the export,
-so loading a PBF and loading its `--export-geojson` output give the same rows by construction.
+lists each. Every feature is what osmx wrote: the OSM id (no type marker), all tags, a geometry; it then
+becomes rows through loader 1's rules (ingest/osm_rules.py), exactly as a published GeoJSON feature does.
 
-- pois (`pois/`): nodes with a `tourism`, `amenity` or `leisure` tag and a `name` (loader 1 keeps no others).
+- pois: nodes with a `tourism`, `amenity` or `leisure` tag and a `name` (loader 1 keeps no others).
 - roads: ways with `highway`: LineString; a closed way (first node = last, 4 or more nodes) a Polygon.
 - lakes: ways with `waterway` (not `riverbank`): LineString; areas with `natural` = water, bay or wetland,
   `waterway=riverbank` or `landuse=reservoir`: (Multi)Polygon.
@@ -16,21 +14,31 @@ so loading a PBF and loading its `--export-geojson` output give the same rows by
 
 Areas are closed ways and multipolygon/boundary relations assembled by osmium's area assembler; one ring
 set is a Polygon, more a MultiPolygon. What cannot be built (a way with nodes outside the extract, a
-relation whose rings do not close) is counted and listed by OSM type and id, never fatal. Several extracts
-are read one after the other; an object already written from an earlier file ((type, id)) is skipped, as
-neighbouring Geofabrik extracts share the objects that cross their border.
+relation whose rings do not close) is counted and listed by OSM type and id, never fatal.
+
+Three readers, one process each (KINDS): nodes (pois, parks points: no node locations needed), ways
+(roads, waterway lines) and areas (lakes, parks and regions polygons); each reads every extract with a C++
+filter, so Python sees only the objects of its layers. What one reader produces for one extract and one
+layer is a "source" named `<extract stem>.<n>-<kind>.geojson` (source_name): with --export-geojson it is
+that file in `<layer>/`, in a direct load a stream of binary COPY rows loaded under that name, one
+transaction each (ingest/osm.py). Both load in name order, so both give the same rows.
+
+Several extracts: an object already taken from an earlier one ((type, id), in each reader's source name
+order) is skipped, as neighbouring Geofabrik extracts share the objects that cross their border.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
+import signal
+import struct
 import sys
+import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -41,33 +49,32 @@ from ingest.errors import GsqaError
 
 PBF_MAGIC = b"OSMHeader"
 LAYERS = ("pois", "roads", "parks", "lakes", "postal_codes")
+KINDS = ("nodes", "ways", "areas")
+KIND_LAYERS = {"nodes": ("pois", "parks"), "ways": ("roads", "lakes", "parks", "postal_codes"),
+               "areas": ("lakes", "parks", "postal_codes")}  # areas: of relations; closed ways are ways
 POI_KEYS = ("tourism", "amenity", "leisure")
+LINE_KEYS = ("highway", "waterway")
+AREA_KEYS = ("natural", "waterway", "leisure", "boundary", "landuse")
 LAKE_NATURAL = frozenset({"water", "bay", "wetland"})
 PARK_BOUNDARIES = frozenset({"national_park", "protected_area"})
 REGION_BOUNDARIES = frozenset({"administrative", "postal_code"})
-# Only objects with one of these keys reach Python; area assembly considers relations with AREA_KEYS.
-WANTED_KEYS = ("highway", "waterway", "natural", "leisure", "boundary", "landuse", "tourism", "amenity")
-AREA_KEYS = ("natural", "waterway", "leisure", "boundary", "landuse")
-IN_MEMORY_LIMIT = 2 * 1024**3  # input bytes above which node locations go to a file, not RAM
+# Input bytes above which node locations go to a file, not RAM. Two readers (ways, areas) keep an index
+# each: flex_mem takes about 16 bytes per node, so 1 GiB of PBF (about 130 M nodes) costs 2 x 2 GB.
+IN_MEMORY_LIMIT = 1024**3
+PASSES = {"nodes": 1, "ways": 1, "areas": 2}  # times a reader reads its extracts (the area assembler: two)
 LISTED_BROKEN = 50
-COMPLETE = ".complete"  # written last into an export folder: what it was made from
-RULES_VERSION = 2  # raise when the rules below change: earlier exports are then made again
+RULES_VERSION = 3  # raise when the rules change: sources loaded under other rules are loaded again
+QUEUE_BATCHES = 8  # batches of about 1 MB a reader may hold ready per layer
 
 
 def all_pbf(sources: list[Path]) -> bool:
-    """Are the sources PBF extracts (by content, or by a .pbf name: export then refuses a file that is not
-    one, with its reason)? False for one folder of GeoJSON layers; several folders are refused."""
+    """Are the sources PBF extracts (by content, or by a .pbf name: the checks then refuse a file that is
+    not one, with its reason)? False for one folder of GeoJSON layers; several folders are refused."""
     if any(is_pbf(source) or source.name.endswith(".pbf") for source in sources):
         return True
     if len(sources) == 1:
         return False
     raise GsqaError("give one folder of GeoJSON layers, or one or more OpenStreetMap PBF extracts")
-
-
-def default_folder(sources: list[Path]) -> Path:
-    """Where the layers of a PBF load are written: beside the first extract."""
-    first = sources[0]
-    return first.parent / (first.name.removesuffix(".pbf").removesuffix(".osm") + ".layers")
 
 
 def is_pbf(path: Path) -> bool:
@@ -79,24 +86,62 @@ def is_pbf(path: Path) -> bool:
         return False
 
 
+def source_name(path: Path, kind: str) -> str:
+    """What one reader makes of one extract, for one layer: a file name in that layer's folder."""
+    stem = path.name.removesuffix(".pbf").removesuffix(".osm")
+    return f"{stem}.{KINDS.index(kind) + 1}-{kind}.geojson"
+
+
+def kind_of(name: str) -> str:
+    return name.removesuffix(".geojson").rsplit("-", 1)[1]
+
+
+def layer_sources(paths: list[Path], layer: str) -> dict[str, Path]:
+    """Source name -> extract, for every reader that serves the layer (folder name), in name order: the
+    order they load in."""
+    return dict(sorted((source_name(path, kind), path) for path in paths for kind in KINDS
+                       if layer in KIND_LAYERS[kind]))
+
+
 @dataclass
-class ExportReport:
+class PbfReport:
     sources: list[str]
-    folder: str
     location_index: str = ""
-    features: Counter = field(default_factory=Counter)  # layer -> features written
-    duplicates: int = 0  # objects skipped because an earlier file had them
+    features: Counter = field(default_factory=Counter)  # layer -> features taken
+    duplicates: int = 0  # objects skipped because an earlier extract had them
     broken: Counter = field(default_factory=Counter)  # node / way / relation -> objects that could not be built
     broken_listed: list[str] = field(default_factory=list)
     outside: int = 0  # features outside --bbox
-    reused: bool = False  # an earlier complete export of the same inputs was used
+    wanted_relations: set[int] = field(default_factory=set)  # multipolygon/boundary relations of the layers
+    built_relations: set[int] = field(default_factory=set)  # ... and those osmium assembled
     seconds: float = 0.0
 
+    def merge(self, other: PbfReport) -> None:
+        self.features += other.features
+        self.duplicates += other.duplicates
+        self.outside += other.outside
+        self.wanted_relations |= other.wanted_relations
+        self.built_relations |= other.built_relations
+        for kind, count in other.broken.items():
+            self.broken[kind] += count
+        self.broken_listed = (self.broken_listed + other.broken_listed)[:LISTED_BROKEN]
+
+    def note_broken(self, osm_type: str, osm_id: int, reason: str) -> None:
+        self.broken[osm_type] += 1
+        if len(self.broken_listed) < LISTED_BROKEN:
+            self.broken_listed.append(f"{osm_type} {osm_id}: {reason}")
+
+    def close_relations(self) -> None:
+        """Relations of the layers that no extract could assemble (a relation cut by one extract may be
+        whole in its neighbour, so this waits until every extract is read)."""
+        for missing in sorted(self.wanted_relations - self.built_relations):
+            self.note_broken("relation", missing, "its rings could not be assembled (broken, or cut by the extract)")
+        self.wanted_relations, self.built_relations = set(), set()
+
     def as_json(self) -> dict[str, Any]:
-        return {"sources": self.sources, "folder": self.folder, "location_index": self.location_index,
-                "features": dict(self.features), "duplicates": self.duplicates, "broken": dict(self.broken),
-                "broken_listed": self.broken_listed, "outside_bbox": self.outside, "reused": self.reused,
-                "seconds": round(self.seconds, 3)}
+        return {"sources": self.sources, "location_index": self.location_index, "features": dict(self.features),
+                "duplicates": self.duplicates, "broken": dict(self.broken), "broken_listed": self.broken_listed,
+                "outside_bbox": self.outside, "seconds": round(self.seconds, 3)}
 
 
 # --- the rules ------------------------------------------------------------------------------------------
@@ -111,13 +156,24 @@ def node_layers(tags: dict[str, str]) -> list[str]:
     return layers
 
 
-def way_layers(tags: dict[str, str]) -> list[str]:
-    layers = []
+def way_features(tags: dict[str, str], way: Any) -> list[tuple[str, str]]:
+    """(layer, shape) of each feature a way gives: "line", or "ring" (a Polygon of the closed way)."""
+    features = []
+    closed = None
     if "highway" in tags:
-        layers.append("roads")
+        closed = _closed(way)
+        features.append(("roads", "ring" if closed else "line"))
     if "waterway" in tags and tags["waterway"] != "riverbank":
-        layers.append("lakes")
-    return layers
+        features.append(("lakes", "line"))
+    layers = area_layers(tags)
+    if layers and (closed if closed is not None else _closed(way)):
+        features += [(layer, "ring") for layer in layers]
+    return features
+
+
+def _closed(way: Any) -> bool:
+    """A ring: first node = last node (by id), 4 or more nodes."""
+    return way.is_closed() and len(way.nodes) >= 4
 
 
 def area_layers(tags: dict[str, str]) -> list[str]:
@@ -132,57 +188,153 @@ def area_layers(tags: dict[str, str]) -> list[str]:
     return layers
 
 
-# --- geometries (GeoJSON text from osmium's C++ factory: no Python float per coordinate) ------------------
+# --- geometries: osmium's C++ factories, WKB for a load, GeoJSON text for an export -----------------------
+
+_POLYGON_OF_ONE_RING = b"\x01\x03\x00\x00\x00\x01\x00\x00\x00"  # little-endian Polygon, 1 ring
 
 
-def _way_geometry(way: Any, layer: str, factory: Any) -> str:
-    """LineString, or for a closed road a Polygon; InvalidLocationError when a node lies outside the extract."""
-    import osmium
+class Geometries:
+    """Geometries of one output format (shapes: point, line, ring, multi); InvalidLocationError or
+    RuntimeError when an object has none (a node outside the extract, rings that do not close)."""
 
-    line = factory.create_linestring(way, osmium.geom.use_nodes.ALL)
-    if layer == "roads" and len(way.nodes) >= 4 and way.nodes[0].ref == way.nodes[-1].ref:
-        return '{"type":"Polygon","coordinates":[' + line[line.index("[["):-1] + "]}"
-    return line
+    def __init__(self, geojson: bool) -> None:
+        import osmium
+
+        self.geojson = geojson
+        self.factory = osmium.geom.GeoJSONFactory() if geojson else osmium.geom.WKBFactory()
+        self.all_nodes = osmium.geom.use_nodes.ALL
+
+    def build(self, obj: Any, shape: str) -> Any:
+        if shape == "point":
+            made = self.factory.create_point(obj)
+            return made if self.geojson else bytes.fromhex(made)
+        if shape == "multi":
+            return self._area(obj)
+        line = self.factory.create_linestring(obj, self.all_nodes)
+        if shape == "line":
+            return line if self.geojson else bytes.fromhex(line)
+        if self.geojson:  # the closed way's nodes as the one ring of a Polygon
+            return '{"type":"Polygon","coordinates":[' + line[line.index("[["):-1] + "]}"
+        return _POLYGON_OF_ONE_RING + bytes.fromhex(line)[5:]
+
+    def _area(self, area: Any) -> Any:
+        """Polygon for one outer ring (with its holes), MultiPolygon for more."""
+        made = self.factory.create_multipolygon(area)
+        if self.geojson:
+            polygons = json.loads(made)["coordinates"]
+            if len(polygons) == 1:
+                return json.dumps({"type": "Polygon", "coordinates": polygons[0]}, separators=(",", ":"))
+            return made
+        wkb = bytes.fromhex(made)
+        return wkb[9:] if struct.unpack_from("<I", wkb, 5)[0] == 1 else wkb
 
 
-def _area_geometry(area: Any, factory: Any) -> str:
-    """Polygon for one outer ring (with its holes), MultiPolygon for more."""
-    multipolygon = factory.create_multipolygon(area)
-    polygons = json.loads(multipolygon)["coordinates"]
-    if len(polygons) == 1:
-        return json.dumps({"type": "Polygon", "coordinates": polygons[0]}, separators=(",", ":"))
-    return multipolygon
-
-
-def _overlaps(geometry: str, bbox: tuple[float, float, float, float]) -> bool:
+def _overlaps(geometry: Any, bbox: tuple[float, float, float, float]) -> bool:
     import shapely
 
     from ingest.osm_features import envelope_overlaps
 
-    return envelope_overlaps(shapely.from_geojson(geometry), bbox)
+    built = shapely.from_geojson(geometry) if isinstance(geometry, str) else shapely.from_wkb(geometry)
+    return envelope_overlaps(built, bbox)
 
 
 # --- reading --------------------------------------------------------------------------------------------
 
 
+def _tags(obj: Any) -> dict[str, str]:
+    """The object's tags. pyosmium's TagList iterator builds a Python wrapper per tag (dict(obj.tags) is
+    about 10 us per object, most of a reader's time); its C++ accessors cost a sixth of that. They are
+    internal: pyosmium is pinned to 4.x, and the tests read tags of every kind through this."""
+    data = obj._pyosmium_data
+    cursor = data.tags_begin()
+    tags = {}
+    for _ in range(data.tags_size()):
+        tag = data.tags_next(cursor)
+        tags[tag.k] = tag.v
+    return tags
+
+
+def location_index(paths: list[Path], work: Path, reader: str) -> str:
+    """In memory for small inputs; on disk (a sparse file array, 16 bytes per node) for large ones."""
+    if sum(path.stat().st_size for path in paths) <= IN_MEMORY_LIMIT:
+        return "flex_mem"
+    return f"sparse_file_array,{work / f'node-locations-{reader}.bin'}"
+
+
+def _objects(kinds: tuple[str, ...], path: Path, index: str, report: PbfReport) -> Iterator[Any]:
+    """osmium reading one extract for one reader; C++ filters let only the reader's objects through."""
+    import osmium
+    from osmium.filter import EntityFilter, KeyFilter
+
+    source = osmium.io.File(str(path), "pbf")  # the format from the content, whatever the name says
+    if kinds == ("ways",):
+        yield from (osmium.FileProcessor(source, osmium.osm.NODE | osmium.osm.WAY).with_locations(index)
+                    .with_filter(EntityFilter(osmium.osm.WAY)).with_filter(KeyFilter(*LINE_KEYS, *AREA_KEYS)))
+    else:
+        yield from _nodes_and_relation_areas(source, index, report)
+
+
+def _nodes_and_relation_areas(source: Any, index: str, report: PbfReport) -> Iterator[Any]:
+    """The nodes of the layers, then the areas osmium assembles from multipolygon and boundary relations
+    with area tags, in two passes as pyosmium's FileProcessor does, except that only the relations' member
+    ways reach the assembler (FileProcessor hands it every closed way: assembling a city's buildings cost
+    more than all the rest of the reading; closed ways are the ways reader's). pyosmium keeps raw pointers
+    to the handlers: all are held here until the end."""
+    import osmium
+    from osmium.area import AreaManager
+    from osmium.filter import EntityFilter, IdFilter, KeyFilter
+
+    pool, manager, members = osmium.io.ThreadPool(), AreaManager(), _Members(report)
+    candidates = KeyFilter(*AREA_KEYS)
+    with osmium.io.Reader(source, osmium.osm.RELATION, thread_pool=pool) as reader:
+        osmium.apply(reader, candidates, members, manager.first_pass_handler())
+    tagged = KeyFilter(*AREA_KEYS)
+    built = osmium.BufferIterator(tagged)
+    locations = osmium.NodeLocationsForWays(osmium.index.create_map(index))
+    locations.ignore_errors()
+    only_members = IdFilter(members.ways).enable_for(osmium.osm.WAY)
+    members.ways = set()
+    assembler = manager.second_pass_to_buffer(built)
+    # To Python: the nodes of the layers, and the member ways (skipped there), so that the buffer drains.
+    nodes_and_ways = EntityFilter(osmium.osm.NODE | osmium.osm.WAY)
+    poi_nodes = KeyFilter(*POI_KEYS).enable_for(osmium.osm.NODE)
+    nodes_over = False
+    with osmium.io.Reader(source, osmium.osm.NODE | osmium.osm.WAY | osmium.osm.RELATION, thread_pool=pool) as reader:
+        for obj in osmium.OsmFileIterator(reader, locations, only_members, assembler, nodes_and_ways, poi_nodes):
+            if not obj.is_way():
+                yield obj
+            elif not nodes_over:  # the first member way: the nodes are over, their sources can end (None)
+                nodes_over = True
+                yield None
+            yield from built
+    yield from built
+
+
+class _Members:
+    """First pass: the relations of the layers (wanted, so that one not assembled is listed) and their ways."""
+
+    def __init__(self, report: PbfReport) -> None:
+        self.report = report
+        self.ways: set[int] = set()
+
+    def relation(self, relation: Any) -> None:
+        tags = _tags(relation)
+        if tags.get("type") in ("multipolygon", "boundary") and area_layers(tags):
+            self.report.wanted_relations.add(relation.id)
+            self.ways.update(member.ref for member in relation.members if member.type == "w")
+
+
 class _Seen:
-    """(kind, id) of every object written so far, in osmium's id sets, when there are several extracts (a
-    set takes 512 kB per 4 M-id range it touches: up to about 1.4 GB for a US-wide id space; one extract has
-    no duplicates and needs none)."""
+    """Ids already taken from an earlier extract, in osmium's id sets (512 kB per 4 M-id range touched),
+    only when there are several extracts: one extract has no duplicates."""
 
     def __init__(self, extracts: int) -> None:
         import osmium.index
 
-        kinds = ("node", "way", "way area", "relation area") if extracts > 1 else ()
-        self.sets = {kind: osmium.index.IdSet() for kind in kinds}
-        # Multipolygon/boundary relations of the layers, and those osmium assembled, over all extracts: a
-        # relation cut by one extract may be whole in its neighbour.
-        self.wanted_relations: set[int] = set()
-        self.built_relations: set[int] = set()
+        self.sets = {kind: osmium.index.IdSet() for kind in ("node", "way", "relation")} \
+            if extracts > 1 else {}
 
     def first_time(self, kind: str, osm_id: int) -> bool:
-        if not self.sets:
-            return True
         ids = self.sets[kind]
         if osm_id in ids:
             return False
@@ -190,69 +342,58 @@ class _Seen:
         return True
 
 
-def location_index(paths: list[Path], work: Path) -> str:
-    """In memory for small inputs; on disk (a sparse file array, 16 bytes per node) for large ones."""
-    if sum(path.stat().st_size for path in paths) <= IN_MEMORY_LIMIT:
-        return "flex_mem"
-    return f"sparse_file_array,{work / 'node-locations.bin'}"
+Feature = tuple[str, str | None, int, dict[str, str], Any]  # kind, layer, OSM id, tags, geometry
+NODES_OVER: Feature = ("areas", None, 0, {}, None)  # no feature: the reader is past the nodes
 
 
-def _features(path: Path, index: str, seen: _Seen, report: ExportReport,
-              bbox: tuple[float, float, float, float] | None, bar: tqdm) -> Iterator[tuple[str, str]]:
-    """(layer, the feature as a line of GeoJSON) of every object of one extract."""
+def read_features(kinds: tuple[str, ...], path: Path, layers: dict[str, set[str]], index: str,
+                  geometries: Geometries, seen: _Seen, report: PbfReport,
+                  bbox: tuple[float, float, float, float] | None) -> Iterator[Feature]:
+    """The features one reader takes from one extract (`layers`: kind -> layers wanted), in the order osmium
+    hands them over: nodes, then ways (relation areas: their own reader). RuntimeError when osmium cannot
+    read the extract to its end. (The loop runs once per object of a US extract that passes the C++
+    filter: no call or wrapper it can do without.)"""
     import osmium
-    from osmium.filter import KeyFilter
 
-    factory = osmium.geom.GeoJSONFactory()
-    processor = (osmium.FileProcessor(_pbf(path)).with_locations(index).with_areas(KeyFilter(*AREA_KEYS))
-                 .with_filter(KeyFilter(*WANTED_KEYS)))
-    for obj in processor:
-        bar.update()
-        tags = dict(obj.tags)
-        if obj.is_relation():
-            if tags.get("type") in ("multipolygon", "boundary") and area_layers(tags):
-                seen.wanted_relations.add(obj.id)
+    first_time = seen.first_time if seen.sets else None
+    whole = {kind: set(KIND_LAYERS[kind]) <= layers.get(kind, set()) for kind in KINDS}
+    features = Counter()
+    for obj in _objects(kinds, path, index, report):
+        if obj is None:
+            yield NODES_OVER
             continue
-        kind, layers = _kind_and_layers(obj, tags)
-        if not layers:
+        tags = _tags(obj)
+        kind, osm_id, osm_type, wanted = _classify(obj, tags)
+        if not whole[kind]:
+            wanted = [(layer, shape) for layer, shape in wanted if layer in layers.get(kind, ())]
+        if not wanted:
             continue
-        if obj.is_area() and not obj.from_way():
-            seen.built_relations.add(obj.orig_id())
-        osm_id = obj.orig_id() if obj.is_area() else obj.id
-        if not seen.first_time(kind, osm_id):
+        if osm_type == "relation":
+            report.built_relations.add(osm_id)
+        if first_time is not None and not first_time(osm_type, osm_id):
             report.duplicates += 1
             continue
-        yield from _build(obj, tags, kind, osm_id, layers, factory, report, bbox)
+        for layer, shape in wanted:
+            try:
+                geometry = geometries.build(obj, shape)
+            except (osmium.InvalidLocationError, RuntimeError) as error:
+                report.note_broken(osm_type, osm_id, _reason(obj, error))
+                break
+            if bbox is not None and not _overlaps(geometry, bbox):
+                report.outside += 1
+                continue
+            features[layer] += 1
+            yield kind, layer, osm_id, tags, geometry
+    report.features += features
 
 
-def _kind_and_layers(obj: Any, tags: dict[str, str]) -> tuple[str, list[str]]:
+def _classify(obj: Any, tags: dict[str, str]) -> tuple[str, int, str, list[tuple[str, str]]]:
+    """kind, OSM id, OSM type, and the (layer, shape) of each feature the object gives."""
     if obj.is_node():
-        return "node", node_layers(tags)
+        return "nodes", obj.id, "node", [(layer, "point") for layer in node_layers(tags)]
     if obj.is_way():
-        return "way", way_layers(tags)
-    return ("way area" if obj.from_way() else "relation area"), area_layers(tags)
-
-
-def _build(obj: Any, tags: dict[str, str], kind: str, osm_id: int, layers: list[str], factory: Any,
-           report: ExportReport, bbox: tuple[float, float, float, float] | None) -> Iterator[tuple[str, str]]:
-    import osmium
-
-    properties = f', "properties": {{"id": {osm_id}, "tagsMap": {json.dumps(tags, ensure_ascii=False)}}}}}'
-    for layer in layers:
-        try:
-            if kind == "node":
-                geometry = factory.create_point(obj)
-            elif kind == "way":
-                geometry = _way_geometry(obj, layer, factory)
-            else:
-                geometry = _area_geometry(obj, factory)
-        except (osmium.InvalidLocationError, RuntimeError) as error:
-            _broken(report, "relation" if kind == "relation area" else kind.split()[0], osm_id, _reason(obj, error))
-            return
-        if bbox is not None and not _overlaps(geometry, bbox):
-            report.outside += 1
-            continue
-        yield layer, '{"type": "Feature", "geometry": ' + geometry + properties
+        return "ways", obj.id, "way", way_features(tags, obj)
+    return "areas", obj.orig_id(), "relation", [(layer, "multi") for layer in area_layers(tags)]
 
 
 def _reason(obj: Any, error: Exception) -> str:
@@ -264,89 +405,336 @@ def _reason(obj: Any, error: Exception) -> str:
     return str(error)
 
 
-def _broken(report: ExportReport, osm_type: str, osm_id: int, reason: str) -> None:
-    report.broken[osm_type] += 1
-    if len(report.broken_listed) < LISTED_BROKEN:
-        report.broken_listed.append(f"{osm_type} {osm_id}: {reason}")
+# --- one reader: what it does with its features -----------------------------------------------------------
+
+# The reader processes and the kinds each reads, about equal work on real and on synthetic data. Nodes come
+# first in a PBF file and relation areas are complete only once their ways are read, so the second reader
+# ends its nodes sources of an extract before its first area, in the order the writers take them.
+READERS = (("ways",), ("nodes", "areas"))
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """One reader's work: per extract (in source name order) the layers to produce per kind."""
+
+    kinds: tuple[str, ...]
+    extracts: list[tuple[Path, dict[str, set[str]]]]
+    index: str
+    bbox: tuple[float, float, float, float] | None
+    several: bool  # more than one extract in the run: keep ids to skip duplicates
+
+    @property
+    def name(self) -> str:
+        return "+".join(self.kinds)
+
+
+def extract_order(paths: list[Path]) -> list[Path]:
+    """The extracts in the order of their sources' names (the same for every kind, see check_inputs)."""
+    return sorted(paths, key=lambda path: source_name(path, "nodes"))
+
+
+def reader_plans(paths: list[Path], wanted: dict[str, set[str]], work: Path,
+                 bbox: tuple[float, float, float, float] | None) -> list[ReadPlan]:
+    """`wanted`: layer -> the source names to produce. A reader with nothing to produce is not started."""
+    plans = []
+    for kinds in READERS:
+        extracts = []
+        for path in extract_order(paths):
+            layers = {kind: {layer for layer in KIND_LAYERS[kind] if source_name(path, kind) in wanted.get(layer, ())}
+                      for kind in kinds}
+            if any(layers.values()):
+                extracts.append((path, layers))
+        if extracts:
+            reader = "+".join(kinds)
+            index = location_index(paths, work, reader)
+            plans.append(ReadPlan(kinds, extracts, index, bbox, len(paths) > 1))
+    return plans
+
+
+def _copy_rows(path: Path, layers: dict[str, set[str]], features: Iterator[Feature],
+               send: Callable[[str, str, tuple], None]) -> None:
+    """Direct load: each source's features as binary COPY rows, in batches, then the end of the source."""
+    from ingest.osm_features import row_packer
+    from ingest.osm_geojson import Batcher
+    from ingest.osm_rules import LAYER_BY_FOLDER
+
+    sources = [(kind, layer) for kind in KINDS for layer in sorted(layers.get(kind, ()))]
+    batchers = {source: Batcher() for source in sources}
+    packers = {(kind, layer): row_packer(LAYER_BY_FOLDER[layer], source_name(path, kind)) for kind, layer in sources}
+    try:
+        _pack_features(features, batchers, packers, send)
+    except RuntimeError as error:  # the extract cannot be read to its end: its open sources fail
+        for (kind, layer), batcher in batchers.items():
+            if batcher is not None:
+                send(kind, layer, ("failed", unreadable(path, error)))
+        raise
+
+
+def _pack_features(features: Iterator[Feature], batchers: dict, packers: dict,
+                   send: Callable[[str, str, tuple], None]) -> None:
+    from ingest.osm_rules import LAYER_BY_FOLDER, BadFeature, rows_of
+
+    current = None
+    for kind, layer, osm_id, tags, geometry in features:
+        if kind != current:  # the nodes are over: their sources end here, before the ways'
+            for earlier in KINDS[:KINDS.index(kind)]:
+                _end_sources(batchers, earlier, send)
+            current = kind
+        if layer is None:
+            continue
+        batcher = batchers[(kind, layer)]
+        try:
+            rows = rows_of(LAYER_BY_FOLDER[layer], osm_id, tags)
+        except BadFeature as error:
+            batcher.skip(osm_id, f"{kind[:-1]} {osm_id}: {error}")
+            continue
+        if rows:
+            batcher.add(packers[(kind, layer)](rows, geometry, batcher.features))
+        else:
+            batcher.pass_over()
+        if batcher.full():
+            send(kind, layer, ("item", batcher.take()))
+    for kind in KINDS:
+        _end_sources(batchers, kind, send)
+
+
+def _end_sources(batchers: dict, kind: str, send: Callable[[str, str, tuple], None]) -> None:
+    """The last batch and the end of each source of `kind` (once)."""
+    for source_kind, layer in list(batchers):
+        if source_kind == kind and batchers[(kind, layer)] is not None:
+            send(kind, layer, ("item", batchers[(kind, layer)].take()))
+            send(kind, layer, ("done", None))
+            batchers[(kind, layer)] = None
+
+
+def _geojson_files(path: Path, layers: dict[str, set[str]], features: Iterator[Feature], folder: Path) -> None:
+    """--export-geojson: each source as an osmx-style file, one feature per line, written to `.partial` and
+    renamed when complete."""
+    targets = {(kind, layer): folder / layer / source_name(path, kind)
+               for kind, kind_layers in layers.items() for layer in kind_layers}
+    handles: dict[tuple[str, str], TextIO] = {}
+    try:
+        for source, target in targets.items():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            handles[source] = open(target.with_suffix(".partial"), "w", encoding="utf-8")
+            handles[source].write('{"type": "FeatureCollection", "features": [\n')
+        separator = dict.fromkeys(targets, "")
+        for kind, layer, osm_id, tags, geometry in features:
+            if layer is None:
+                continue
+            handles[(kind, layer)].write(
+                f'{separator[(kind, layer)]}{{"type": "Feature", "geometry": {geometry}, "properties": '
+                f'{{"id": {osm_id}, "tagsMap": {json.dumps(tags, ensure_ascii=False)}}}}}')
+            separator[(kind, layer)] = ",\n"
+        for source, handle in handles.items():
+            handle.write("\n]}\n")
+            handle.close()
+            os.replace(targets[source].with_suffix(".partial"), targets[source])
+    finally:
+        for source, handle in handles.items():
+            handle.close()
+            targets[source].with_suffix(".partial").unlink(missing_ok=True)
+
+
+def run_reader(plan: ReadPlan, deliver: Callable[[Path, dict[str, set[str]], Iterator[Feature]], None],
+               geojson: bool) -> tuple[PbfReport, list[str]]:
+    """Read every extract of the plan; `deliver` consumes each extract's features (GeoJSON text geometries
+    or WKB) and, when osmium cannot read the extract to its end (a damaged block), ends what it started
+    and raises: the extract is listed and the reader goes on with the next one."""
+    report = PbfReport(sources=[str(path) for path, _ in plan.extracts], location_index=plan.index)
+    geometries, seen = Geometries(geojson), _Seen(2 if plan.several else 1)
+    failures = []
+    for path, layers in plan.extracts:
+        try:
+            deliver(path, layers, read_features(plan.kinds, path, layers, plan.index, geometries, seen, report,
+                                                plan.bbox))
+        except RuntimeError as error:
+            failures.append(unreadable(path, error))
+    if plan.index.startswith("sparse_file_array,"):
+        Path(plan.index.split(",", 1)[1]).unlink(missing_ok=True)
+    return report, failures
+
+
+def unreadable(path: Path, error: Exception) -> str:
+    return f"{path}: cannot be read to its end ({' '.join(str(error).split())}); expected a whole PBF file"
+
+
+# --- the reader processes -----------------------------------------------------------------------------
+
+
+class Readers:
+    """The reader processes of a direct load (READERS), forked (Linux) before the loader opens any
+    connection and told their ReadPlan once the load is planned; they die with the loader. Per (kind,
+    layer) a bounded queue of JobStream messages, one source after the other; their reports at the end."""
+
+    def __init__(self) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+        self.queues = {(kind, layer): context.Queue(maxsize=QUEUE_BATCHES)
+                       for kind in KINDS for layer in KIND_LAYERS[kind]}
+        self.plans = {kinds: context.Queue() for kinds in READERS}
+        self.reports: Any = context.Queue()
+        self.processes = {kinds: context.Process(target=_serve_reader, daemon=True,
+                                                 name=f"ingest-osm-{'+'.join(kinds)}",
+                                                 args=(self.plans[kinds], self.queues, self.reports))
+                          for kinds in READERS}
+        for process in self.processes.values():
+            process.start()
+        self.sizes: dict[tuple[str, ...], int] = {}  # reader -> bytes it will read
+        self.location_index = ""
+
+    def start(self, plans: list[ReadPlan]) -> None:
+        given = {plan.kinds: plan for plan in plans}
+        for kinds in READERS:
+            self.plans[kinds].put(given.get(kinds))
+        self.sizes = {kinds: max(PASSES[kind] for kind in kinds) * sum(path.stat().st_size for path, _ in plan.extracts)
+                      for kinds, plan in given.items()}
+        self.location_index = next((plan.index for plan in plans if plan.index), "")
+
+    def stream(self, name: str, layer: str) -> Any:
+        from ingest.ordered_pool import JobStream
+        from ingest.osm_geojson import SourceError
+
+        return JobStream(self.queues[(kind_of(name), layer)], SourceError)
+
+    def report(self, sources: list[Path]) -> PbfReport:
+        """Every reader's report merged (after the streams are consumed)."""
+        merged = PbfReport(sources=[str(path) for path in sources], location_index=self.location_index)
+        for _ in self.sizes:
+            merged.merge(self.reports.get())
+        merged.close_relations()
+        return merged
+
+    def close(self) -> None:
+        for process in self.processes.values():
+            process.terminate()  # a reader may be blocked on a full queue; nothing of its persists
+        for process in self.processes.values():
+            process.join()
+
+    def __enter__(self) -> Readers:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _serve_reader(plans: Any, queues: dict[tuple[str, str], Any], reports: Any) -> None:
+    from ingest.ordered_pool import _die_with_parent
+
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
+    plan = plans.get()
+    if plan is None:
+        return
+
+    def send(kind: str, layer: str, message: tuple) -> None:
+        queues[(kind, layer)].put(message)
+
+    try:
+        report, _ = run_reader(plan, lambda path, layers, features: _copy_rows(path, layers, features, send),
+                               geojson=False)
+    except Exception as error:  # a bug: tell the writers rather than leave them waiting
+        for kind in plan.kinds:
+            for layer in KIND_LAYERS[kind]:
+                send(kind, layer, ("crashed", f"{type(error).__name__}: {error} (in the {plan.name} reader)"))
+        raise
+    reports.put(report)
+
+
+class ReadProgress:
+    """One bar on stderr for the readers: the bytes of the extracts they have read (from /proc/PID/io on
+    Linux; osmium does not say where it is in a file), with the rate and the time left."""
+
+    def __init__(self, readers: Readers, enabled: bool) -> None:
+        self.readers = readers
+        self.bar = tqdm(total=sum(readers.sizes.values()), unit="B", unit_scale=True, disable=not enabled,
+                        desc="ingest osm: reading the extracts")
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True, name="ingest-osm-progress")
+
+    def __enter__(self) -> ReadProgress:
+        if not self.bar.disable:
+            index = self.readers.location_index
+            if index:
+                where = "in memory" if index == "flex_mem" else f"on disk in {index.split(',', 1)[1]}"
+                self.bar.write(f"node locations: {index.split(',')[0]} ({where})", file=sys.stderr)
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join()
+        if exc_info[0] is None:
+            self.bar.update(self.bar.total - self.bar.n)
+        self.bar.close()
+
+    def _poll(self) -> None:
+        read = dict.fromkeys(self.readers.sizes, 0)
+        while not self.stop.wait(0.5):
+            for reader, limit in self.readers.sizes.items():
+                read[reader] = max(read[reader], min(limit, _bytes_read(self.readers.processes[reader].pid)))
+            self.bar.update(sum(read.values()) - self.bar.n)
+
+
+def _bytes_read(pid: int | None) -> int:
+    with contextlib.suppress(OSError, ValueError):
+        with open(f"/proc/{pid}/io") as stats:
+            for line in stats:
+                if line.startswith("rchar:"):
+                    return int(line.split()[1])
+    return 0
 
 
 # --- export ---------------------------------------------------------------------------------------------
 
 
-def fingerprint(paths: list[Path], bbox: tuple[float, float, float, float] | None) -> str:
-    """What an export was made from: the inputs (name, size, mtime), the box and the version of the rules."""
-    digest = hashlib.sha256(json.dumps([list(bbox) if bbox else None, RULES_VERSION]).encode())
-    for path in paths:
-        stat = path.stat()
-        digest.update(f"{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
-
-
 def export(paths: list[Path], folder: Path, bbox: tuple[float, float, float, float] | None = None,
-           progress: bool = True) -> ExportReport:
-    """Write osmx-style layers (`<layer>/<extract>.geojson`, one feature per line) to `folder`. An export
-    of the same inputs that completed earlier is reused; an interrupted one is made again."""
+           progress: bool = True) -> PbfReport:
+    """--export-geojson: write the osmx-style layers (`<layer>/<source name>`, one feature per line) to
+    `folder`, the readers (READERS) at the same time."""
     started = time.monotonic()
-    _refuse_bad_inputs(paths)
-    report = ExportReport(sources=[str(path) for path in paths], folder=str(folder))
-    stamp = fingerprint(paths, bbox)
-    done = folder / COMPLETE
-    previous = json.loads(done.read_text()) if done.is_file() else {}
-    if previous.get("fingerprint") == stamp:
-        earlier = previous["report"]
-        report.location_index, report.duplicates, report.outside = (earlier["location_index"], earlier["duplicates"],
-                                                                    earlier["outside_bbox"])
-        report.features, report.broken = Counter(earlier["features"]), Counter(earlier["broken"])
-        report.broken_listed, report.reused = earlier["broken_listed"], True
-        report.seconds = time.monotonic() - started
-        return report
+    check_inputs(paths, bbox)
     folder.mkdir(parents=True, exist_ok=True)
-    done.unlink(missing_ok=True)
-    report.location_index = location_index(paths, folder)
-    seen = _Seen(len(paths))
-    with tqdm(unit=" objects", desc="ingest osm: reading OSM data", disable=not progress) as bar:
-        bar.write(f"node locations: {report.location_index.split(',')[0]} "
-                  f"({'in memory' if report.location_index == 'flex_mem' else 'on disk in ' + str(folder)})",
-                  file=sys.stderr)
-        for path in paths:
-            with _layer_writers(folder, path) as writers:
-                try:
-                    for layer, feature in _features(path, report.location_index, seen, report, bbox, bar):
-                        writers.write(layer, feature)
-                        report.features[layer] += 1
-                except RuntimeError as error:  # osmium: a damaged or truncated block
-                    raise GsqaError(f"{path}: cannot be read to its end ({error}); nothing was loaded") from None
-    for missing in sorted(seen.wanted_relations - seen.built_relations):
-        _broken(report, "relation", missing, "its rings could not be assembled (broken, or cut by the extract)")
+    wanted = {layer: set(layer_sources(paths, layer)) for layer in LAYERS}
+    plans = reader_plans(paths, wanted, folder, bbox)
+    report = PbfReport(sources=[str(path) for path in paths])
+    failures: list[str] = []
+    with _export_pool(len(plans)) as pool, tqdm(total=len(plans), unit=" readers", disable=not progress,
+                                                desc="ingest osm: exporting") as bar:
+        for part, failed in pool.imap_unordered(_export_one, [(plan, folder) for plan in plans]):
+            report.merge(part)
+            report.location_index = report.location_index or part.location_index
+            failures += failed
+            bar.update()
+    if failures:
+        raise GsqaError(failures[0])
+    report.close_relations()
     if bbox is not None and not report.features:
         raise GsqaError(f"--bbox {','.join(map(str, bbox))} holds none of the features of the extracts "
-                        f"(they cover {'; '.join(_extent(path) for path in paths)})")
-    with contextlib.suppress(FileNotFoundError):
-        (folder / "node-locations.bin").unlink()
+                        f"(they cover {'; '.join(extent(path) for path in paths)})")
     report.seconds = time.monotonic() - started
-    done.write_text(json.dumps({"fingerprint": stamp, "report": report.as_json()}))
     return report
 
 
-def _extent(path: Path) -> str:
-    """The extract's bounding box as its header gives it, W,S,E,N."""
-    import osmium
+def _export_pool(processes: int) -> Any:
+    import multiprocessing
 
-    box = osmium.io.Reader(_pbf(path), osmium.osm.NOTHING).header().box()
-    if not box.valid():
-        return f"{path.name}: no bounding box in its header"
-    return (f"{path.name}: {box.bottom_left.lon:.4f},{box.bottom_left.lat:.4f},"
-            f"{box.top_right.lon:.4f},{box.top_right.lat:.4f}")
+    return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn").Pool(processes)
 
 
-def _pbf(path: Path) -> Any:
-    """The file as PBF whatever its name says (osmium would guess the format from the suffix)."""
-    import osmium
+def _export_one(task: tuple[ReadPlan, Path]) -> tuple[PbfReport, list[str]]:
+    plan, folder = task
+    return run_reader(plan, lambda path, layers, features: _geojson_files(path, layers, features, folder),
+                      geojson=True)
 
-    return osmium.io.File(str(path), "pbf")
+
+# --- checks before anything starts ------------------------------------------------------------------------
 
 
-def _refuse_bad_inputs(paths: list[Path]) -> None:
+def check_inputs(paths: list[Path], bbox: tuple[float, float, float, float] | None) -> None:
+    """One line for the first input that cannot be read whole, or a box none of the extracts reach."""
     import osmium
 
     for path in paths:
@@ -357,50 +745,91 @@ def _refuse_bad_inputs(paths: list[Path]) -> None:
         if not is_pbf(path):
             raise GsqaError(f"{path}: not an OpenStreetMap PBF file (no OSMHeader block at its start)")
         try:
-            osmium.io.Reader(_pbf(path), osmium.osm.NOTHING).header()
+            osmium.io.Reader(osmium.io.File(str(path), "pbf"), osmium.osm.NOTHING).header()
         except RuntimeError as error:
             raise GsqaError(f"{path}: not a readable OpenStreetMap PBF file ({error})") from None
+        _check_blobs(path)
     names = [path.name for path in paths]
     if len(set(names)) != len(names):
-        raise GsqaError("two input extracts have the same file name; their layer files would collide")
+        raise GsqaError("two input extracts have the same file name; their layers would be confused")
+    stems = [source_name(path, "nodes").removesuffix(".1-nodes.geojson") for path in paths]
+    for stem in stems:
+        longer = next((other for other in stems if other.startswith(stem + ".")), None)
+        if longer:  # "us" and "us.2": the sources of the two would interleave in name order
+            raise GsqaError(f"the extract names {stem!r} and {longer!r}: one continues the other after a dot, so "
+                            "their layer sources would not sort apart; rename one")
+    if bbox is not None and not any(_box_reaches(path, bbox) for path in paths):
+        raise GsqaError(f"--bbox {','.join(map(str, bbox))} holds none of the features of the extracts "
+                        f"(they cover {'; '.join(extent(path) for path in paths)})")
 
 
-class _Writers:
-    """One lines-layout FeatureCollection per layer, written to `.partial` and renamed when complete."""
-
-    def __init__(self, folder: Path, source: Path) -> None:
-        stem = source.name.removesuffix(".pbf").removesuffix(".osm")
-        self.paths = {layer: folder / layer / f"{stem}.geojson" for layer in LAYERS}
-        self.handles: dict[str, TextIO] = {}
-        self.count: Counter = Counter()
-
-    def write(self, layer: str, feature: str) -> None:
-        handle = self.handles.get(layer)
-        if handle is None:
-            self.paths[layer].parent.mkdir(parents=True, exist_ok=True)
-            handle = self.handles[layer] = open(self.paths[layer].with_suffix(".partial"), "w", encoding="utf-8")
-            handle.write('{"type": "FeatureCollection", "features": [\n')
-        handle.write((",\n" if self.count[layer] else "") + feature)
-        self.count[layer] += 1
-
-    def close(self, complete: bool) -> None:
-        for layer, handle in self.handles.items():
-            if complete:
-                handle.write("\n]}\n")
-            handle.close()
-            partial = self.paths[layer].with_suffix(".partial")
-            if complete:
-                os.replace(partial, self.paths[layer])
-            else:
-                partial.unlink(missing_ok=True)
+def _check_blobs(path: Path) -> None:
+    """Walk the file's blob headers (a seek per block, under a second for the US): a download cut short
+    ends inside a block, and is refused here rather than after hours of loading."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        while (position := handle.tell()) < size:
+            head = handle.read(4)
+            length = int.from_bytes(head, "big") if len(head) == 4 else -1
+            header = handle.read(length) if 0 < length < 64 * 1024 else b""
+            data_size = _blob_data_size(header) if len(header) == length else None
+            if data_size is None or position + 4 + length + data_size > size:
+                raise GsqaError(f"{path}: truncated or damaged at byte {position:,} of {size:,} (an incomplete "
+                                "download?); expected a whole OpenStreetMap PBF file")
+            handle.seek(data_size, os.SEEK_CUR)
 
 
-@contextlib.contextmanager
-def _layer_writers(folder: Path, source: Path) -> Iterator[_Writers]:
-    writers = _Writers(folder, source)
+def _blob_data_size(header: bytes) -> int | None:
+    """The `datasize` field (3) of a BlobHeader protobuf message; None if the bytes are not one."""
+    position = 0
     try:
-        yield writers
-    except BaseException:
-        writers.close(complete=False)
-        raise
-    writers.close(complete=True)
+        while position < len(header):
+            key, position = _varint(header, position)
+            number, wire = key >> 3, key & 7
+            if wire == 0:
+                value, position = _varint(header, position)
+                if number == 3:
+                    return value
+            elif wire == 2:
+                length, position = _varint(header, position)
+                position += length
+            else:
+                return None
+    except IndexError:
+        return None
+    return None
+
+
+def _varint(data: bytes, position: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, position
+        shift += 7
+
+
+def _header_box(path: Path) -> Any:
+    import osmium
+
+    return osmium.io.Reader(osmium.io.File(str(path), "pbf"), osmium.osm.NOTHING).header().box()
+
+
+def _box_reaches(path: Path, bbox: tuple[float, float, float, float]) -> bool:
+    """Does the extract's header box overlap W,S,E,N? (No box in the header: assume it does.)"""
+    box = _header_box(path)
+    if not box.valid():
+        return True
+    return (box.bottom_left.lon <= bbox[2] and box.top_right.lon >= bbox[0]
+            and box.bottom_left.lat <= bbox[3] and box.top_right.lat >= bbox[1])
+
+
+def extent(path: Path) -> str:
+    """The extract's bounding box as its header gives it, W,S,E,N."""
+    box = _header_box(path)
+    if not box.valid():
+        return f"{path.name}: no bounding box in its header"
+    return (f"{path.name}: {box.bottom_left.lon:.4f},{box.bottom_left.lat:.4f},"
+            f"{box.top_right.lon:.4f},{box.top_right.lat:.4f}")

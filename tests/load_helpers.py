@@ -52,6 +52,19 @@ def partial_download(data: Path, min_bytes: int = 1) -> bool:
         return False
 
 
+def end_sessions(dsn: str) -> None:
+    """The killed loader's backends, as the server would end them once it noticed the client is gone."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                     "AND pid <> pg_backend_pid() AND backend_type = 'client backend'")
+        for _ in range(1000):
+            if not conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                "AND pid <> pg_backend_pid() AND backend_type = 'client backend'").fetchone()[0]:
+                return
+            time.sleep(0.01)
+    raise AssertionError("the killed loader's sessions did not end")
+
+
 VECTOR = ["pois", "roads", "parks", "lakes", "regions"]
 
 

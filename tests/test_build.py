@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import psycopg
 import pytest
 from conftest import drop_database, make_scratch_database
 from layout_helpers import write_published_layout
-from load_helpers import database_state, partial_download, paused, wait_for
+from load_helpers import database_state, end_sessions, partial_download, paused, wait_for
 from osm_helpers import feature, write_layer
 
 from bench.local_hub import FakeHub, repository_files
@@ -126,19 +125,6 @@ def test_a_tile_the_list_names_but_the_folder_lacks_is_one_line(new_database, la
     assert "1 of the 2 DEM tiles named by" in line and "ASTGTMV003_N40W099_dem.tif" in line
 
 
-def _end_sessions(dsn: str) -> None:
-    """The killed build's backends, as the server would end them once it noticed the client is gone."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
-                     "AND pid <> pg_backend_pid() AND backend_type = 'client backend'")
-        for _ in range(1000):
-            if not conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                                "AND pid <> pg_backend_pid() AND backend_type = 'client backend'").fetchone()[0]:
-                return
-            time.sleep(0.01)
-    raise AssertionError("the killed build's sessions did not end")
-
-
 # Where the build is caught and killed: a trigger the test adds makes it pause there (after the stage has
 # committed part of its work: one DEM file, one roads file, the first index of finalize).
 PAUSE_ON_LOG = ("CREATE TRIGGER test_pause BEFORE INSERT ON gsqa.load_log FOR EACH ROW "
@@ -180,7 +166,7 @@ def test_kill_9_during_a_stage_then_rerun_gives_the_unbroken_database(new_databa
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait()
-    _end_sessions(dsn)
+    end_sessions(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(teardown)
         conn.execute("DROP FUNCTION public.test_pause()")
@@ -213,7 +199,7 @@ def test_kill_9_during_the_fetch_then_rerun_gives_the_unbroken_database(new_data
         finally:
             process.send_signal(signal.SIGKILL)
             process.wait()
-        _end_sessions(dsn)
+        end_sessions(dsn)
         hub.faults.slow.clear()
         rerun = ingest("all", str(data), "--dsn", dsn, env=env)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
@@ -237,6 +223,8 @@ def test_openstreetmap_extracts_in_osm_are_the_vector_source_when_there_is_no_os
     osm_stage = next(stage for stage in json.loads(first.stdout)["stages"] if stage["stage"] == "osm")
     assert osm_stage["state"] == "done" and "from 1 extract(s)" in osm_stage["summary"]
     assert osm_stage["report"]["layers"]["roads"]["rows_written"] == 170
-    assert (data / "osm" / "pbf.layers" / "roads" / "manhattan-midtown.geojson").is_file()
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT source_name FROM gsqa.load_log WHERE target_table = 'public.roads'").fetchall() \
+            == [("manhattan-midtown.2-ways.geojson",)]
     again = json.loads(ingest("all", str(data), "--offline", "--what", "osm", "--dsn", dsn, "--json").stdout)
     assert "inputs unchanged" in next(s["summary"] for s in again["stages"] if s["stage"] == "osm")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import osmium
 import psycopg
 import pytest
 from conftest import DATA
+from load_helpers import end_sessions, paused, wait_for
 from loader1 import table_rows
 
 from ingest import osm_pbf
@@ -121,8 +123,9 @@ def test_a_pbf_loads_the_same_rows_as_its_exported_layers(new_database, tmp_path
     direct, exported = new_database("pbf_direct", initialized=True), new_database("pbf_export", initialized=True)
     result = ingest("osm", *map(str, extracts), "--dsn", direct, "--json")
     assert result.returncode == 1, result.stderr  # Monaco's extract cuts French boundary relations
+    assert "node locations: flex_mem (in memory)" in result.stderr
     report = json.loads(result.stdout)
-    assert report["export"]["broken"]["relation"] > 0 and report["layers"]["roads"]["rows_written"] > 3000
+    assert report["pbf"]["broken"]["relation"] > 0 and report["layers"]["roads"]["rows_written"] > 3000
     written = ingest("osm", *map(str, extracts), "--export-geojson", str(tmp_path / "geojson"))
     assert written.returncode == 1 and "could not be built" in written.stdout
     assert ingest("osm", str(tmp_path / "geojson"), "--dsn", exported).returncode == 0
@@ -130,9 +133,85 @@ def test_a_pbf_loads_the_same_rows_as_its_exported_layers(new_database, tmp_path
         assert table_rows(direct, f"public.{table}") == table_rows(exported, f"public.{table}"), table
     with psycopg.connect(direct) as conn:
         names = {name for (name,) in conn.execute("SELECT poi_name FROM pois")}
+        kinds = dict(conn.execute("SELECT ST_GeometryType(geometry::geometry), count(*) FROM lakes GROUP BY 1"))
     assert "Monte-Carlo Casino" in names or len(names) > 50
+    assert kinds.get("ST_LineString") and kinds.get("ST_Polygon")  # waterways and water areas
     again = json.loads(ingest("osm", *map(str, extracts), "--dsn", direct, "--json").stdout)
-    assert again["export"]["reused"] and all(not layer["loaded"] for layer in again["layers"].values())
+    assert all(not layer["loaded"] and layer["unchanged"] for layer in again["layers"].values())
+    assert again["pbf"]["features"] == {}  # every source was logged: nothing was read again
+
+
+def test_overlapping_extracts_load_each_object_once(new_database, tmp_path: Path) -> None:
+    first = shutil.copy(DATA / "osm" / "monaco.osm.pbf", tmp_path / "a.osm.pbf")
+    second = shutil.copy(DATA / "osm" / "monaco.osm.pbf", tmp_path / "b.osm.pbf")
+    one, both = new_database("pbf_one", initialized=True), new_database("pbf_both", initialized=True)
+    assert ingest("osm", str(first), "--dsn", one).returncode == 1  # cut relations, as above
+    result = json.loads(ingest("osm", str(second), str(first), "--dsn", both, "--json").stdout)
+    assert result["pbf"]["duplicates"] > 3000
+    for table in TABLES:  # b's copies are skipped whatever the order on the command line
+        assert table_rows(one, f"public.{table}") == table_rows(both, f"public.{table}"), table
+
+
+def test_a_layer_loaded_earlier_is_not_read_again(new_database, tmp_path: Path) -> None:
+    initialized_dsn = new_database("pbf_layers", initialized=True)
+    extract = shutil.copy(DATA / "osm" / "manhattan-midtown.osm.pbf", tmp_path)
+    first = json.loads(ingest("osm", str(extract), "--layers", "pois,roads", "--dsn", initialized_dsn,
+                              "--json").stdout)
+    assert set(first["layers"]) == {"pois", "roads"} and first["layers"]["roads"]["rows_written"] == 170
+    rest = json.loads(ingest("osm", str(extract), "--dsn", initialized_dsn, "--json").stdout)
+    assert rest["layers"]["roads"]["unchanged"] == ["manhattan-midtown.2-ways.geojson"]
+    assert rest["layers"]["parks"]["loaded"] and set(rest["pbf"]["features"]) <= {"parks", "lakes", "postal_codes"}
+
+
+KILL_ON_LOG = """
+CREATE FUNCTION public.test_pause() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+    IF NEW.target_table = 'public.lakes' THEN PERFORM pg_sleep(600); END IF; RETURN NEW; END $$;
+CREATE TRIGGER test_pause BEFORE INSERT ON gsqa.load_log FOR EACH ROW EXECUTE FUNCTION public.test_pause();
+"""
+
+
+def test_kill_9_during_a_load_then_rerun_gives_the_same_tables(new_database, tmp_path: Path) -> None:
+    extract = shutil.copy(DATA / "osm" / "monaco.osm.pbf", tmp_path)
+    clean, killed = new_database("pbf_clean", initialized=True), new_database("pbf_killed", initialized=True)
+    ingest("osm", str(extract), "--dsn", clean)
+    with psycopg.connect(killed, autocommit=True) as conn:
+        conn.execute(KILL_ON_LOG)
+    process = subprocess.Popen([str(BIN / "ingest"), "osm", str(extract), "--dsn", killed],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:  # lakes' first source has its rows copied and waits to be logged: kill the loader there
+        assert wait_for(lambda: paused(killed), process), "the load never paused"
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    end_sessions(killed)
+    with psycopg.connect(killed, autocommit=True) as conn:
+        conn.execute("DROP TRIGGER test_pause ON gsqa.load_log; DROP FUNCTION public.test_pause()")
+        assert conn.execute("SELECT count(*) FROM lakes").fetchone()[0] == 0  # rolled back with its log row
+    assert ingest("osm", str(extract), "--dsn", killed).returncode == 1  # the cut relations again
+    for table in TABLES:
+        assert table_rows(clean, f"public.{table}") == table_rows(killed, f"public.{table}"), table
+
+
+def test_a_damaged_block_fails_that_extract_only(new_database, tmp_path: Path) -> None:
+    initialized_dsn = new_database("pbf_damaged", initialized=True)
+    good = shutil.copy(DATA / "osm" / "manhattan-midtown.osm.pbf", tmp_path)
+    data = bytearray((DATA / "osm" / "monaco.osm.pbf").read_bytes())
+    data[len(data) // 2:len(data) // 2 + 64] = bytes(64)  # inside a block: its headers still say whole
+    damaged = tmp_path / "monaco.osm.pbf"
+    damaged.write_bytes(bytes(data))
+    result = ingest("osm", str(good), str(damaged), "--dsn", initialized_dsn, "--json")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    report = json.loads(result.stdout)
+    failed = {name: error for layer in report["layers"].values() for name, error in layer["failed"].items()}
+    assert failed and all(name.startswith("monaco.") for name in failed)
+    assert all(f"{damaged}: cannot be read to its end" in error for error in failed.values())
+    assert report["layers"]["roads"]["loaded"][0] == "manhattan-midtown.2-ways.geojson"
+    with psycopg.connect(initialized_dsn) as conn:  # what was loaded is whole: rows match the log
+        for table in TABLES:
+            rows = conn.execute(f"SELECT count(*) FROM public.{table}").fetchone()[0]
+            logged = conn.execute("SELECT coalesce(sum(rows_written), 0) FROM gsqa.load_log WHERE target_table = "
+                                  "%s", [f"public.{table}"]).fetchone()[0]
+            assert rows == logged, table
 
 
 def test_node_locations_on_disk_for_large_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -171,6 +250,13 @@ def test_a_truncated_extract_stops_before_anything_is_loaded(tmp_path: Path, ini
         assert conn.execute("SELECT count(*) FROM public.roads").fetchone()[0] == 0
 
 
+def test_names_whose_sources_would_interleave_are_refused(tmp_path: Path) -> None:
+    first = pbf_from_opl(OPL, tmp_path / "us.osm.pbf")
+    second = pbf_from_opl(OPL, tmp_path / "us.2.osm.pbf")
+    result = ingest("osm", str(first), str(second), "--export-geojson", str(tmp_path / "out"))
+    assert result.returncode == 2 and "'us' and 'us.2'" in result.stderr and result.stderr.count("\n") == 1
+
+
 def test_a_missing_extract_is_one_line(tmp_path: Path) -> None:
     good = pbf_from_opl(OPL, tmp_path / "good.osm.pbf")
     result = ingest("osm", str(good), str(tmp_path / "absent.osm.pbf"), "--export-geojson", str(tmp_path / "out"))
@@ -182,8 +268,8 @@ def test_the_format_comes_from_the_content_not_the_name(tmp_path: Path) -> None:
     shutil.copy(DATA / "osm" / "manhattan-midtown.osm.pbf", odd)
     result = ingest("osm", str(odd), "--export-geojson", str(tmp_path / "out"), "--json")
     assert result.returncode in (0, 1), result.stderr
-    assert json.loads(result.stdout)["export"]["features"]["roads"] == 170
-    assert (tmp_path / "out" / "roads" / "extract.dat.geojson").is_file()
+    assert json.loads(result.stdout)["pbf"]["features"]["roads"] == 170
+    assert (tmp_path / "out" / "roads" / "extract.dat.2-ways.geojson").is_file()
 
 
 def test_a_box_outside_the_extract_is_one_line(tmp_path: Path) -> None:
