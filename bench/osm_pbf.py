@@ -28,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import osmium
@@ -53,61 +54,86 @@ def write_city(path: Path, side: int, buildings: int = 0) -> int:
     Without buildings (the dense city: about 1.5 * side^2 objects) a third of all objects are features of
     the five layers, ten times real OpenStreetMap data: the per-feature cost decides. With `buildings` per
     grid cell (closed ways tagged building=yes, four nodes each, in no layer) about 2% are features, as in
-    a real extract: reading the file decides."""
-    step, origin = 0.0005, (-74.2, 40.5)
-    node_id = lambda i, j: i * side + j + 1  # noqa: E731
-    objects = 0
+    a real extract: reading the file decides. Objects are written in id order per type, as osm2pgsql needs."""
+    city = _City(side)
     with osmium.SimpleWriter(str(path), overwrite=True) as writer:
-        for i in range(side):
-            for j in range(side):
+        for objects in (city.street_nodes(), city.building_nodes(buildings), city.streets(), city.blocks(),
+                        city.buildings(), city.twin_parks()):
+            for obj in objects:
+                writer.add(obj)
+                city.objects += 1
+    return city.objects
+
+
+class _City:
+    STEP, ORIGIN = 0.0005, (-74.2, 40.5)
+    CORNERS = [(0.1, 0.1), (0.3, 0.1), (0.3, 0.3), (0.1, 0.3)]
+
+    def __init__(self, side: int) -> None:
+        self.side, self.objects, self.way_id, self.building_count = side, 0, 1, 0
+        self.block_ids: list[int] = []
+
+    def node_id(self, i: int, j: int) -> int:
+        return i * self.side + j + 1
+
+    def location(self, i: float, j: float) -> tuple[float, float]:
+        return self.ORIGIN[0] + j * self.STEP, self.ORIGIN[1] + i * self.STEP
+
+    def street_nodes(self) -> Iterator[osmium.osm.mutable.Node]:
+        for i in range(self.side):
+            for j in range(self.side):
                 tags = {}
-                if (i * 7 + j * 13) % 9 == 0:
+                if (i * 7 + j * 13) % 9 == 0:  # a named POI, the three categories in turn
                     category = (i * 31 + j * 17) % 3
                     tags = {"name": f"Place {i}-{j}", ["amenity", "tourism", "leisure"][category]:
                             ["restaurant", "museum", "park"][category]}
-                writer.add_node(osmium.osm.mutable.Node(id=node_id(i, j), location=(origin[0] + j * step,
-                                                                                   origin[1] + i * step), tags=tags))
-                objects += 1
-        corners = [(0.1, 0.1), (0.3, 0.1), (0.3, 0.3), (0.1, 0.3)]
-        building_nodes = side * side + 1
-        for i in range(side - 1):
-            for j in range(side - 1):
-                for number in range(buildings):
+                yield osmium.osm.mutable.Node(id=self.node_id(i, j), location=self.location(i, j), tags=tags)
+
+    def building_nodes(self, per_cell: int) -> Iterator[osmium.osm.mutable.Node]:
+        next_id = self.side * self.side + 1
+        for i in range(self.side - 1):
+            for j in range(self.side - 1):
+                for number in range(per_cell):
                     dx, dy = 0.4 * (number % 2), 0.4 * (number // 2 % 2)
-                    for offset, (x, y) in enumerate(corners):
-                        writer.add_node(osmium.osm.mutable.Node(id=building_nodes + offset, location=(
-                            origin[0] + (j + x + dx) * step, origin[1] + (i + y + dy) * step)))
-                    building_nodes += 4
-                    objects += 4
-        way_id = 1
-        for i in range(side):  # streets along rows and columns, in segments of 10 nodes
-            for start in range(0, side - 1, 10):
-                end = min(start + 10, side - 1)
-                span = range(start, end + 1)
-                for nodes in ([node_id(i, j) for j in span], [node_id(j, i) for j in span]):
-                    writer.add_way(osmium.osm.mutable.Way(id=way_id, nodes=nodes,
-                                                          tags={"highway": "residential", "name": f"Street {way_id}"}))
-                    way_id, objects = way_id + 1, objects + 1
-        blocks = []
-        for i in range(0, side - 1, 2):  # every other block: a park or a pond
-            for j in range(0, side - 1, 2):
-                ring = [node_id(i, j), node_id(i, j + 1), node_id(i + 1, j + 1), node_id(i + 1, j), node_id(i, j)]
-                tags = {"leisure": "park", "name": f"Park {way_id}"} if (i + j) % 4 else {"natural": "water"}
-                writer.add_way(osmium.osm.mutable.Way(id=way_id, nodes=ring, tags=tags if (i * j) % 5 else {}))
-                blocks.append(way_id)
-                way_id, objects = way_id + 1, objects + 1
-        first_building_node = side * side + 1
-        for building in range((building_nodes - first_building_node) // 4):
-            ring = [first_building_node + 4 * building + corner for corner in (0, 1, 2, 3, 0)]
-            writer.add_way(osmium.osm.mutable.Way(id=way_id, nodes=ring, tags={"building": "yes"}))
-            way_id, objects = way_id + 1, objects + 1
-        untagged = [block for n, block in enumerate(blocks) if n % 5 == 0][:2 * (len(blocks) // 10)]
+                    for x, y in self.CORNERS:
+                        yield osmium.osm.mutable.Node(id=next_id, location=self.location(i + y + dy, j + x + dx))
+                        next_id += 1
+                    self.building_count += 1
+
+    def _way(self, nodes: list[int], tags: dict[str, str]) -> osmium.osm.mutable.Way:
+        way = osmium.osm.mutable.Way(id=self.way_id, nodes=nodes, tags=tags)
+        self.way_id += 1
+        return way
+
+    def streets(self) -> Iterator[osmium.osm.mutable.Way]:
+        """Along rows and columns, in segments of 10 nodes."""
+        for i in range(self.side):
+            for start in range(0, self.side - 1, 10):
+                span = range(start, min(start + 10, self.side - 1) + 1)
+                for nodes in ([self.node_id(i, j) for j in span], [self.node_id(j, i) for j in span]):
+                    yield self._way(nodes, {"highway": "residential", "name": f"Street {self.way_id}"})
+
+    def blocks(self) -> Iterator[osmium.osm.mutable.Way]:
+        """Every other block: a park or a pond; one in five untagged (relation members)."""
+        for i in range(0, self.side - 1, 2):
+            for j in range(0, self.side - 1, 2):
+                ring = [self.node_id(i, j), self.node_id(i, j + 1), self.node_id(i + 1, j + 1), self.node_id(i + 1, j),
+                        self.node_id(i, j)]
+                tags = {"leisure": "park", "name": f"Park {self.way_id}"} if (i + j) % 4 else {"natural": "water"}
+                self.block_ids.append(self.way_id)
+                yield self._way(ring, tags if (i * j) % 5 else {})
+
+    def buildings(self) -> Iterator[osmium.osm.mutable.Way]:
+        first = self.side * self.side + 1
+        for building in range(self.building_count):
+            yield self._way([first + 4 * building + corner for corner in (0, 1, 2, 3, 0)], {"building": "yes"})
+
+    def twin_parks(self) -> Iterator[osmium.osm.mutable.Relation]:
+        untagged = [block for n, block in enumerate(self.block_ids) if n % 5 == 0][:2 * (len(self.block_ids) // 10)]
         for relation_id in range(1, len(untagged) // 2 + 1):
             members = [("w", untagged[2 * relation_id - 2], "outer"), ("w", untagged[2 * relation_id - 1], "outer")]
-            writer.add_relation(osmium.osm.mutable.Relation(id=relation_id, members=members, tags={
-                "type": "multipolygon", "leisure": "park", "name": f"Twin Park {relation_id}"}))
-            objects += 1
-    return objects
+            yield osmium.osm.mutable.Relation(id=relation_id, members=members, tags={
+                "type": "multipolygon", "leisure": "park", "name": f"Twin Park {relation_id}"})
 
 
 def fresh_database(server_dsn: str, name: str, initialize: bool) -> str:

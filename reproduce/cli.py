@@ -44,7 +44,8 @@ def check(dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
           as_json: JsonOption = False) -> None:
     """Say whether the database is ready for benchmark runs: PostGIS >= 3.2, the six reference tables
     present and not empty (rows: the planner's estimate, or an exact count for a table not yet analyzed),
-    and the gsqa_reader login usable and read-only.
+    and the gsqa_reader login usable: read-only, with a temp_file_limit (and the work_mem it gets), unable
+    to cancel or end other backends; each of these settings is shown.
 
     Example: reproduce check --dsn postgresql://postgres@localhost:5432/gsqa
 
@@ -55,11 +56,17 @@ def check(dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
         result = readiness.check(dsn, reader_dsn)
     if as_json:
         typer.echo(json.dumps({"postgis": result.postgis_version, "tables": result.row_estimates,
-                               "counted": result.counted, "problems": result.problems}))
+                               "counted": result.counted, "reader": result.reader_settings,
+                               "problems": result.problems}))
     else:
         typer.echo(f"PostGIS {result.postgis_version}")
         for name, rows in result.row_estimates.items():
             typer.echo(f"  {name:<8} {_describe_rows(rows, result.counted[name])}")
+        if result.reader_settings:
+            reader = result.reader_settings
+            typer.echo(f"reader {reader['user']}: read-only by default {reader['read_only']}, temp_file_limit "
+                       f"{reader['temp_file_limit']}, work_mem {reader['work_mem']}, may signal other backends "
+                       f"{reader['may_signal_backends']}")
         for problem in result.problems:
             typer.echo(f"not ready: {problem}")
     if result.problems:
@@ -180,11 +187,16 @@ def rebase(
                                               "timeout, error) instead of keeping its published answer.")] = False,
     max_rows: Annotated[int, typer.Option("--max-rows", metavar="N", min=1,
                                           help="A result with more rows is an error.")] = MAX_ROWS,
+    layout: Annotated[str, typer.Option("--format", metavar="jsonl|parquet",
+                                        help="jsonl: the raw layout; parquet: the Hugging Face one, with a dataset "
+                                        "card.")] = "jsonl",
     as_json: JsonOption = False,
 ) -> None:
     """Re-base the benchmark on this database: re-run every selected gold SQL as `verify` does and write the
-    records again to --out with the new answers, in the raw layout `verify --data` reads
-    (`qa2/<config>/<template>.jsonl`, `vector/T<k>/<nnn>/question.json`), each with a `rebase` member (the
+    records again to --out with the new answers, in a layout `verify --data` reads: the raw one
+    (`qa2/<config>/<template>.jsonl`, `vector/T<k>/<nnn>/question.json`) or, with `--format parquet`, the
+    Hugging Face one (`<config>/*.parquet` and a README card whose YAML lists the configs and how the answers
+    were made, ready to push to the hub), each record with a `rebase` member (the
     published answers, the verdict of the new answer against them, seconds, instability flags), plus
     DRIFT.md and drift.json (per template: held, changed and by how much, failed; the 20 largest changes;
     the database's versions) and a README card. A question whose SQL returns nothing, times out or fails
@@ -198,10 +210,12 @@ def rebase(
     """
     from reproduce import rebase as rebasing
 
+    if layout not in rebasing.FORMATS:
+        raise typer.BadParameter(f"{layout!r} is not one of {', '.join(rebasing.FORMATS)}", param_hint="--format")
     request = Request(ConfigName(config).value, data, dsn, reader_dsn, timeout, workers, template, [],
                       max_rows=max_rows)
     with reported_as_exit_code():
-        report = rebasing.rebase(request, out, keep_failed)
+        report = rebasing.rebase(request, out, keep_failed, layout)
     table = report.per_template()
     if as_json:
         typer.echo(json.dumps({"out": report.out, "templates": table}))

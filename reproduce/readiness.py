@@ -14,7 +14,7 @@ from ingest import schema
 from ingest.db import connect, identifier, relation_exists, where
 from ingest.errors import GsqaError
 from ingest.initdb import MIN_POSTGIS
-from ingest.reader import reader_dsn, reader_problem
+from ingest.reader import reader_dsn, reader_settings
 
 
 @dataclass
@@ -25,6 +25,7 @@ class Readiness:
     # and above the exact-count limit).
     counted: dict[str, str] = field(default_factory=dict)
     reader_problem: str | None = None
+    reader_settings: dict[str, str] = field(default_factory=dict)  # what the reader login gets
 
     @property
     def problems(self) -> list[str]:
@@ -44,7 +45,7 @@ def check(dsn: str | None, reader: str | None = None, tables: list[str] | None =
                 rows, how = _row_estimate(conn, table.fullname)
                 readiness.row_estimates[table.name] = rows
                 readiness.counted[table.name] = how
-    readiness.reader_problem = reader_problem(reader_dsn(dsn, reader))
+    readiness.reader_settings, readiness.reader_problem = reader_settings(reader_dsn(dsn, reader))
     return readiness
 
 

@@ -1,9 +1,12 @@
-"""`reproduce rebase`: new ground truth from a rebuilt database, as a dataset in the raw layout, with a drift report.
+"""`reproduce rebase`: new ground truth from a rebuilt database, as a dataset the reader reads, with a drift report.
 
 Every selected gold SQL runs as `reproduce verify` runs it (same runner, reader role, timeout). The records are
 written again, each as it was except its answers and a `rebase` member (the old answers, the strict verdict of
-the new answer against them, seconds, instability flags): raster configs as `qa2/<config>/<template>.jsonl`,
-vector as `vector/T<k>/<nnn>/question.json`, the layouts `reproduce verify --data` reads. A question whose new
+the new answer against them, seconds, instability flags), in one of the layouts `reproduce verify --data`
+reads: `jsonl`, the raw one (raster configs as `qa2/<config>/<template>.jsonl`, vector as
+`vector/T<k>/<nnn>/question.json`), or `parquet`, the Hugging Face one (`<config>/test-00000-of-00001.parquet`
+with answers, entities and rebase as JSON strings, and a README card whose YAML front matter lists the
+configs, so that the folder can be pushed to the hub as it is). A question whose new
 answer is empty, timed out or errored keeps its old answer (`rebase.kept_old`) and is listed in the report;
 `--keep-failed` writes what the SQL gave instead. Beside the records: `DRIFT.md` and `drift.json` (per template:
 how many answers hold under the tolerances, how many changed and by how much, how many failed; the 20 largest
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from tqdm import tqdm
 
 from ingest.db import describe_target, resolve_dsn
@@ -45,6 +49,7 @@ class Rebased:
     status: str  # held, changed, empty, timeout, error
     change: float  # the failing component's measure against its tolerance (0 when held), for ranking
     measure: str = ""  # what changed, e.g. "elevation (m) 12 (tolerance 10)"
+    checks: list[compare.Check] = field(default_factory=list)  # every component's measure (held or changed)
 
 
 @dataclass
@@ -62,7 +67,8 @@ class RebaseReport:
             counts = {status: sum(item.status == status for item in items)
                       for status in ("held", "changed", "empty", "timeout", "error")}
             changes = [item.change for item in items if item.status == "changed" and math.isfinite(item.change)]
-            table[template] = {"questions": len(items), **counts, "change_in_tolerances": _spread(changes)}
+            table[template] = {"questions": len(items), **counts, "change_in_tolerances": _spread(changes),
+                               "by_measure": _by_measure(items)}
         return table
 
     @property
@@ -76,7 +82,21 @@ def _spread(values: list[float]) -> dict[str, float] | None:
     return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
-def rebase(request: Request, out: Path, keep_failed: bool = False) -> RebaseReport:
+def _by_measure(items: list[Rebased]) -> dict[str, dict[str, float]]:
+    """How far the new answers are from the old ones, per component and its metric (a relative change for
+    numbers, a distance for locations, a token F1 for names ...), over every question with a new answer."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for item in items:
+        for check in item.checks:
+            if math.isfinite(check.value):
+                values[f"{check.component}: {check.metric}"].append(check.value)
+    return {measure: {"answers": len(found), **_spread(found)} for measure, found in values.items()}
+
+
+FORMATS = ("jsonl", "parquet")
+
+
+def rebase(request: Request, out: Path, keep_failed: bool = False, layout: str = "jsonl") -> RebaseReport:
     if out.exists() and any(out.iterdir()):
         raise GsqaError(f"--out {out}: exists and is not empty; rebase writes a new dataset folder")
     data = load_selected(request)
@@ -93,8 +113,8 @@ def rebase(request: Request, out: Path, keep_failed: bool = False) -> RebaseRepo
     report.rebased.sort(key=lambda item: order[item.record.id])
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    _write_records(partial, report.rebased, keep_failed)
-    _write_reports(partial, report, facts, request)
+    written = (_write_parquet if layout == "parquet" else _write_records)(partial, report.rebased, keep_failed)
+    _write_reports(partial, report, facts, request, written if layout == "parquet" else [])
     if out.exists():
         out.rmdir()
     os.replace(partial, out)
@@ -107,11 +127,11 @@ def _judge(record: Record, outcome: Outcome) -> Rebased:
     verdict = compare.judge(record.template_id, record.answers, outcome.rows)
     failure = verdict.first_failure
     if failure is None:
-        return Rebased(record, outcome, "held", 0.0)
+        return Rebased(record, outcome, "held", 0.0, checks=verdict.checks)
     change = failure.value / failure.threshold if failure.threshold and math.isfinite(failure.value) else math.inf
     value = "n/a" if math.isinf(failure.value) else f"{failure.value:.4g}"
     return Rebased(record, outcome, "changed", change, f"{failure.component}: {failure.metric} {value} "
-                                                       f"(tolerance {failure.threshold})")
+                                                       f"(tolerance {failure.threshold})", verdict.checks)
 
 
 def _new_record(item: Rebased, keep_failed: bool) -> dict[str, Any]:
@@ -127,7 +147,27 @@ def _new_record(item: Rebased, keep_failed: bool) -> dict[str, Any]:
             "question_entities": record.question_entities, "rebase": provenance}
 
 
-def _write_records(root: Path, items: list[Rebased], keep_failed: bool) -> None:
+def _write_parquet(root: Path, items: list[Rebased], keep_failed: bool) -> list[str]:
+    """The Hugging Face layout: one parquet file per config, the release's fields (JSON strings where it has
+    them) plus `rebase`; returns the configs written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for item in items:
+        record, new = item.record, _new_record(item, keep_failed)
+        rows[record.group].append({
+            "id": record.id, "template_id": record.template_id, "group": record.group, "template": record.template,
+            "question": new["question"], "sql": new["sql"], "answer_type": new["answer_type"],
+            **{name: json.dumps(new[name], default=str) for name in ("answers", "question_entities", "rebase")}})
+    for group, table in rows.items():
+        path = root / group / "test-00000-of-00001.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(table), path, compression="zstd")
+    return sorted(rows)
+
+
+def _write_records(root: Path, items: list[Rebased], keep_failed: bool) -> list[str]:
     lines: dict[Path, list[str]] = defaultdict(list)
     for item in items:
         record = item.record
@@ -143,9 +183,11 @@ def _write_records(root: Path, items: list[Rebased], keep_failed: bool) -> None:
     for path, content in lines.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(content) + "\n")
+    return sorted({item.record.group for item in items})
 
 
-def _write_reports(root: Path, report: RebaseReport, facts: dict[str, Any], request: Request) -> None:
+def _write_reports(root: Path, report: RebaseReport, facts: dict[str, Any], request: Request,
+                   parquet_configs: list[str]) -> None:
     made = {"command": " ".join(["reproduce", "rebase", *sys.argv[2:]]) if sys.argv[1:2] == ["rebase"] else "",
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "database": {"target": describe_target(resolve_dsn(request.dsn)), **facts}, "timeout": request.timeout}
@@ -158,7 +200,7 @@ def _write_reports(root: Path, report: RebaseReport, facts: dict[str, Any], requ
     (root / "drift.json").write_text(json.dumps(drift, indent=1, default=str) + "\n")
     (root / "DRIFT.md").write_text(_drift_markdown(drift))
     (root / "README.md").write_text(
-        "# GS-QA2 answers re-based on a rebuilt reference database\n\n"
+        _front_matter(parquet_configs, made) + "# GS-QA2 answers re-based on a rebuilt reference database\n\n"
         f"Made by `{made['command'] or 'reproduce rebase'}` on {made['date']} against {made['database']['target']} "
         f"({made['database']['version']}; {made['database']['postgis_full_version']}), timeout {request.timeout} s.\n"
         "Every record is the GS-QA2 record with its answers replaced by what its gold SQL returned there; "
@@ -166,6 +208,21 @@ def _write_reports(root: Path, report: RebaseReport, facts: dict[str, Any], requ
         "Licence and attribution as the GS-QA2 benchmark: the answers derive from OpenStreetMap data, © "
         "OpenStreetMap contributors, ODbL 1.0, and from ASTER GDEM v3 (METI and NASA); Wikipedia-derived facts "
         "(V7) are CC BY-SA.\n")
+
+
+def _front_matter(parquet_configs: list[str], made: dict[str, Any]) -> str:
+    """The dataset card's YAML for the Hugging Face layout: licence, the configs and their files, and how
+    the answers were made (none for the raw layout, which the reader tells by its folders)."""
+    if not parquet_configs:
+        return ""
+    card = {"license": "odbl", "pretty_name": "GS-QA2 (answers re-based)", "tags": ["geospatial", "text-to-sql"],
+            "configs": [{"config_name": group, "data_files": [{"split": "test", "path": f"{group}/*.parquet"}]}
+                        for group in parquet_configs],
+            "rebase": {"command": made["command"], "date": made["date"], "timeout": made["timeout"],
+                       "database": {key: made["database"][key] for key in ("target", "version", "postgis_full_version",
+                                                                           "row_counts")}}}
+    plain = json.loads(json.dumps(card, default=str))  # table names are sqlalchemy's str subclass
+    return "---\n" + yaml.safe_dump(plain, sort_keys=False, allow_unicode=True) + "---\n"
 
 
 def _drift_markdown(drift: dict[str, Any]) -> str:
@@ -178,7 +235,12 @@ def _drift_markdown(drift: dict[str, Any]) -> str:
         lines.append(f"| {template} | {row['questions']} | {row['held']} | {row['changed']} | {row['empty']} | "
                      f"{row['timeout']} | {row['error']} | {change} |")
     lines += ["", "Change: the first failing component's measure over its tolerance (min / median / max).", "",
-              "## The largest changes", ""]
+              "## By measure", "", "Every question with a new answer, per answer component and its metric.", "",
+              "| template | measure | answers | min | median | max |", "|---|---|---|---|---|---|"]
+    for template, row in drift["templates"].items():
+        lines += [f"| {template} | {measure} | {spread['answers']} | {spread['min']:.4g} | {spread['median']:.4g} | "
+                  f"{spread['max']:.4g} |" for measure, spread in row["by_measure"].items()]
+    lines += ["", "## The largest changes", ""]
     lines += [f"- `{item['id']}` {item['question']}: {item['change']}" for item in drift["largest_changes"]] or ["none"]
     if drift["failed"]:
         lines += ["", "## No new answer (the published one is kept unless --keep-failed)", ""]

@@ -9,7 +9,10 @@ the backend checks for interrupts), and ends the backend if the SQL catches that
 from one queue; closing the iterator early (Ctrl-C) cancels whatever is still running, the same way.
 
 Untrusted SQL must not exhaust the client or spoil other questions: rows are streamed and capped
-(MAX_ROWS, MAX_BYTES: beyond them the question stops at once as an error saying how much was read); after
+(MAX_ROWS, MAX_BYTES: beyond them the question stops at once as an error saying how much was read); one
+value is capped on the server (MAX_BYTES, by pg_column_size), since the client holds a whole value before it
+can count it: the SQL runs as a subquery whose rows pass a size check (`capped`), unless it cannot be one
+(SHOW, EXPLAIN, ...: then as it is, on a savepoint); after
 each question the session is reset (DISCARD ALL: advisory locks, temp state, settings); the reader may not
 signal other backends (ingest init revokes pg_cancel_backend/pg_terminate_backend from PUBLIC), so the
 watchdog ends a runaway backend through the admin connection; a question whose connection was ended from
@@ -21,6 +24,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import queue
+import re
 import threading
 import time
 import uuid
@@ -29,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from psycopg import sql
+from psycopg import pq, sql
 
 from ingest.errors import GsqaError
 from reproduce.dataset import Record
@@ -41,7 +45,8 @@ CANCEL_WAIT_S = 5.0
 TERMINATE_AFTER_S = 2.0
 # The largest stored answer has 6,885 rows (a V25 record); a result past these stops as an error.
 MAX_ROWS = 100_000
-MAX_BYTES = 64 * 1024**2  # of values, as text
+MAX_BYTES = 64 * 1024**2  # of values, as text; also the cap of one value (its size on the server)
+VALUE_CAP_MARK = "gsqa value cap:"  # in the error the server raises for a value past the cap
 
 
 @dataclass(frozen=True)
@@ -113,10 +118,17 @@ class Session:
                 limit = sql.Literal(f"{round(self.timeout * 1000)}ms")
                 cur.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(limit))
                 watchdog.start()
-                rows = self._fetch(cur, statement)
+                rows = self._fetch(cur, *self._capped(cur, statement))
             return Outcome("rows", time.perf_counter() - start, rows)
         except ResultTooLarge as error:
             return Outcome("error", time.perf_counter() - start, error=str(error))
+        except psycopg.errors.InvalidTextRepresentation as error:
+            if VALUE_CAP_MARK not in str(error):
+                return Outcome("error", time.perf_counter() - start, error=_message(error))
+            size = int(re.search(re.escape(VALUE_CAP_MARK) + r" (\d+)", str(error)).group(1))
+            return Outcome("error", time.perf_counter() - start, error=(
+                f"the result is too large: one value is {size / 1e6:,.1f} MB, past the cap of "
+                f"{self.max_bytes / 1e6:,.0f} MB per value (stopped on the server)"))
         except psycopg.Error as error:
             # A terminated backend surfaces as a lost connection: still the watchdog's timeout.
             if self.watchdog_fired or isinstance(error, psycopg.errors.QueryCanceled):
@@ -128,15 +140,38 @@ class Session:
             watchdog.cancel()
             self._reset()
 
-    def _fetch(self, cur: psycopg.Cursor, statement: str) -> list[dict[str, Any]]:
-        """The rows, streamed (the extended protocol: exactly one statement); ResultTooLarge past the caps,
-        after which psycopg cancels the rest on the server."""
+    def _capped(self, cur: psycopg.Cursor, statement: str) -> tuple[str, int]:
+        """The statement as a subquery whose rows stop on the server at a value over max_bytes; the statement
+        itself if it returns no rows or cannot be a subquery (tried on a savepoint: a statement that cannot
+        even be parsed is run as it is, to fail with its own message). Also how many columns come first that
+        are the check's, not the SQL's."""
+        cur.execute("SAVEPOINT gsqa_capped")
+        pgconn = self.conn.pgconn
+        names = _column_names(pgconn, statement.encode())
+        if names:
+            # The check is a first output column, not a WHERE: it sees only the rows the SQL returns (a WHERE
+            # could be pushed into the SQL and meet rows that its own conditions drop).
+            columns = [f"c{number}" for number in range(len(names))]
+            size = f"greatest({', '.join(f'coalesce(pg_column_size(q.{column}), 0)' for column in columns)})"
+            renamed = ", ".join(f"q.{column} AS {_quoted(name)}" for column, name in zip(columns, names, strict=True))
+            body = statement.rstrip().rstrip(";")
+            capped = (f"SELECT CASE WHEN {size} > {self.max_bytes} THEN ('{VALUE_CAP_MARK} ' || {size})::int END "
+                      f"AS gsqa_value_cap, {renamed} FROM ({body}\n) AS q({', '.join(columns)})")
+            if _column_names(pgconn, capped.encode()) == ["gsqa_value_cap", *names]:
+                return capped, 1
+        cur.execute("ROLLBACK TO SAVEPOINT gsqa_capped")
+        return statement, 0
+
+    def _fetch(self, cur: psycopg.Cursor, statement: str, first: int) -> list[dict[str, Any]]:
+        """The rows from column `first` on, streamed (the extended protocol: exactly one statement);
+        ResultTooLarge past the caps, after which psycopg cancels the rest on the server."""
         rows: list[dict[str, Any]] = []
         size, names = 0, None
         for row in cur.stream(statement):
             if names is None:
-                names = [column.name for column in cur.description]
-            values = {name: _json_value(value) for name, value in zip(names, row, strict=True) if value is not None}
+                names = [column.name for column in cur.description][first:]
+            values = {name: _json_value(value) for name, value in zip(names, row[first:], strict=True)
+                      if value is not None}
             size += sum(len(value) if isinstance(value, str) else 8 for value in values.values())
             rows.append(values)
             if len(rows) > self.max_rows or size > self.max_bytes:
@@ -189,6 +224,21 @@ class Session:
 
     def close(self) -> None:
         self.conn.close()
+
+
+def _column_names(pgconn: Any, statement: bytes) -> list[str] | None:
+    """The names of the columns the statement returns (parsed and described, not run); None if it does not
+    parse or returns nothing."""
+    if pgconn.prepare(b"", statement).status != pq.ExecStatus.COMMAND_OK:
+        return None
+    described = pgconn.describe_prepared(b"")
+    if described.status != pq.ExecStatus.COMMAND_OK or not described.nfields:
+        return None
+    return [described.fname(number).decode() for number in range(described.nfields)]
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _message(error: psycopg.Error) -> str:

@@ -73,6 +73,11 @@ def test_check_reports_empty_tables_with_exit_1(initialized_dsn: str) -> None:
     assert report["tables"]["dem_us"] == 0
     assert "table public.dem_us is empty" in report["problems"]
     assert not any("reader" in problem for problem in report["problems"])
+    assert report["reader"] == {"user": "gsqa_reader", "read_only": "on", "temp_file_limit": "2GB", "work_mem": "64MB",
+                                "may_signal_backends": "no"}
+    shown = run("reproduce", "check", "--dsn", initialized_dsn).stdout
+    assert ("reader gsqa_reader: read-only by default on, temp_file_limit 2GB, work_mem 64MB, may signal other "
+            "backends no") in shown
 
 
 def test_check_counts_a_small_table_that_was_never_analyzed_exactly(initialized_dsn: str) -> None:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import psycopg
 import pytest
+import yaml
 from conftest import DATA
 from refdb_fixtures import load_stored_answers
 
@@ -49,7 +51,38 @@ def test_an_unchanged_database_gives_the_stored_answers_back(stored_db: str, sto
         assert (again.question, again.sql, again.answer_type) == (record.question, record.sql, record.answer_type)
     drift = json.loads((tmp_path / "out" / "drift.json").read_text())
     assert drift["templates"]["R1"] == {"questions": 20, "held": 20, "changed": 0, "empty": 0, "timeout": 0,
-                                        "error": 0, "change_in_tolerances": None}
+                                        "error": 0, "change_in_tolerances": None, "by_measure": {
+                                            "elevation: elevation (m)": {"answers": 20, "min": 0.0, "median": 0.0,
+                                                                         "max": 0.0}}}
+
+
+def test_the_hugging_face_layout_round_trips_through_the_reader(stored_db: str, stored: list[dataset.Record],
+                                                                tmp_path: Path) -> None:
+    result = subprocess.run([str(BIN / "reproduce"), "rebase", "--config", "raster_only", "--data",
+                             str(DATA / "benchmark"), "--dsn", stored_db, "--out", str(tmp_path / "hf"),
+                             "--format", "parquet", *sum((["--template", t] for t in TEMPLATES), [])],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert [p.name for p in (tmp_path / "hf" / "raster_only").iterdir()] == ["test-00000-of-00001.parquet"]
+    card = (tmp_path / "hf" / "README.md").read_text()
+    front = yaml.safe_load(card.split("---\n")[1])
+    assert front["configs"] == [{"config_name": "raster_only",
+                                 "data_files": [{"split": "test", "path": "raster_only/*.parquet"}]}]
+    assert front["license"] == "odbl" and front["rebase"]["command"].startswith("reproduce rebase --config")
+    assert front["rebase"]["database"]["row_counts"]["dem_us"] > 0 and "ODbL" in card
+    again = dataset.load(tmp_path / "hf", [configs.template(t) for t in TEMPLATES]).records
+    assert [record.id for record in again] == [record.id for record in stored]
+    for record, read in zip(stored, again, strict=True):  # everything as it was; the answers equal, strictly
+        assert compare.exact_diff(record.template_id, record.answers, read.answers).exact, record.id
+        assert replace(read, answers=record.answers) == record
+    assert {r.status for r in verify(request(stored_db, tmp_path / "hf")).results} == {"pass"}
+
+
+def test_an_unknown_format_is_a_usage_error(tmp_path: Path) -> None:
+    result = subprocess.run([str(BIN / "reproduce"), "rebase", "--config", "raster_only", "--out",
+                             str(tmp_path / "x"), "--format", "csv"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "'csv' is not one of jsonl, parquet" in result.stderr
+    assert result.stderr.count("\n") == 1
 
 
 def test_a_shifted_database_is_rebased_and_verify_passes_what_rebase_wrote(stored_db: str, tmp_path: Path) -> None:
@@ -66,6 +99,9 @@ def test_a_shifted_database_is_rebased_and_verify_passes_what_rebase_wrote(store
     assert len(drift["largest_changes"]) == 20  # flipped yes/no answers (R4) rank first, then elevations
     assert any(item["change"].startswith("elevation: elevation (m) 25") for item in drift["largest_changes"])
     assert "| R1 | 20 | 0 | 20 |" in (tmp_path / "out" / "DRIFT.md").read_text()
+    assert drift["templates"]["R1"]["by_measure"]["elevation: elevation (m)"] == {"answers": 20, "min": 25.0,
+                                                                                  "median": 25.0, "max": 25.0}
+    assert "| R1 | elevation: elevation (m) | 20 | 25 | 25 | 25 |" in (tmp_path / "out" / "DRIFT.md").read_text()
     line = json.loads((tmp_path / "out" / "qa2/raster_only/elevation+poi.jsonl").read_text().splitlines()[0])
     assert line["answers"][0]["elevation"] == line["rebase"]["old_answers"][0]["elevation"] + 25
     assert line["rebase"]["verdict"] == "changed" and line["rebase"]["unstable"]

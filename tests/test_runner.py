@@ -142,10 +142,42 @@ def test_a_huge_result_stops_at_the_row_cap_in_bounded_memory(reader: str) -> No
     session.close()
 
 
-def test_a_huge_value_stops_at_the_byte_cap(reader: str) -> None:
+def test_many_values_stop_at_the_byte_cap(reader: str) -> None:
     session = Session(reader, timeout=60.0, max_bytes=10 * 1024**2)
-    outcome = session.run("SELECT repeat('x', 20000000) AS elevation")
-    assert outcome.kind == "error" and "the result is too large: stopped after 1 rows and 20.0 MB" in outcome.error
+    outcome = session.run("SELECT repeat('x', 1000000) AS elevation FROM generate_series(1, 50)")
+    assert outcome.kind == "error" and "the result is too large: stopped after 11 rows and 11.0 MB" in outcome.error
+    session.close()
+
+
+def test_one_huge_value_stops_on_the_server_before_the_client_holds_it(reader: str) -> None:
+    session = Session(reader, timeout=60.0)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    outcome = session.run("SELECT 1 AS id, repeat('x', 400000000) AS elevation")
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert outcome.kind == "error" and "one value is 400.0 MB, past the cap of 67 MB per value" in outcome.error
+    assert grown_mb < 100, grown_mb  # holding it took the client 2.1 GB
+    assert session.run("SELECT 1 AS one").rows == [{"one": 1}]
+    session.close()
+
+
+@pytest.mark.parametrize("statement, expected", [
+    ("SELECT g AS n FROM generate_series(1, 4) g ORDER BY g DESC;", [{"n": 4}, {"n": 3}, {"n": 2}, {"n": 1}]),
+    ("SELECT 1 AS a, 2 AS a", [{"a": 2}]),  # as before: the later column of a name wins
+    ("SELECT NULL AS gone, 'kept' AS \"odd \"\"name\"", [{'odd "name': "kept"}]),
+    ("SELECT 5 AS x -- a comment at the end", [{"x": 5}]),
+    ("WITH t AS (SELECT 7 AS y) SELECT y FROM t", [{"y": 7}]),
+    ("SHOW transaction_read_only", [{"transaction_read_only": "on"}]),  # cannot be a subquery: run as it is
+])
+def test_the_value_cap_leaves_results_as_they_are(reader: str, statement: str, expected: list[dict]) -> None:
+    session = Session(reader, timeout=10.0)
+    assert session.run(statement).rows == expected
+    session.close()
+
+
+def test_sql_that_does_not_parse_fails_with_its_own_message(reader: str) -> None:
+    session = Session(reader, timeout=10.0)
+    outcome = session.run("SELEC 1 AS elevation")
+    assert outcome.kind == "error" and outcome.error == 'syntax error at or near "SELEC"'
     session.close()
 
 
@@ -190,7 +222,7 @@ def test_a_question_ended_from_outside_runs_once_more(reader: str, initialized_d
     def end_it() -> None:
         with psycopg.connect(initialized_dsn, autocommit=True) as conn:
             conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'gsqa_reader' "
-                         "AND query LIKE 'SELECT pg_sleep(1.5)%%' AND datname = current_database()")
+                         "AND query LIKE '%%pg_sleep(1.5)%%' AND datname = current_database()")
 
     threading.Timer(0.5, end_it).start()
     outcome = session.run("SELECT pg_sleep(1.5)::text AS nap")
