@@ -90,6 +90,11 @@ DataOption = Annotated[Path | None, typer.Option(
     show_default=False)]
 TimeoutOption = Annotated[float, typer.Option("--timeout", metavar="SECONDS",
                                               min=0.1, help="Seconds per question (server-side).")]
+ResumeOption = Annotated[Path | None, typer.Option("--resume", metavar="FILE", help="Append results to FILE; "
+                                                   "skip questions already in it.", show_default=False,
+                                                   dir_okay=False)]
+ForceOption = Annotated[bool, typer.Option("--force", help="Reuse a --resume file written for another dataset, "
+                                           "database or timeout.")]
 
 
 @app.command()
@@ -110,11 +115,8 @@ def verify(
                                                show_default=False, dir_okay=False)] = None,
     html: Annotated[Path | None, typer.Option("--html", metavar="FILE", help="Write one self-contained HTML page.",
                                               show_default=False, dir_okay=False)] = None,
-    resume: Annotated[Path | None, typer.Option("--resume", metavar="FILE",
-                                                help="Append results to FILE; skip questions "
-                                                "already in it.", show_default=False, dir_okay=False)] = None,
-    force: Annotated[bool, typer.Option("--force", help="Reuse a --resume file written for another dataset, "
-                                        "database or timeout.")] = False,
+    resume: ResumeOption = None,
+    force: ForceOption = False,
     baseline: Annotated[Path | None, typer.Option("--baseline", metavar="FILE",
                                                   help="An earlier --json-out: list status changes.",
                                                   show_default=False, dir_okay=False)] = None,
@@ -190,6 +192,8 @@ def rebase(
     layout: Annotated[str, typer.Option("--format", metavar="jsonl|parquet",
                                         help="jsonl: the raw layout; parquet: the Hugging Face one, with a dataset "
                                         "card.")] = "jsonl",
+    resume: ResumeOption = None,
+    force: ForceOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """Re-base the benchmark on this database: re-run every selected gold SQL as `verify` does and write the
@@ -201,21 +205,28 @@ def rebase(
     DRIFT.md and drift.json (per template: held, changed and by how much, failed; the 20 largest changes;
     the database's versions) and a README card. A question whose SQL returns nothing, times out or fails
     keeps its published answer and is listed (`--keep-failed` writes what it gave). The folder appears only
-    when complete. Whole templates are re-based (ids are positions in their files).
+    when complete. Whole templates are re-based (ids are positions in their files). With `--resume FILE`
+    each question's outcome is kept as it finishes; the same command again runs only the rest.
 
     Example: reproduce rebase --config raster_only --data tests/data/benchmark --out rebased/
 
     Exit codes: 0 every question gave an answer; 1 some did not (listed); 2 nothing started (usage error,
-    --out not empty, unreadable data, unreachable database, failed preflight).
+    --out not empty, unreadable data, a --resume file of another dataset, database or timeout, unreachable
+    database, failed preflight); 130 interrupted: nothing written to --out, the --resume file flushed.
     """
     from reproduce import rebase as rebasing
 
     if layout not in rebasing.FORMATS:
         raise typer.BadParameter(f"{layout!r} is not one of {', '.join(rebasing.FORMATS)}", param_hint="--format")
     request = Request(ConfigName(config).value, data, dsn, reader_dsn, timeout, workers, template, [],
-                      max_rows=max_rows)
+                      resume, force, max_rows=max_rows)
     with reported_as_exit_code():
-        report = rebasing.rebase(request, out, keep_failed, layout)
+        try:
+            report = rebasing.rebase(request, out, keep_failed, layout)
+        except KeyboardInterrupt:
+            kept = f"; finished questions are in {resume}, run the same command to go on" if resume else ""
+            print(f"interrupted: running queries were cancelled, nothing was written to --out{kept}", file=sys.stderr)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
     table = report.per_template()
     if as_json:
         typer.echo(json.dumps({"out": report.out, "templates": table}))

@@ -12,7 +12,8 @@ answer is empty, timed out or errored keeps its old answer (`rebase.kept_old`) a
 how many answers hold under the tolerances, how many changed and by how much, how many failed; the 20 largest
 changes; the database's fingerprint and versions) and a `README.md` card saying how the answers were made.
 The folder is written under a temporary name and renamed when complete, so a killed rebase leaves nothing the
-reader would take for a dataset.
+reader would take for a dataset; with `--resume FILE` every question's outcome is kept as it finishes (in
+full: they are the new answers), and a rerun with the same file runs only the questions not in it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import shutil
 import statistics
 import sys
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +37,29 @@ from ingest.db import describe_target, resolve_dsn
 from ingest.errors import GsqaError
 from reproduce import compare, configs, readiness
 from reproduce.dataset import Record
+from reproduce.resume import ResumeFile
 from reproduce.runner import Outcome, Runner
 from reproduce.verify import Request, clipped, load_selected, preflight_records
 
+RESUME_FORMAT = "gsqa-reproduce-rebase-resume/1"
+
 LARGEST_LISTED = 20
+
+
+@dataclass(frozen=True)
+class Answered:
+    """One question's outcome, as a line of a rebase --resume file."""
+
+    id: str
+    outcome: Outcome
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, **asdict(self.outcome)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Answered:
+        return cls(data["id"], Outcome(data["kind"], float(data["seconds"]), data["rows"], data.get("error", ""),
+                                       data.get("retried", "")))
 
 
 @dataclass
@@ -103,14 +123,14 @@ def rebase(request: Request, out: Path, keep_failed: bool = False, layout: str =
     preflight_records(request, data.records)
     facts = readiness.database_facts(request.dsn)
     report = RebaseReport(out=str(out), skipped=len(data.skipped))
-    runner = Runner(readiness.reader_dsn(request.dsn, request.reader_dsn), request.timeout, request.workers,
-                    resolve_dsn(request.dsn), request.max_rows)
-    order = {record.id: n for n, record in enumerate(data.records)}
-    with tqdm(total=len(data.records), desc="rebase", unit="q", file=sys.stderr, disable=not request.progress) as bar:
-        for record, outcome in runner.run(data.records):
-            report.rebased.append(_judge(record, outcome))
-            bar.update()
-    report.rebased.sort(key=lambda item: order[item.record.id])
+    resume = ResumeFile(request.resume, {"dataset": data.checksum, "database": facts["row_counts"],
+                                         "timeout": request.timeout}, request.force, Answered.from_dict,
+                        RESUME_FORMAT, "reproduce rebase") if request.resume else None
+    try:
+        _run(request, data.records, report, resume)
+    finally:
+        if resume:
+            resume.close()
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     written = (_write_parquet if layout == "parquet" else _write_records)(partial, report.rebased, keep_failed)
@@ -119,6 +139,23 @@ def rebase(request: Request, out: Path, keep_failed: bool = False, layout: str =
         out.rmdir()
     os.replace(partial, out)
     return report
+
+
+def _run(request: Request, records: list[Record], report: RebaseReport, resume: ResumeFile | None) -> None:
+    """Every record's outcome (those in the resume file as they were), judged, in dataset order."""
+    done = resume.done if resume else {}
+    runner = Runner(readiness.reader_dsn(request.dsn, request.reader_dsn), request.timeout, request.workers,
+                    resolve_dsn(request.dsn), request.max_rows)
+    report.rebased += [_judge(record, done[record.id].outcome) for record in records if record.id in done]
+    todo = [record for record in records if record.id not in done]
+    with tqdm(total=len(todo), desc="rebase", unit="q", file=sys.stderr, disable=not request.progress) as bar:
+        for record, outcome in runner.run(todo):
+            report.rebased.append(_judge(record, outcome))
+            if resume:
+                resume.add(Answered(record.id, outcome))
+            bar.update()
+    order = {record.id: n for n, record in enumerate(records)}
+    report.rebased.sort(key=lambda item: order[item.record.id])
 
 
 def _judge(record: Record, outcome: Outcome) -> Rebased:

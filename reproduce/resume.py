@@ -1,5 +1,7 @@
 """--resume FILE: one JSON line per finished question after a header naming what the results depend on.
 
+`reproduce verify` keeps its results (values clipped for reports), `reproduce rebase` what each SQL returned
+in full (the new answers); each command's file names its format, so neither takes the other's.
 The header records the dataset checksum, the database fingerprint (row counts per table) and the timeout.
 A later run with the same file skips the questions already in it, and refuses (unless forced) when the
 dataset, the database or the timeout differ, because mixing results of two setups would mislead.
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -19,15 +22,20 @@ FORMAT = "gsqa-reproduce-resume/1"
 
 
 class ResumeFile:
-    def __init__(self, path: Path, header: dict[str, Any], force: bool) -> None:
-        self.path = path
-        self.done: dict[str, Result] = {}
+    """`entry` reads a line back (an object with `id` and `as_dict()`); `format` and `command` name the file."""
+
+    def __init__(self, path: Path, header: dict[str, Any], force: bool,
+                 entry: Callable[[dict[str, Any]], Any] = Result.from_dict, format: str = FORMAT,
+                 command: str = "reproduce verify") -> None:
+        self.path, self.entry, self.format, self.command = path, entry, format, command
+        self.done: dict[str, Any] = {}
         existing = self._read() if path.exists() and path.stat().st_size else None
         if existing is not None:
             self._check(existing, header, force)
+            _drop_cut_line(path)
         self._file: IO[str] = path.open("a", encoding="utf-8")
         if existing is None:
-            self._write({"format": FORMAT, **header})
+            self._write({"format": self.format, **header})
 
     def _read(self) -> dict[str, Any]:
         lines = self.path.read_text(encoding="utf-8").splitlines()
@@ -35,11 +43,11 @@ class ResumeFile:
             header = json.loads(lines[0])
         except ValueError:
             header = {}
-        if header.get("format") != FORMAT:
-            raise GsqaError(f"--resume {self.path}: not a resume file of `reproduce verify` (first line)")
+        if header.get("format") != self.format:
+            raise GsqaError(f"--resume {self.path}: not a resume file of `{self.command}` (first line)")
         for number, line in enumerate(lines[1:], start=2):
             try:
-                result = Result.from_dict(json.loads(line))
+                result = self.entry(json.loads(line))
             except (ValueError, KeyError):
                 if number == len(lines):
                     break  # the last line was cut short by a kill: that question runs again
@@ -60,10 +68,19 @@ class ResumeFile:
         self._file.write(json.dumps(data, default=str) + "\n")
         self._file.flush()
 
-    def add(self, result: Result) -> None:
+    def add(self, result: Any) -> None:
         self._write(result.as_dict())
 
     def close(self) -> None:
         self._file.flush()
         os.fsync(self._file.fileno())
         self._file.close()
+
+
+def _drop_cut_line(path: Path) -> None:
+    """A kill can leave the last line without its end: cut it off, or the next line would be appended to it
+    (its question runs again)."""
+    with path.open("rb+") as handle:
+        data = handle.read()
+        if not data.endswith(b"\n"):
+            handle.truncate(data.rfind(b"\n") + 1)

@@ -78,6 +78,35 @@ def test_the_hugging_face_layout_round_trips_through_the_reader(stored_db: str, 
     assert {r.status for r in verify(request(stored_db, tmp_path / "hf")).results} == {"pass"}
 
 
+def test_a_resumed_rebase_runs_only_what_is_missing_and_writes_the_same(stored_db: str, tmp_path: Path) -> None:
+    def run(out: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(BIN / "reproduce"), "rebase", "--config", "raster_only", "--data",
+                               str(DATA / "benchmark"), "--dsn", stored_db, "--out", str(tmp_path / out), *extra,
+                               *sum((["--template", t] for t in TEMPLATES), [])], capture_output=True, text=True,
+                              timeout=300)
+
+    resume = tmp_path / "rebase.resume"
+    assert run("whole", "--resume", str(resume)).returncode == 0
+    lines = resume.read_text().splitlines()
+    assert len(lines) == 81 and json.loads(lines[0])["format"] == "gsqa-reproduce-rebase-resume/1"
+    resume.write_text("\n".join(lines[:41]) + "\n" + lines[41][:30])  # as a kill leaves it: a line cut short
+    again = run("resumed", "--resume", str(resume))
+    assert again.returncode == 0, again.stderr
+    assert len(resume.read_text().splitlines()) == 81  # the 40 missing questions ran again, the others did not
+    for path in (tmp_path / "whole").rglob("*.jsonl"):
+        resumed = (tmp_path / "resumed" / path.relative_to(tmp_path / "whole")).read_text().splitlines()
+        for before, after in zip(path.read_text().splitlines(), resumed, strict=True):
+            before, after = json.loads(before), json.loads(after)
+            before["rebase"].pop("seconds"), after["rebase"].pop("seconds")
+            assert before == after
+    other = run("other", "--resume", str(resume), "--timeout", "5")
+    assert other.returncode == 2 and "written for another timeout" in other.stderr
+    verify_file = tmp_path / "verify.resume"
+    verify_file.write_text('{"format": "gsqa-reproduce-resume/1"}\n')
+    refused = run("third", "--resume", str(verify_file))
+    assert refused.returncode == 2 and "not a resume file of `reproduce rebase`" in refused.stderr
+
+
 def test_an_unknown_format_is_a_usage_error(tmp_path: Path) -> None:
     result = subprocess.run([str(BIN / "reproduce"), "rebase", "--config", "raster_only", "--out",
                              str(tmp_path / "x"), "--format", "csv"], capture_output=True, text=True, timeout=60)
