@@ -87,8 +87,9 @@ class RebaseReport:
             counts = {status: sum(item.status == status for item in items)
                       for status in ("held", "changed", "empty", "timeout", "error")}
             changes = [item.change for item in items if item.status == "changed" and math.isfinite(item.change)]
-            table[template] = {"questions": len(items), **counts, "change_in_tolerances": _spread(changes),
-                               "by_measure": _by_measure(items)}
+            unstable = sum(bool(compare.instability(item.record.template_id, item.record.sql)) for item in items)
+            table[template] = {"questions": len(items), **counts, "unstable": unstable,
+                               "change_in_tolerances": _spread(changes), "by_measure": _by_measure(items)}
         return table
 
     @property
@@ -264,14 +265,17 @@ def _front_matter(parquet_configs: list[str], made: dict[str, Any]) -> str:
 
 def _drift_markdown(drift: dict[str, Any]) -> str:
     lines = ["# Drift against the published answers", "",
-             "| template | questions | held | changed | empty | timeout | error | change (in tolerances) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| template | questions | held | changed | empty | timeout | error | not deterministic | "
+             "change (in tolerances) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for template, row in drift["templates"].items():
         spread = row["change_in_tolerances"]
         change = f"{spread['min']:.2g} / {spread['median']:.2g} / {spread['max']:.2g}" if spread else "–"
         lines.append(f"| {template} | {row['questions']} | {row['held']} | {row['changed']} | {row['empty']} | "
-                     f"{row['timeout']} | {row['error']} | {change} |")
-    lines += ["", "Change: the first failing component's measure over its tolerance (min / median / max).", "",
+                     f"{row['timeout']} | {row['error']} | {row['unstable']} | {change} |")
+    lines += ["", "Change: the first failing component's measure over its tolerance (min / median / max). Not "
+              "deterministic: questions whose new answer may legitimately differ on another run or build (LIMIT "
+              "without ORDER BY, ties, DEM seams: `rebase.unstable` in each record says why).", "",
               "## By measure", "", "Every question with a new answer, per answer component and its metric.", "",
               "| template | measure | answers | min | median | max |", "|---|---|---|---|---|---|"]
     for template, row in drift["templates"].items():

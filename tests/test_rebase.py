@@ -51,7 +51,7 @@ def test_an_unchanged_database_gives_the_stored_answers_back(stored_db: str, sto
         assert (again.question, again.sql, again.answer_type) == (record.question, record.sql, record.answer_type)
     drift = json.loads((tmp_path / "out" / "drift.json").read_text())
     assert drift["templates"]["R1"] == {"questions": 20, "held": 20, "changed": 0, "empty": 0, "timeout": 0,
-                                        "error": 0, "change_in_tolerances": None, "by_measure": {
+                                        "error": 0, "unstable": 20, "change_in_tolerances": None, "by_measure": {
                                             "elevation: elevation (m)": {"answers": 20, "min": 0.0, "median": 0.0,
                                                                          "max": 0.0}}}
 
@@ -107,6 +107,16 @@ def test_a_resumed_rebase_runs_only_what_is_missing_and_writes_the_same(stored_d
     assert refused.returncode == 2 and "not a resume file of `reproduce rebase`" in refused.stderr
 
 
+def test_what_a_killed_write_left_behind_is_replaced(stored_db: str, tmp_path: Path) -> None:
+    left = tmp_path / "out.partial" / "qa2" / "raster_only"
+    left.mkdir(parents=True)
+    (left / "elevation+poi.jsonl").write_text('{"question": "half a recor')
+    assert not (tmp_path / "out").exists()  # the reader finds no dataset where the user asked for one
+    rebase(request(stored_db, DATA / "benchmark"), tmp_path / "out")
+    assert not (tmp_path / "out.partial").exists()
+    assert len(dataset.load(tmp_path / "out", [configs.template(t) for t in TEMPLATES]).records) == 80
+
+
 def test_an_unknown_format_is_a_usage_error(tmp_path: Path) -> None:
     result = subprocess.run([str(BIN / "reproduce"), "rebase", "--config", "raster_only", "--out",
                              str(tmp_path / "x"), "--format", "csv"], capture_output=True, text=True, timeout=60)
@@ -127,7 +137,7 @@ def test_a_shifted_database_is_rebased_and_verify_passes_what_rebase_wrote(store
     assert drift["templates"]["R3"]["held"] == 20  # differences of two elevations do not move
     assert len(drift["largest_changes"]) == 20  # flipped yes/no answers (R4) rank first, then elevations
     assert any(item["change"].startswith("elevation: elevation (m) 25") for item in drift["largest_changes"])
-    assert "| R1 | 20 | 0 | 20 |" in (tmp_path / "out" / "DRIFT.md").read_text()
+    assert "| R1 | 20 | 0 | 20 | 0 | 0 | 0 | 20 |" in (tmp_path / "out" / "DRIFT.md").read_text()
     assert drift["templates"]["R1"]["by_measure"]["elevation: elevation (m)"] == {"answers": 20, "min": 25.0,
                                                                                   "median": 25.0, "max": 25.0}
     assert "| R1 | elevation: elevation (m) | 20 | 25 | 25 | 25 |" in (tmp_path / "out" / "DRIFT.md").read_text()
