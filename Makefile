@@ -30,7 +30,7 @@ BASE_IMAGE ?= debian:bookworm-slim
 # CA certificates added on this host (e.g. a TLS-intercepting proxy's), copied into the loader image.
 EXTRA_CA_DIR ?= /usr/local/share/ca-certificates
 
-.PHONY: help db demo db-up db-local base-image ca-certificates where down clean venv test lint
+.PHONY: help db demo db-up db-local replicas base-image ca-certificates where down clean venv test lint
 
 help:
 	@echo "make db        build the images, start the Docker PostGIS, run \`ingest all /data\` in the loader"
@@ -38,6 +38,7 @@ help:
 	@echo "make demo      a small DEM-only database of the box $(DEMO_BBOX) in minutes"
 	@echo "make db-local  \`ingest all $(GSQA_DATA)\` against the server named by DATABASE_URL (no Docker)"
 	@echo "make where     where the database listens and how to verify against it"
+	@echo "make replicas  N hot standbys of the database (N=2) for reproduce verify --replica"
 	@echo "make base-image  build $(BASE_IMAGE) locally with debootstrap (no registry needed)"
 	@echo "make down      stop the containers (data is kept)"
 	@echo "make clean     stop the containers and delete the database volume (asks first)"
@@ -64,6 +65,11 @@ db-up: ca-certificates
 	@docker image inspect $(BASE_IMAGE) >/dev/null 2>&1 || docker pull $(BASE_IMAGE) >/dev/null 2>&1 || bash docker/base-image.sh $(BASE_IMAGE)
 	$(COMPOSE) --profile loader build
 	$(COMPOSE) up --detach --wait db
+
+# N hot standbys (streaming replication) of db, each on its own loopback port; prints their DSNs.
+N ?= 2
+replicas:
+	COMPOSE="$(COMPOSE)" bash docker/replicas.sh $(N)
 
 base-image:
 	bash docker/base-image.sh $(BASE_IMAGE)

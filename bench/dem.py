@@ -1,15 +1,17 @@
 """DEM load benchmark: `ingest dem` against `raster2pgsql | psql` on the same files, server and settings.
 
-    .venv/bin/python bench/dem.py --files 16 [--dsn DSN] [--data-dir /tmp/gsqa-bench-dem] [--json]
+    .venv/bin/python bench/dem.py --files 16 [--terrain gentle|rugged] [--runs 3] [--dsn DSN] [--data-dir DIR] [--json]
 
-Generates N ASTER-like GeoTIFFs (3601x3601 Int16, spectral terrain 180-330 m plus 1.5 m noise, no NODATA
-tag, uncompressed strips, like the published tiles), then loads them twice into fresh tables of one database:
+Generates N ASTER-like GeoTIFFs (3601x3601 Int16, no NODATA tag, uncompressed strips, like the published tiles;
+--terrain gentle: spectral terrain 180-330 m plus 1.5 m noise, like the plains; rugged: 1,500-2,400 m plus
+1.5 m noise, like the mountain west, which compresses far less), then, in each of --runs rounds, loads them
+with both tools into fresh tables of one database:
   raster2pgsql -s 4326 -I -C -M -F -Y 50 -t 256x256 <files> public.bench_r2p | psql -v ON_ERROR_STOP=1
   ingest dem <dir> --table public.bench_ingest
 and prints, for each: wall time, client CPU (all client processes), server CPU (all postgres processes),
 peak client memory (RSS of the largest client process, and PSS of all of them together: shared pages
 split between processes, so forked workers are not counted twice), table size; the wall-time ratio; and whether the
-tiles are identical (md5 of every tile's WKB by rid).
+tiles are identical (md5 of every tile's WKB by rid); the median round of each tool, every round's wall time.
 """
 
 from __future__ import annotations
@@ -122,7 +124,11 @@ def _memory(pid: int, field: str) -> int:
     return 0
 
 
-def make_files(folder: Path, count: int) -> list[Path]:
+# Terrain kinds: gentle is the plains of the CONUS box; rugged, like the mountain west, compresses far less.
+TERRAINS = {"gentle": {"low_m": 180, "relief_m": 150}, "rugged": {"low_m": 1500, "relief_m": 900}}
+
+
+def make_files(folder: Path, count: int, terrain: str = "gentle") -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for index in range(count):
@@ -130,7 +136,7 @@ def make_files(folder: Path, count: int) -> list[Path]:
         path = folder / f"ASTGTMV003_N{lat:02d}W{abs(lon):03d}_dem.tif"
         if not path.exists():
             print(f"generating {path.name}", file=sys.stderr)
-            write_aster_tile(folder, lat, lon, spectral_terrain(3601, seed=index))
+            write_aster_tile(folder, lat, lon, spectral_terrain(3601, seed=index, **TERRAINS[terrain]))
         paths.append(path)
     return sorted(paths)
 
@@ -178,9 +184,44 @@ def prepare_database(server_dsn: str, name: str,
     return dsn
 
 
+def _commands(files: list[Path], dsn: str, compression: str) -> list[tuple[str, str, str]]:
+    listing = " ".join(map(str, files))
+    return [
+        ("raster2pgsql", f"raster2pgsql -s 4326 -I -C -M -F -Y 50 -t 256x256 {listing} public.bench_r2p 2>/dev/null "
+                         f"| psql -q -v ON_ERROR_STOP=1 -d '{dsn}' >/dev/null", "public.bench_r2p"),
+        ("ingest dem", f"{Path(sys.executable).parent / 'ingest'} dem {files[0].parent} --dsn '{dsn}' "
+                       f"--table public.bench_ingest --compression {compression} --replace 2>/dev/null",
+         "public.bench_ingest"),
+    ]
+
+
+def _round(files: list[Path], dsn: str, compression: str) -> tuple[list[Run], bool]:
+    """Both tools once, each into a fresh table, then whether their tiles are identical."""
+    runs = []
+    for tool, command, table in _commands(files, dsn, compression):
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+            conn.execute("CHECKPOINT")
+        runs.append(timed(tool, command, dsn, [table]))
+    return runs, identical(dsn, "public.bench_r2p", "public.bench_ingest")
+
+
+def _summary(rounds: list[list[Run]]) -> dict:
+    """Per tool: the median run (by wall time) and every round's wall time; the ratio of the medians."""
+    tools = {}
+    for index, tool in enumerate(run.tool for run in rounds[0]):
+        ordered = sorted((one[index] for one in rounds), key=lambda run: run.wall_s)
+        tools[tool] = {"median": asdict(ordered[len(ordered) // 2]), "walls_s": [one[index].wall_s for one in rounds]}
+    walls = [entry["median"]["wall_s"] for entry in tools.values()]
+    return {"tools": tools, "speedup": round(walls[0] / walls[1], 2),
+            "speedups": [round(one[0].wall_s / one[1].wall_s, 2) for one in rounds]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=16)
+    parser.add_argument("--runs", type=int, default=3, help="rounds, each tool once per round (median reported)")
+    parser.add_argument("--terrain", choices=sorted(TERRAINS), default="gentle")
     parser.add_argument("--dsn", default=os.environ.get("DATABASE_URL", ""))
     parser.add_argument("--database", default="gsqa_bench")
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/gsqa-bench-dem"))
@@ -188,37 +229,31 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    files = make_files(args.data_dir / f"n{args.files}", args.files)
+    files = make_files(args.data_dir / f"{args.terrain}{args.files}", args.files, args.terrain)
     dsn = prepare_database(args.dsn, args.database)
     subprocess.run(["cat", *map(str, files)], stdout=subprocess.DEVNULL, check=True)  # same warm page cache
-    listing = " ".join(map(str, files))
-    runs = []
-    for tool, command, table in [
-        ("raster2pgsql", f"raster2pgsql -s 4326 -I -C -M -F -Y 50 -t 256x256 {listing} public.bench_r2p 2>/dev/null "
-                         f"| psql -q -v ON_ERROR_STOP=1 -d '{dsn}' >/dev/null", "public.bench_r2p"),
-        ("ingest dem", f"{Path(sys.executable).parent / 'ingest'} dem {files[0].parent} --dsn '{dsn}' "
-                       f"--table public.bench_ingest --compression {args.compression} 2>/dev/null",
-         "public.bench_ingest"),
-    ]:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("CHECKPOINT")
-        runs.append(timed(tool, command, dsn, [table]))
-    result = {
-        "files": len(files), "compression": args.compression, "runs": [asdict(run) for run in runs],
-        "speedup": round(runs[0].wall_s / runs[1].wall_s, 2),
-        "identical_tiles": identical(dsn, "public.bench_r2p", "public.bench_ingest"),
-    }
+    rounds, same = [], []
+    for _ in range(args.runs):
+        runs, identical_tiles = _round(files, dsn, args.compression)
+        rounds.append(runs)
+        same.append(identical_tiles)
+    result = {"files": len(files), "terrain": args.terrain, "compression": args.compression, **_summary(rounds),
+              "identical_tiles": all(same)}
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"{len(files)} files, ingest dem with {args.compression} TOAST compression")
-    header = ("tool", "wall s", "client CPU s", "server CPU s", "max RSS MB", "total PSS MB", "table MB")
+    print(f"{len(files)} files of {args.terrain} terrain, ingest dem with {args.compression} TOAST compression, "
+          f"median of {args.runs} rounds")
+    header = ("tool", "wall s", "client CPU s", "server CPU s", "max RSS MB", "total PSS MB", "table MB", "rounds")
     print(f"{header[0]:<14}" + "".join(f"{title:>14}" for title in header[1:]))
-    for run in runs:
-        values = (run.wall_s, run.client_cpu_s, run.server_cpu_s, run.peak_client_rss_mb, run.peak_client_pss_mb,
-                  run.table_mb)
-        print(f"{run.tool:<14}" + "".join(f"{value:>14}" for value in values))
-    print(f"speed-up (wall): {result['speedup']}x; identical tiles: {result['identical_tiles']}")
+    for tool, entry in result["tools"].items():
+        run = entry["median"]
+        values = (run["wall_s"], run["client_cpu_s"], run["server_cpu_s"], run["peak_client_rss_mb"],
+                  run["peak_client_pss_mb"], run["table_mb"])
+        rounds_text = " / ".join(map(str, entry["walls_s"]))
+        print(f"{tool:<14}" + "".join(f"{value:>14}" for value in values) + f"  {rounds_text}")
+    print(f"speed-up (wall, medians): {result['speedup']}x (rounds: {' / '.join(map(str, result['speedups']))}); "
+          f"identical tiles: {result['identical_tiles']}")
 
 
 if __name__ == "__main__":

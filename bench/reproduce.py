@@ -9,9 +9,14 @@
 3. Judging: the verdict and the strict diff of every real record in --data (default: the repository's
    copy, tests/data/benchmark; a full copy of the benchmark gives the figure for all of it) against its
    own stored answer, per question (runs in the main thread while the workers query).
+4. Replicas (--replicas): the same questions, CPU-bound and sleep-bound, on one server and on a primary
+   plus a hot standby (pg_basebackup -R, tests/standby_helpers.py), --max-workers per server: wall times
+   and the speed-up. Then the scheduling model: the makespan of file order against longest first for
+   several servers x workers, by list scheduling of the durations of a recorded run (--durations: a
+   `reproduce verify --json-out` report or --resume file), or of a synthetic heavy-tailed mix.
 
 Usage: .venv/bin/python bench/reproduce.py [--repeat 15] [--cpu-questions 12] [--max-workers 2] [--keep]
-       [--data DIR]
+       [--data DIR] [--replicas [--durations FILE]]
 Needs the local PostgreSQL (as for the tests); creates and drops the database gsqa_bench_reproduce (--keep
 leaves it, with the R1-R4 and VR1-VR3 fixture in which the stored answers hold, to try `reproduce` on).
 """
@@ -19,7 +24,9 @@ leaves it, with the R1-R4 and VR1-VR3 fixture in which the stored answers hold, 
 from __future__ import annotations
 
 import argparse
+import heapq
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -35,12 +42,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[0] = str(ROOT / "tests")
 
 from refdb_fixtures import load_stored_answers  # noqa: E402
+from standby_helpers import primary_and_standby  # noqa: E402
 
 from ingest.db import with_user  # noqa: E402
 from ingest.initdb import initialize  # noqa: E402
 from reproduce import configs, dataset  # noqa: E402
 from reproduce.dataset import Record  # noqa: E402
-from reproduce.runner import Outcome, Runner  # noqa: E402
+from reproduce.runner import Outcome, Runner, Server  # noqa: E402
+from reproduce.schedule import earlier_durations  # noqa: E402
 from reproduce.verify import evaluate  # noqa: E402
 
 DATABASE = "gsqa_bench_reproduce"
@@ -75,9 +84,9 @@ def timed_psql(reader: str, statements: list[str]) -> float:
     return run("\n".join(statements)) - run("SELECT 1;")
 
 
-def timed_harness(reader: str, records: list[Record], workers: int) -> float:
+def timed_harness(reader: str, records: list[Record], workers: int, replicas: list[Server] = ()) -> float:
     start = time.perf_counter()
-    for record, outcome in Runner(reader, 120.0, workers).run(records):
+    for record, outcome in Runner(reader, 120.0, workers, replicas=replicas).run(records):
         evaluate(record, outcome)
     return time.perf_counter() - start
 
@@ -120,6 +129,46 @@ def judging(data: Path) -> None:
     print(f"judging: {len(records)} real records against their stored answers, {per_question:.2f} ms/question")
 
 
+def replicas(questions: int, max_workers: int, rows: int) -> None:
+    with primary_and_standby() as (primary, standby):
+        reader = with_user(primary.dsn(), "gsqa_reader", None)
+        standby_server = Server("standby", with_user(standby.dsn(), "gsqa_reader", None), standby.dsn())
+        for kind, statement in (("CPU-bound", CPU_SQL.format(n=rows)), ("sleep-bound", "SELECT pg_sleep(0.25)")):
+            records = [Record(f"bench/{kind}/{n}", "R1", "bench", kind, "", statement, "", [], {})
+                       for n in range(questions)]
+            one = timed_harness(reader, records, max_workers)
+            two = timed_harness(reader, records, max_workers, [standby_server])
+            print(f"replicas: {questions} {kind} questions, {max_workers} worker(s) per server: one server "
+                  f"{one:.2f} s, primary + standby {two:.2f} s, {one / two:.2f}x")
+
+
+def synthetic_durations(seed: int = 7) -> list[float]:
+    """3,300 questions in 33 templates of 100, in template order: 21 light templates (median 0.3 s), 8 medium
+    (5 s), 4 heavy (60 s, capped at the 120 s timeout), lognormal within a template."""
+    rng = random.Random(seed)
+    classes = [0.3] * 21 + [5.0] * 8 + [60.0] * 4
+    rng.shuffle(classes)
+    return [min(120.0, rng.lognormvariate(0, 0.8) * median) for median in classes for _ in range(100)]
+
+
+def makespan(durations: list[float], slots: int) -> float:
+    """The wall time of list scheduling: each question goes to the first free slot (worker), in order."""
+    free = [0.0] * slots
+    for seconds in durations:
+        heapq.heappush(free, heapq.heappop(free) + seconds)
+    return max(free)
+
+
+def schedule_model(durations: list[float], source: str) -> None:
+    print(f"scheduling model: {len(durations)} questions, {sum(durations):,.0f} s in all ({source})")
+    for servers, workers in ((1, 2), (2, 2), (1, 8), (2, 8), (4, 8)):
+        slots = servers * workers
+        given, longest = makespan(durations, slots), makespan(sorted(durations, reverse=True), slots)
+        bound = max(sum(durations) / slots, max(durations))
+        print(f"  {servers} server(s) x {workers} workers: file order {given:,.0f} s, longest first {longest:,.0f} s "
+              f"({given / longest:.2f}x), lower bound {bound:,.0f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15, help="R1 records are repeated this often (20 each)")
@@ -128,7 +177,15 @@ def main() -> None:
     parser.add_argument("--max-workers", type=int, default=2)
     parser.add_argument("--keep", action="store_true", help=f"leave the database {DATABASE} in place")
     parser.add_argument("--data", type=Path, default=BENCHMARK, help="records to judge (default: %(default)s)")
+    parser.add_argument("--replicas", action="store_true", help="only case 4: a primary and a standby, the model")
+    parser.add_argument("--durations", type=Path, help="a recorded run for the scheduling model")
     args = parser.parse_args()
+    if args.replicas:
+        replicas(args.cpu_questions, args.max_workers, args.cpu_rows)
+        durations = earlier_durations(args.durations) if args.durations else None
+        schedule_model(list(durations.values()) if durations else synthetic_durations(),
+                       str(args.durations) if durations else "synthetic mix, seed 7")
+        return
     dsn = create_database()
     reader = with_user(dsn, "gsqa_reader", os.environ.get("GSQA_READER_PASSWORD"))
     try:

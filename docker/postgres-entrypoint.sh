@@ -4,7 +4,11 @@
 # against a server that listens on the Unix socket only, and moves the finished cluster into place; then
 # (and on every later start) it runs the server on all interfaces. A start killed during init leaves only
 # a scratch folder, which the next start deletes and builds again.
-# Environment: POSTGRES_PASSWORD (required on first start), POSTGRES_USER (postgres), POSTGRES_DB (gsqa).
+# With GSQA_STANDBY_OF=HOST (the `replica` service) the first start copies HOST's cluster instead, with
+# pg_basebackup -R, and the server runs as its hot standby (streaming replication); the reader role, the
+# data and the settings come along.
+# Environment: POSTGRES_PASSWORD (required on first start), POSTGRES_USER (postgres), POSTGRES_DB (gsqa),
+# GSQA_STANDBY_OF.
 set -euo pipefail
 : "${POSTGRES_USER:=postgres}" "${POSTGRES_DB:=gsqa}" "${PGDATA:=/var/lib/postgresql/data/pgdata}"
 export POSTGRES_USER POSTGRES_DB PGDATA
@@ -12,6 +16,17 @@ export POSTGRES_USER POSTGRES_DB PGDATA
 if [ "$(id -u)" = 0 ]; then
     install -d -o postgres -g postgres -m 700 "$(dirname "$PGDATA")"
     exec setpriv --reuid=postgres --regid=postgres --init-groups "$0" "$@"
+fi
+
+if [ -n "${GSQA_STANDBY_OF:-}" ] && [ ! -s "$PGDATA/PG_VERSION" ]; then
+    scratch="$PGDATA.init"
+    rm -rf "$scratch"
+    until pg_isready -q -h "$GSQA_STANDBY_OF" -U "$POSTGRES_USER"; do sleep 1; done
+    echo "init: copying $GSQA_STANDBY_OF with pg_basebackup (the whole database: minutes for a full build)" >&2
+    PGPASSWORD="$POSTGRES_PASSWORD" pg_basebackup --host="$GSQA_STANDBY_OF" --username="$POSTGRES_USER" \
+        --pgdata="$scratch" --write-recovery-conf --wal-method=stream --checkpoint=fast
+    mv "$scratch" "$PGDATA"
+    echo "init: hot standby of $GSQA_STANDBY_OF ready" >&2
 fi
 
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
@@ -25,6 +40,8 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
         --encoding=UTF8 --locale=en_US.UTF-8 --auth-local=trust --auth-host=scram-sha-256 >/dev/null
     # Other containers (the loader, reproduce) log in over the compose network with the password.
     echo "host all all all scram-sha-256" >> "$scratch/pg_hba.conf"
+    # Hot standbys (`make replicas`) copy and follow the primary over the same network.
+    echo "host replication all all scram-sha-256" >> "$scratch/pg_hba.conf"
     pg_ctl --pgdata="$scratch" --options="-c listen_addresses=''" --wait --silent start
     if [ "$POSTGRES_DB" != postgres ]; then
         psql -v ON_ERROR_STOP=1 --username "$POSTGRES_USER" --dbname postgres -qc "CREATE DATABASE \"$POSTGRES_DB\""

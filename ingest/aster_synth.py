@@ -28,15 +28,18 @@ def aster_transform(lat: int, lon: int) -> Affine:
     return Affine(PIXEL, 0.0, lon - PIXEL / 2, 0.0, -PIXEL, lat + 1 + PIXEL / 2)
 
 
-def spectral_terrain(size: int, seed: int, noise_m: float = 1.5) -> np.ndarray:
-    """Int16 heights: a smooth random surface scaled to 180-330 m plus Gaussian noise of `noise_m`."""
+def spectral_terrain(
+    size: int, seed: int, noise_m: float = 1.5, low_m: float = 180, relief_m: float = 150
+) -> np.ndarray:
+    """Int16 heights: a smooth random surface scaled to `low_m`..`low_m + relief_m` (default 180-330 m, gentle
+    terrain) plus Gaussian noise of `noise_m`."""
     rng = np.random.default_rng(seed)
     freq_y = np.fft.fftfreq(size)[:, None]
     freq_x = np.fft.rfftfreq(size)[None, :]
     power = 1.0 / np.maximum(freq_x**2 + freq_y**2, (1 / size) ** 2)
     spectrum = (rng.standard_normal(power.shape) + 1j * rng.standard_normal(power.shape)) * power
     surface = np.fft.irfft2(spectrum, s=(size, size))
-    surface = 180 + 150 * (surface - surface.min()) / (np.ptp(surface) or 1)
+    surface = low_m + relief_m * (surface - surface.min()) / (np.ptp(surface) or 1)
     surface += rng.normal(0.0, noise_m, surface.shape)
     return np.rint(surface).astype(np.int16)
 

@@ -42,6 +42,12 @@ def resolve_dsn(dsn: str | None = None) -> str:
 
 def describe_target(dsn: str) -> str:
     """host, port and database that libpq will use for `dsn`, for error messages."""
+    host, port, database = target_parts(dsn)
+    return f"host={host} port={port} database={database}"
+
+
+def target_parts(dsn: str) -> tuple[str, str, str]:
+    """(host, port, database) that libpq will use for `dsn`."""
     try:
         params = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as error:
@@ -50,7 +56,7 @@ def describe_target(dsn: str) -> str:
     port = params.get("port") or os.environ.get("PGPORT") or "5432"
     user = params.get("user") or os.environ.get("PGUSER") or os.environ.get("USER", "")
     database = params.get("dbname") or os.environ.get("PGDATABASE") or user
-    return f"host={host} port={port} database={database}"
+    return host, str(port), database
 
 
 def connect(dsn: str | None = None, **kwargs: Any) -> psycopg.Connection:

@@ -94,7 +94,7 @@ ResumeOption = Annotated[Path | None, typer.Option("--resume", metavar="FILE", h
                                                    "skip questions already in it.", show_default=False,
                                                    dir_okay=False)]
 ForceOption = Annotated[bool, typer.Option("--force", help="Reuse a --resume file written for another dataset, "
-                                           "database or timeout.")]
+                                           "database or timeout; run on a --replica that lags or differs.")]
 
 
 @app.command()
@@ -123,6 +123,9 @@ def verify(
     max_rows: Annotated[int, typer.Option("--max-rows", metavar="N", min=1,
                                           help="A result with more rows is an error (the largest stored answer "
                                           "has 6,885).")] = MAX_ROWS,
+    replica: Annotated[list[str], typer.Option("--replica", metavar="DSN",
+                                               help="Another server holding the same database, e.g. a hot standby "
+                                               "(repeatable); --workers N run on each.")] = [],  # noqa: B006
 ) -> None:
     """Re-run the benchmark SQL of the selected questions as gsqa_reader and compare every result with the
     stored answer under the paper's tolerances (token F1 >= 0.8, 5 m, 5 deg, 10 m elevation, 5 deg slope,
@@ -137,15 +140,24 @@ def verify(
 
     Statuses: pass, mismatch, empty (no rows), timeout, error (SQL error), skipped (not in the data).
 
+    Several servers: each --replica (a hot standby, `make replicas`) gets N workers of its own and every
+    question runs on exactly one server (the report's `server`). Before the first question each replica must
+    pass the same preflight and hold the primary's database: caught up with the primary's WAL (a standby),
+    the same exact row counts, load log and PostGIS; one that lags or differs is refused unless --force. A
+    server lost during the run gives its running questions to the others; the report says which and when.
+    Questions start longest first: by the times of --baseline or the --resume file when given, else by the
+    size of the tables their SQL reads.
+
     Example: reproduce verify --config raster_only --data tests/data/benchmark --json-out run.json
 
     Exit codes: 0 every selected question passes; 1 the run went through but some did not pass (skipped
-    ones included); 2 nothing started (usage error, unreadable data, an output file that cannot be written,
-    unreachable database, failed preflight);
+    ones included), or every server was lost before the end (--resume continues); 2 nothing started (usage
+    error, unreadable data, an output file that cannot be written, unreachable database, failed preflight,
+    a replica that lags or differs);
     130 interrupted: running queries were cancelled on the server and the --resume file flushed.
     """
     request = Request(ConfigName(config).value, data, dsn, reader_dsn, timeout, workers, template, question,
-                      resume, force, max_rows=max_rows)
+                      resume, force, max_rows=max_rows, replicas=replica, durations=baseline)
     with reported_as_exit_code():
         report.check_writable([json_out, junit, html, resume])
         previous = report.read_baseline(baseline) if baseline else None
@@ -167,6 +179,8 @@ def verify(
 
 def _print_run(run: Run, previous: dict[str, str] | None) -> None:
     typer.echo(report.table(run.results))
+    if len(run.provenance["servers"]) > 1:
+        typer.echo("\n" + report.servers_text(run.provenance, run.results))
     if failures := report.failures(run.results):
         typer.echo("\n" + failures)
     if skips := report.skips(run.results):

@@ -87,6 +87,14 @@ def load(data: Path | None, templates: list[Template]) -> Dataset:
     return dataset
 
 
+_TABLE = re.compile(r"\b(pois|roads|parks|lakes|regions|dem_us)\b", re.I)
+
+
+def tables_needed(records: list[Record]) -> list[str]:
+    """The reference tables the records' SQL reads (the preflight checks exactly these)."""
+    return sorted({name.lower() for record in records for name in _TABLE.findall(record.sql)})
+
+
 def template_of(record_id: str) -> Template:
     """The template of an id <group>/<template>/<n>."""
     parts = record_id.split("/")

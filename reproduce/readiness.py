@@ -63,12 +63,16 @@ def preflight(dsn: str | None, reader: str | None, tables: list[str]) -> Readine
 def database_facts(dsn: str | None) -> dict[str, object]:
     """What a run's results depend on: server and PostGIS versions, exact row counts (the fingerprint)."""
     with connect(dsn, autocommit=True) as conn:
-        version, postgis = conn.execute("SELECT version(), postgis_full_version()").fetchone()
-        counts = {}
-        for table in schema.REFERENCE_TABLES:
-            if relation_exists(conn, table.fullname):
-                query = sql.SQL("SELECT count(*) FROM {}").format(identifier(table.fullname))
-                counts[table.name] = conn.execute(query).fetchone()[0]
+        return table_facts(conn)
+
+
+def table_facts(conn: psycopg.Connection) -> dict[str, object]:
+    version, postgis = conn.execute("SELECT version(), postgis_full_version()").fetchone()
+    counts = {}
+    for table in schema.REFERENCE_TABLES:
+        if relation_exists(conn, table.fullname):
+            query = sql.SQL("SELECT count(*) FROM {}").format(identifier(table.fullname))
+            counts[table.name] = conn.execute(query).fetchone()[0]
     return {"version": version, "postgis_full_version": postgis, "row_counts": counts}
 
 

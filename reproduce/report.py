@@ -12,7 +12,7 @@ import os
 import re
 import tempfile
 import xml.etree.ElementTree as ET
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -116,6 +116,20 @@ def as_json(provenance: dict[str, Any], results: list[Result]) -> str:
     document = {"provenance": provenance, "summary": summarize(results),
                 "results": [result.as_dict() for result in results]}
     return json.dumps(document, indent=1, default=str)
+
+
+def servers_text(provenance: dict[str, Any], results: list[Result]) -> str:
+    """One line per server of the run: its role, how many questions it answered, whether it was lost."""
+    answered = Counter(result.server for result in results if result.server)
+    lines = ["servers:"]
+    for server in provenance["servers"]:
+        line = f"  {server['name']} ({server['role']}): {answered[server['name']]:,} questions"
+        if "forced" in server:
+            line += f"; run with --force although {server['forced']}"
+        if lost := provenance.get("lost", {}).get(server["name"]):
+            line += f"; {lost}"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def read_baseline(path: Path) -> dict[str, str]:

@@ -22,6 +22,7 @@ class Result:
     seconds: float = 0.0
     paper_status: str = ""  # the authors' scoring (reproduce/paper.py): pass or mismatch; "" when not run
     paper_reason: str = ""
+    server: str = ""  # which server answered (a run with --replica); "" for a skipped question
 
     @property
     def group(self) -> str:
@@ -35,7 +36,7 @@ class Result:
     def from_dict(cls, data: dict[str, Any]) -> Result:
         return cls(data["id"], data["template_id"], data["status"], bool(data.get("exact")),
                    data.get("detail") or {}, float(data.get("seconds") or 0.0), data.get("paper_status", ""),
-                   data.get("paper_reason", ""))
+                   data.get("paper_reason", ""), data.get("server", ""))
 
 
 def summarize(results: Iterable[Result]) -> dict[str, int]:

@@ -17,25 +17,33 @@ each question the session is reset (DISCARD ALL: advisory locks, temp state, set
 signal other backends (ingest init revokes pg_cancel_backend/pg_terminate_backend from PUBLIC), so the
 watchdog ends a runaway backend through the admin connection; a question whose connection was ended from
 outside is run once more on a fresh connection, and says so.
+
+Several servers (a primary and its hot standbys, `Server`) share one queue: each has its own workers, each
+question runs on exactly one server and its outcome names it. A server that cannot be reached any more
+(the fresh connection of the retry fails) gives its questions back to the front of the queue for the others
+and stops taking new ones; if every server is gone, the run ends with AllServersLost after the outcomes it
+has, so that a --resume file continues later.
 """
 
 from __future__ import annotations
 
+import collections
 import datetime
 import decimal
 import queue
 import re
+import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
 from psycopg import pq, sql
 
-from ingest.errors import GsqaError
+from ingest.errors import EXIT_SOME_FAILED, GsqaError
 from reproduce.dataset import Record
 
 WATCHDOG_GRACE_S = 2.0  # the server's own timeout gets this long before the client cancels
@@ -58,10 +66,31 @@ class Outcome:
     rows: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
     retried: str = ""  # why the question ran a second time, if it did
+    server: str = ""  # the name of the server that answered (Server.name)
 
 
 class ResultTooLarge(Exception):
     """A result past the row or byte cap: reading stops at once."""
+
+
+class ServerLost(GsqaError):
+    """The reader cannot connect to a server (any more)."""
+
+
+class AllServersLost(GsqaError):
+    """Every server was lost during the run: the outcomes had so far were yielded, the rest never ran."""
+
+    exit_code = EXIT_SOME_FAILED
+
+
+@dataclass(frozen=True)
+class Server:
+    """A PostgreSQL server that answers questions: `reader` is the read-only role's DSN there, `admin` a DSN
+    that may end the reader's backends (the watchdog's last resort), `name` what reports call it."""
+
+    name: str
+    reader: str
+    admin: str | None = None
 
 
 def _json_value(value: Any) -> Any:
@@ -91,9 +120,10 @@ class Session:
     def _connect(self) -> psycopg.Connection:
         try:
             # No automatic prepared statements: DISCARD ALL after each question would drop them.
-            return psycopg.connect(self.dsn, application_name="gsqa-reproduce", prepare_threshold=None)
+            return psycopg.connect(self.dsn, application_name="gsqa-reproduce", prepare_threshold=None,
+                                   connect_timeout=10)
         except psycopg.OperationalError as error:
-            raise GsqaError(f"the reader role cannot connect: {' '.join(str(error).split())}") from None
+            raise ServerLost(f"the reader role cannot connect: {' '.join(str(error).split())}") from None
 
     def run(self, statement: str) -> Outcome:
         """Run one question's SQL and roll back, whatever it did; once more if its connection was ended from
@@ -247,53 +277,102 @@ def _message(error: psycopg.Error) -> str:
 
 
 class Runner:
-    """N sessions pulling from one queue of questions."""
+    """`workers` sessions per server pulling from one queue of questions, taken in the order given."""
 
     def __init__(self, dsn: str, timeout: float, workers: int, admin: str | None = None,
-                 max_rows: int = MAX_ROWS) -> None:
-        self.dsn, self.timeout, self.workers = dsn, timeout, max(1, workers)
-        self.admin, self.max_rows = admin, max_rows
+                 max_rows: int = MAX_ROWS, replicas: Sequence[Server] = (), name: str = "primary") -> None:
+        self.servers = [Server(name, dsn, admin), *replicas]
+        self.timeout, self.workers, self.max_rows = timeout, max(1, workers), max_rows
+        self.lost: dict[str, str] = {}  # server name -> when and why it was lost
 
     def run(self, records: Iterable[Record]) -> Iterator[tuple[Record, Outcome]]:
         """(record, outcome) as questions finish. Closing the iterator early cancels running queries."""
-        tasks: queue.Queue[Record] = queue.Queue()
-        for record in records:
-            tasks.put(record)
-        total = tasks.qsize()
-        sessions = [Session(self.dsn, self.timeout, self.admin, self.max_rows)
-                    for _ in range(min(self.workers, total))]
+        tasks = _Tasks(records)
+        total = len(tasks)
+        sessions = [Session(server.reader, self.timeout, server.admin, self.max_rows)
+                    for server in self.servers for _ in range(min(self.workers, total))]
+        names = [server.name for server in self.servers for _ in range(min(self.workers, total))]
         results: queue.Queue[tuple[Record, Outcome]] = queue.Queue()
         stop = threading.Event()
-        threads = [threading.Thread(target=_work, args=(s, tasks, results, stop), daemon=True) for s in sessions]
+        threads = [threading.Thread(target=self._work, args=(session, name, tasks, results, stop), daemon=True)
+                   for session, name in zip(sessions, names, strict=True)]
         for thread in threads:
             thread.start()
         try:
             for _ in range(total):
-                yield _next_result(results)
+                yield _next_result(results, threads)
         finally:
             _shut_down(sessions, threads, stop)
 
+    def _work(self, session: Session, server: str, tasks: _Tasks, results: queue.Queue,
+              stop: threading.Event) -> None:
+        while not stop.is_set() and server not in self.lost:
+            record = tasks.take(stop)
+            if record is None:
+                return
+            try:
+                outcome = replace(session.run(record.sql), server=server)
+            except ServerLost as error:
+                self._lose(server, str(error))
+                tasks.give_back(record)
+                return
+            except Exception as error:  # noqa: BLE001 - a dead worker would hang the run; report it per question
+                outcome = Outcome("error", 0.0, error=f"{type(error).__name__}: {error}", server=server)
+            if not stop.is_set():  # an interrupted question is not a result: a resumed run repeats it
+                results.put((record, outcome))
+            tasks.finished()
 
-def _next_result(results: queue.Queue) -> tuple[Record, Outcome]:
+    def _lose(self, server: str, why: str) -> None:
+        if server not in self.lost:
+            when = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+            self.lost[server] = f"lost at {when}: {why}"
+            others = len(self.servers) - len(self.lost)
+            print(f"warning: server {server} {self.lost[server]}; its questions go to the other {others} "
+                  f"server{'s' * (others != 1)}", file=sys.stderr)
+
+
+class _Tasks:
+    """The questions still to run, in order. One given back (its server was lost) goes first again; a worker
+    waits while others still run questions, since one of those may be given back."""
+
+    def __init__(self, records: Iterable[Record]) -> None:
+        self._queue = collections.deque(records)
+        self._running = 0
+        self._changed = threading.Condition()
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def take(self, stop: threading.Event) -> Record | None:
+        """The next question, or None once there is none left to run (or the run stops)."""
+        with self._changed:
+            while not self._queue and self._running and not stop.is_set():
+                self._changed.wait(0.2)
+            if not self._queue or stop.is_set():
+                return None
+            self._running += 1
+            return self._queue.popleft()
+
+    def finished(self) -> None:
+        with self._changed:
+            self._running -= 1
+            self._changed.notify_all()
+
+    def give_back(self, record: Record) -> None:
+        with self._changed:
+            self._queue.appendleft(record)
+            self._running -= 1
+            self._changed.notify_all()
+
+
+def _next_result(results: queue.Queue, threads: list[threading.Thread]) -> tuple[Record, Outcome]:
     while True:  # a short timeout keeps the main thread responsive to Ctrl-C
         try:
             return results.get(timeout=0.2)
         except queue.Empty:
-            continue
-
-
-def _work(session: Session, tasks: queue.Queue, results: queue.Queue, stop: threading.Event) -> None:
-    while not stop.is_set():
-        try:
-            record = tasks.get_nowait()
-        except queue.Empty:
-            return
-        try:
-            outcome = session.run(record.sql)
-        except Exception as error:  # noqa: BLE001 - a dead worker would hang the run; report it per question
-            outcome = Outcome("error", 0.0, error=f"{type(error).__name__}: {error}")
-        if not stop.is_set():  # an interrupted question is not a result: a resumed run repeats it
-            results.put((record, outcome))
+            if not any(thread.is_alive() for thread in threads) and results.empty():
+                raise AllServersLost("every server was lost before the run ended (warnings above); rerun with "
+                                     "--resume FILE to run only the questions that have no result") from None
 
 
 def _shut_down(sessions: list[Session], threads: list[threading.Thread], stop: threading.Event) -> None:

@@ -8,7 +8,6 @@ decides the exit code from all of them at the end.
 from __future__ import annotations
 
 import datetime
-import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -20,14 +19,12 @@ from tqdm import tqdm
 
 from ingest.db import describe_target, resolve_dsn
 from ingest.errors import GsqaError
-from reproduce import compare, configs, dataset, readiness
-from reproduce.dataset import Record
+from reproduce import compare, configs, dataset, readiness, schedule, servers
+from reproduce.dataset import Record, tables_needed
 from reproduce.paper import PaperVerdict, paper_verdict
 from reproduce.results import Result
 from reproduce.resume import ResumeFile
-from reproduce.runner import MAX_ROWS, Outcome, Runner
-
-_TABLE = re.compile(r"\b(pois|roads|parks|lakes|regions|dem_us)\b", re.I)
+from reproduce.runner import MAX_ROWS, Outcome, Runner, Server
 
 
 @dataclass
@@ -44,6 +41,8 @@ class Request:
     force: bool = False
     progress: bool = True
     max_rows: int = MAX_ROWS
+    replicas: list[str] = field(default_factory=list)  # DSNs of more servers (hot standbys) to run on
+    durations: Path | None = None  # an earlier report whose times order the questions (longest first)
 
 
 @dataclass
@@ -58,15 +57,19 @@ def verify(request: Request) -> Run:
     started = time.perf_counter()
     data = load_selected(request)
     records = data.records
-    preflight_records(request, records)
-    provenance = _provenance(request, data)
+    ready = preflight_records(request, records)
+    replicas = servers.replicas(request.dsn, request.replicas, tables_needed(records), request.force)
+    provenance = _provenance(request, data, replicas)
     resume = ResumeFile(request.resume, _resume_header(provenance), request.force) if request.resume else None
     done = dict(resume.done) if resume else {}
     results = [_skipped(skip) for skip in data.skipped]
-    todo = [record for record in records if record.id not in done]
+    known = schedule.earlier_durations(request.durations) if request.durations else {}
+    known.update({record_id: result.seconds for record_id, result in done.items()})
+    todo = schedule.longest_first([record for record in records if record.id not in done], known,
+                                  ready.row_estimates)
     results += [done[record.id] for record in records if record.id in done]
     try:
-        results += _run(request, todo, resume)
+        results += _run(request, todo, resume, [checked.server for checked in replicas], provenance)
     finally:
         if resume:
             resume.close()
@@ -101,16 +104,11 @@ def _number(record_id: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-def tables_needed(records: list[Record]) -> list[str]:
-    """The reference tables the selected SQL reads: the preflight checks exactly these."""
-    return sorted({name.lower() for record in records for name in _TABLE.findall(record.sql)})
-
-
-def preflight_records(request: Request, records: list[Record]) -> None:
+def preflight_records(request: Request, records: list[Record]) -> readiness.Readiness:
     """readiness.preflight, and when tables are missing or empty: which templates read them, and the command
     line that runs the others."""
     try:
-        readiness.preflight(request.dsn, request.reader_dsn, tables_needed(records))
+        return readiness.preflight(request.dsn, request.reader_dsn, tables_needed(records))
     except GsqaError as error:
         unusable = {name for name, rows in readiness.check(request.dsn, request.reader_dsn,
                                                            tables_needed(records)).row_estimates.items() if not rows}
@@ -132,8 +130,12 @@ def _template_order(template_id: str) -> tuple[str, int]:
     return prefix, int(template_id[len(prefix):] or 0)
 
 
-def _provenance(request: Request, data: dataset.Dataset) -> dict[str, Any]:
+def _provenance(request: Request, data: dataset.Dataset, replicas: list[servers.Checked]) -> dict[str, Any]:
     facts = readiness.database_facts(request.dsn)
+    servers_used = [{"name": servers.name_of(request.dsn), "role": "primary"}]
+    servers_used += [{"name": checked.server.name, "role": checked.role, **({"forced": checked.problem}
+                                                                            if checked.problem else {})}
+                     for checked in replicas]
     return {
         "tool": "gsqa-refdb", "tool_version": package_version("gsqa-refdb"),
         "started_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -141,7 +143,7 @@ def _provenance(request: Request, data: dataset.Dataset) -> dict[str, Any]:
         "database": {"target": describe_target(resolve_dsn(request.dsn)), **facts},
         "dataset": {"source": data.source, "checksum": data.checksum, "records": len(data.records),
                     "skipped": len(data.skipped)},
-        "timeout": request.timeout, "workers": request.workers,
+        "timeout": request.timeout, "workers": request.workers, "servers": servers_used, "lost": {},
     }
 
 
@@ -150,9 +152,13 @@ def _resume_header(provenance: dict[str, Any]) -> dict[str, Any]:
             "timeout": provenance["timeout"]}
 
 
-def _run(request: Request, todo: list[Record], resume: ResumeFile | None) -> list[Result]:
+def _run(request: Request, todo: list[Record], resume: ResumeFile | None, replicas: list[Server],
+         provenance: dict[str, Any]) -> list[Result]:
+    """The results of `todo`, in the order they finish; provenance["lost"]: the servers lost meanwhile."""
     reader = readiness.reader_dsn(request.dsn, request.reader_dsn)
-    runner = Runner(reader, request.timeout, request.workers, resolve_dsn(request.dsn), request.max_rows)
+    runner = Runner(reader, request.timeout, request.workers, resolve_dsn(request.dsn), request.max_rows,
+                    replicas, provenance["servers"][0]["name"])
+    provenance["lost"] = runner.lost  # filled as servers are lost
     results = []
     with tqdm(total=len(todo), desc="verify", unit="q", file=sys.stderr, disable=not request.progress) as bar:
         for record, outcome in runner.run(todo):
@@ -173,7 +179,7 @@ def evaluate(record: Record, outcome: Outcome) -> Result:
     if outcome.kind != "rows":
         return Result(record.id, record.template_id, outcome.kind, False,
                       {**detail, "error": clipped(outcome.error)}, round(outcome.seconds, 4), "mismatch",
-                      f"{outcome.kind}: no answer to score")
+                      f"{outcome.kind}: no answer to score", outcome.server)
     verdict = compare.judge(record.template_id, record.answers, outcome.rows)
     diff = compare.exact_diff(record.template_id, record.answers, outcome.rows)
     paper = paper_verdict(record.template_id, record.answers, outcome.rows)
@@ -183,7 +189,7 @@ def evaluate(record: Record, outcome: Outcome) -> Result:
     if not diff.exact:
         detail["diff"] = clipped(diff.as_dict())
     return Result(record.id, record.template_id, verdict.status, diff.exact, detail, round(outcome.seconds, 4),
-                  paper.status, clipped(paper.reason))
+                  paper.status, clipped(paper.reason), outcome.server)
 
 
 REPORTED_CHARACTERS = 2_000  # a value in a report (JSON, JUnit, HTML, --resume) longer than this is cut

@@ -80,7 +80,8 @@ def test_each_status_and_exit_1(full_run: tuple, db: str) -> None:
     by_id = {entry["id"]: entry for entry in report["results"]}
     assert {status: by_id[IDS[status]]["status"] for status in QUESTIONS} == {s: s for s in QUESTIONS}
     assert all(list(entry) == ["id", "template_id", "status", "exact", "detail", "seconds", "paper_status",
-                               "paper_reason"] for entry in by_id.values())
+                               "paper_reason", "server"] for entry in by_id.values())
+    assert {entry["server"] for entry in by_id.values()} == {report["provenance"]["servers"][0]["name"]}
     assert by_id[IDS["pass"]]["paper_status"] == "pass" and by_id[IDS["mismatch"]]["paper_status"] == "mismatch"
     assert by_id[IDS["mismatch"]]["paper_reason"].startswith("best pair fails elevation elevation (m) 20.5")
     assert 0.9 <= by_id[IDS["timeout"]]["seconds"] < 2.5

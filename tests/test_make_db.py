@@ -121,8 +121,8 @@ def stack(engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         port = env["GSQA_DB_PORT"]
         yield {"env": env, "source": source, "engine": engine,
                "dsn": f"postgresql://postgres:gsqa@127.0.0.1:{port}/gsqa", "project": env["COMPOSE_PROJECT_NAME"]}
-        subprocess.run([compose_binary(), "--profile", "loader", "down", "--volumes", "--remove-orphans"],
-                       cwd=ROOT, env=env, capture_output=True, timeout=300)
+        subprocess.run([compose_binary(), "--profile", "loader", "--profile", "replicas", "down", "--volumes",
+                        "--remove-orphans"], cwd=ROOT, env=env, capture_output=True, timeout=300)
 
 
 def make(stack: dict, *targets: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
@@ -166,6 +166,31 @@ def test_reproduce_check_and_verify_from_the_host(stack: dict, first_build: dict
     assert verify.returncode == 0, verify.stdout + verify.stderr
     results = json.loads((tmp_path / "report.json").read_text())["results"]
     assert len(results) == len(POINTS) and {result["status"] for result in results} == {"pass"}
+
+
+def test_make_replicas_then_verify_across_primary_and_standby(stack: dict, first_build: dict, tmp_path: Path) -> None:
+    env = {**stack["env"], "GSQA_REPLICA_PORTS": str(free_port())}
+    try:
+        result = subprocess.run(["make", "replicas", "N=1", f"COMPOSE={compose_binary()}"], cwd=ROOT, env=env,
+                                capture_output=True, text=True, timeout=1800)
+        assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+        [replica] = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("replica:")]
+        with psycopg.connect(replica) as conn:
+            assert conn.execute("SELECT pg_is_in_recovery()").fetchone()[0]
+        records = r1_records(stack["source"] / "dem" / "tiles", tmp_path / "records")
+        questions = records / "qa2" / "raster_only" / "elevation+poi.jsonl"  # 0.3 s each: both servers get some
+        questions.write_text(questions.read_text().replace("FROM public.dem_us", "FROM public.dem_us, "
+                                                           "(SELECT pg_sleep(0.3)) AS pause"))
+        verify = reproduce(stack, "verify", "--config", "raster_only", "--template", "R1", "--data", str(records),
+                           "--replica", replica, "--workers", "1", "--json-out", str(tmp_path / "report.json"))
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        report = json.loads((tmp_path / "report.json").read_text())
+        assert [server["role"] for server in report["provenance"]["servers"]] == ["primary", "standby"]
+        assert {result["status"] for result in report["results"]} == {"pass"}
+        assert len({result["server"] for result in report["results"]}) == 2  # both servers answered
+    finally:
+        subprocess.run([compose_binary(), "--profile", "replicas", "rm", "--stop", "--force", "--volumes", "replica"],
+                       cwd=ROOT, env=env, capture_output=True, timeout=300)
 
 
 def test_loader_killed_midway_then_rerun_gives_the_same_database(stack: dict, first_build: dict) -> None:
