@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import logging
 import re
 import sys
 from typing import Annotated
@@ -40,6 +41,9 @@ def command_group(name: str, help_text: str, order: tuple[str, ...] = ()) -> typ
 
 def run(app: typer.Typer) -> None:
     """The console-script entry point: usage errors as one line with a "did you mean", exit 2."""
+    # psycopg warns while it cleans up after a lost connection ("error ignored terminating ..."); the user
+    # gets our one line about the lost connection instead (errors.reported_as_exit_code).
+    logging.getLogger("psycopg").setLevel(logging.ERROR)
     try:
         code = app(standalone_mode=False)
     except UsageError as error:

@@ -263,18 +263,18 @@ def _publish(
 ) -> None:
     """Write the planned files in name order as their tiles arrive, one transaction each."""
     rewriting = False  # becomes True once a file has been written: later files must then follow it
-    bar = tqdm(total=len(plan), unit="file", desc=f"ingest dem -> {target.qualified}",
-               disable=not (progress and plan))
     started = time.monotonic()
-    for facts, stream in zip(plan, streams, strict=True):
-        if facts.name in unchanged and not rewriting:
-            report.unchanged.append(facts.name)
-        elif _write_file(conn, target, facts, stream, report, first_write=not rewriting):
-            rewriting = True
-        stream.drain()
-        bar.update()
-        bar.set_postfix_str(f"{report.tiles_written / (time.monotonic() - started):,.0f} tiles/s")
-    bar.close()
+    # A with block: the bar ends its line before an error message is printed, not at exit after it.
+    with tqdm(total=len(plan), unit="file", desc=f"ingest dem -> {target.qualified}",
+              disable=not (progress and plan)) as bar:
+        for facts, stream in zip(plan, streams, strict=True):
+            if facts.name in unchanged and not rewriting:
+                report.unchanged.append(facts.name)
+            elif _write_file(conn, target, facts, stream, report, first_write=not rewriting):
+                rewriting = True
+            stream.drain()
+            bar.update()
+            bar.set_postfix_str(f"{report.tiles_written / (time.monotonic() - started):,.0f} tiles/s")
     report.unchanged += sorted(unchanged - {facts.name for facts in plan})
 
 

@@ -6,6 +6,7 @@ import contextlib
 import sys
 from collections.abc import Iterator
 
+import psycopg
 import typer
 
 EXIT_OK = 0
@@ -36,3 +37,16 @@ def reported_as_exit_code() -> Iterator[None]:
     except GsqaError as error:
         print(f"error: {error}", file=sys.stderr)
         raise typer.Exit(error.exit_code) from None
+    except psycopg.OperationalError as error:
+        if not connection_lost(error):
+            raise
+        cause = " ".join(str(error).split("\n")[0].split())
+        print(f"error: lost the connection to the database ({cause}): what was committed before stays; "
+              "once the server is back, run the same command again to resume", file=sys.stderr)
+        raise typer.Exit(EXIT_SOME_FAILED) from None
+
+
+def connection_lost(error: psycopg.Error) -> bool:
+    """The server went away (shut down, crashed, the backend was ended, the network broke), as opposed to an
+    error of the statement. Client-side connection failures carry no SQLSTATE."""
+    return error.sqlstate is None or error.sqlstate.startswith(("08", "57P"))

@@ -401,7 +401,7 @@ def _load_layer(conn: psycopg.Connection, streams: Iterator[JobStream], plan: _P
     bar = tqdm(total=total, unit="B", unit_scale=True, desc=f"ingest osm -> {plan.layer.table.fullname}",
                disable=bar_position is False or not total, position=int(bar_position))
     rewriting = False  # direct tables: once a file is written, every later one must follow it
-    with ThreadPoolExecutor(1) as hasher:
+    with ThreadPoolExecutor(1) as hasher, bar:  # the bar ends its line before an error message, not after
         for name in plan.todo:
             file_streams = [(job, next(streams)) for job in plan.jobs[name]]
             if name in plan.same and not rewriting:
@@ -411,7 +411,6 @@ def _load_layer(conn: psycopg.Connection, streams: Iterator[JobStream], plan: _P
             checksum = hasher.submit(file_checksum, plan.files[name])
             if _write_file(conn, plan, name, file_streams, checksum, report, bar, stop, first_write=not rewriting):
                 rewriting = not plan.layer.in_passes
-    bar.close()
     report.unchanged.sort()
     for name in report.unchanged:  # what an earlier run skipped is still missing: say so again
         details = plan.logged[name].details or {}

@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from dem_helpers import load_with_raster2pgsql, table_state, tile_size_census, with_nodata_tile, write_neighbours
-from load_helpers import logged_files, query_active, wait_for
+from load_helpers import end_sessions, logged_files, query_active, wait_for
 
 from ingest.aster_synth import cheap_terrain, write_aster_tile
 from ingest.db import with_user
@@ -209,13 +209,19 @@ def _finishing(dsn: str) -> bool:
             "OR query ILIKE 'ALTER TABLE%%')").fetchone()[0]
 
 
-@pytest.mark.parametrize("moment", ["during_copy", "between_files", "during_finish"])
-def test_kill_9_then_rerun_converges(initialized_dsn: str, tmp_path_factory: pytest.TempPathFactory,
-                                     moment: str) -> None:
+def _three_files(dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three full files, and public.unbroken: them loaded in one go, to compare an interrupted load with."""
     folder = tmp_path_factory.getbasetemp() / "kill"
     if not folder.exists():
         write_neighbours(folder, lons=(-100, -99, -98))
-        load_dem([folder], initialized_dsn, table="public.unbroken", progress=False)
+        load_dem([folder], dsn, table="public.unbroken", progress=False)
+    return folder
+
+
+@pytest.mark.parametrize("moment", ["during_copy", "between_files", "during_finish"])
+def test_kill_9_then_rerun_converges(initialized_dsn: str, tmp_path_factory: pytest.TempPathFactory,
+                                     moment: str) -> None:
+    folder = _three_files(initialized_dsn, tmp_path_factory)
     table = f"public.killed_{moment}"
     process = subprocess.Popen([str(BIN / "ingest"), "dem", str(folder), "--dsn", initialized_dsn, "--table", table,
                                 "--workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -231,6 +237,26 @@ def test_kill_9_then_rerun_converges(initialized_dsn: str, tmp_path_factory: pyt
     rerun = ingest("dem", str(folder), "--dsn", initialized_dsn, "--table", table)
     assert rerun.returncode == 0, rerun.stderr
     assert "restoring the physical order" not in rerun.stderr  # resumed in order, no rewrite needed
+    assert table_state(initialized_dsn, table) == table_state(initialized_dsn, "public.unbroken")
+
+
+def test_a_lost_connection_is_one_line_and_a_rerun_resumes(initialized_dsn: str,
+                                                            tmp_path_factory: pytest.TempPathFactory) -> None:
+    folder = _three_files(initialized_dsn, tmp_path_factory)
+    table = "public.connection_lost"
+    process = subprocess.Popen([str(BIN / "ingest"), "dem", str(folder), "--dsn", initialized_dsn, "--table", table,
+                                "--workers", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert wait_for(lambda: logged_files(initialized_dsn, table) >= 1 and query_active(initialized_dsn, "COPY %"),
+                    process), "the load ended before its second file"
+    end_sessions(initialized_dsn)  # as a server restart or a broken network would
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 1 and "Traceback" not in stderr and "error ignored" not in stderr
+    [line] = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert line.startswith("error: lost the connection to the database (") and "run the same command again" in line
+    assert _wait_until_gone(table), "encoder processes outlived the lost connection"
+    rerun = ingest("dem", str(folder), "--dsn", initialized_dsn, "--table", table, "--json")
+    assert rerun.returncode == 0, rerun.stderr
+    assert 1 <= len(json.loads(rerun.stdout)["unchanged"]) <= 2  # the committed files were kept
     assert table_state(initialized_dsn, table) == table_state(initialized_dsn, "public.unbroken")
 
 
