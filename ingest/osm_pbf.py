@@ -61,7 +61,6 @@ REGION_BOUNDARIES = frozenset({"administrative", "postal_code"})
 # Input bytes above which node locations go to a file, not RAM. Two readers (ways, areas) keep an index
 # each: flex_mem takes about 16 bytes per node, so 1 GiB of PBF (about 130 M nodes) costs 2 x 2 GB.
 IN_MEMORY_LIMIT = 1024**3
-PASSES = {"nodes": 1, "ways": 1, "areas": 2}  # times a reader reads its extracts (the area assembler: two)
 LISTED_BROKEN = 50
 RULES_VERSION = 3  # raise when the rules change: sources loaded under other rules are loaded again
 QUEUE_BATCHES = 8  # batches of about 1 MB a reader may hold ready per layer
@@ -262,50 +261,49 @@ def location_index(paths: list[Path], work: Path, reader: str) -> str:
 
 
 def _objects(kinds: tuple[str, ...], path: Path, index: str, report: PbfReport) -> Iterator[Any]:
-    """osmium reading one extract for one reader; C++ filters let only the reader's objects through."""
-    import osmium
-    from osmium.filter import EntityFilter, KeyFilter
+    """osmium reading one extract for one reader (`kinds`: what it produces from this extract), in the
+    order of the file: nodes, ways, then the areas osmium assembles from multipolygon and boundary
+    relations with area tags. C++ filters let only the objects of the layers through to Python. Ways and
+    areas need node locations; a node carries its own.
 
-    source = osmium.io.File(str(path), "pbf")  # the format from the content, whatever the name says
-    if kinds == ("ways",):
-        yield from (osmium.FileProcessor(source, osmium.osm.NODE | osmium.osm.WAY).with_locations(index)
-                    .with_filter(EntityFilter(osmium.osm.WAY)).with_filter(KeyFilter(*LINE_KEYS, *AREA_KEYS)))
-    else:
-        yield from _nodes_and_relation_areas(source, index, report)
-
-
-def _nodes_and_relation_areas(source: Any, index: str, report: PbfReport) -> Iterator[Any]:
-    """The nodes of the layers, then the areas osmium assembles from multipolygon and boundary relations
-    with area tags, in two passes as pyosmium's FileProcessor does, except that only the relations' member
-    ways reach the assembler (FileProcessor hands it every closed way: assembling a city's buildings cost
-    more than all the rest of the reading; closed ways are the ways reader's). pyosmium keeps raw pointers
-    to the handlers: all are held here until the end."""
+    Pass 1 reads the nodes (their locations), the ways, and hands the relations to the area manager's
+    first pass (their member ways); for areas, pass 2 reads the ways and relations again for the
+    assembler, which sees only the member ways (pyosmium's FileProcessor hands it every closed way:
+    assembling a city's buildings cost more than all the rest of the reading; closed ways' Polygons are
+    made from the ways themselves). pyosmium keeps raw pointers to the handlers: all are held in variables
+    until the end."""
     import osmium
     from osmium.area import AreaManager
     from osmium.filter import EntityFilter, IdFilter, KeyFilter
 
+    source = osmium.io.File(str(path), "pbf")  # the format from the content, whatever the name says
     pool, manager, members = osmium.io.ThreadPool(), AreaManager(), _Members(report)
-    candidates = KeyFilter(*AREA_KEYS)
-    with osmium.io.Reader(source, osmium.osm.RELATION, thread_pool=pool) as reader:
-        osmium.apply(reader, candidates, members, manager.first_pass_handler())
+    index_map = osmium.index.create_map(index) if "ways" in kinds or "areas" in kinds else None
+    locations = [osmium.NodeLocationsForWays(index_map)] if index_map is not None else []
+    for handler in locations:
+        handler.ignore_errors()
+    candidates = KeyFilter(*AREA_KEYS).enable_for(osmium.osm.RELATION)
+    first_pass = [candidates, members, manager.first_pass_handler()] if "areas" in kinds else []
+    passing = EntityFilter((osmium.osm.NODE if "nodes" in kinds else osmium.osm.NOTHING)
+                           | (osmium.osm.WAY if "ways" in kinds else osmium.osm.NOTHING))
+    # Ways without a key of the layers (buildings, most of a real extract) go before their node locations
+    # are looked up: a third of the reading time of a town.
+    way_keys = KeyFilter(*LINE_KEYS, *AREA_KEYS).enable_for(osmium.osm.WAY)
+    node_keys = KeyFilter(*POI_KEYS).enable_for(osmium.osm.NODE)
+    read = osmium.osm.NODE | (osmium.osm.WAY if "ways" in kinds else osmium.osm.NOTHING) \
+        | (osmium.osm.RELATION if first_pass else osmium.osm.NOTHING)
+    with osmium.io.Reader(source, read, thread_pool=pool) as reader:
+        yield from osmium.OsmFileIterator(reader, way_keys, *locations, *first_pass, passing, node_keys)
+    if not first_pass:
+        return
     tagged = KeyFilter(*AREA_KEYS)
     built = osmium.BufferIterator(tagged)
-    locations = osmium.NodeLocationsForWays(osmium.index.create_map(index))
-    locations.ignore_errors()
     only_members = IdFilter(members.ways).enable_for(osmium.osm.WAY)
     members.ways = set()
-    assembler = manager.second_pass_to_buffer(built)
-    # To Python: the nodes of the layers, and the member ways (skipped there), so that the buffer drains.
-    nodes_and_ways = EntityFilter(osmium.osm.NODE | osmium.osm.WAY)
-    poi_nodes = KeyFilter(*POI_KEYS).enable_for(osmium.osm.NODE)
-    nodes_over = False
-    with osmium.io.Reader(source, osmium.osm.NODE | osmium.osm.WAY | osmium.osm.RELATION, thread_pool=pool) as reader:
-        for obj in osmium.OsmFileIterator(reader, locations, only_members, assembler, nodes_and_ways, poi_nodes):
-            if not obj.is_way():
-                yield obj
-            elif not nodes_over:  # the first member way: the nodes are over, their sources can end (None)
-                nodes_over = True
-                yield None
+    assembler, member_ways = manager.second_pass_to_buffer(built), EntityFilter(osmium.osm.WAY)
+    # The member ways come back to this loop (and are dropped), so that the areas' buffer drains as it fills.
+    with osmium.io.Reader(source, osmium.osm.WAY | osmium.osm.RELATION, thread_pool=pool) as reader:
+        for _ in osmium.OsmFileIterator(reader, only_members, *locations, assembler, member_ways):
             yield from built
     yield from built
 
@@ -342,15 +340,14 @@ class _Seen:
         return True
 
 
-Feature = tuple[str, str | None, int, dict[str, str], Any]  # kind, layer, OSM id, tags, geometry
-NODES_OVER: Feature = ("areas", None, 0, {}, None)  # no feature: the reader is past the nodes
+Feature = tuple[str, str, int, dict[str, str], Any]  # kind, layer, OSM id, tags, geometry
 
 
 def read_features(kinds: tuple[str, ...], path: Path, layers: dict[str, set[str]], index: str,
                   geometries: Geometries, seen: _Seen, report: PbfReport,
                   bbox: tuple[float, float, float, float] | None) -> Iterator[Feature]:
     """The features one reader takes from one extract (`layers`: kind -> layers wanted), in the order osmium
-    hands them over: nodes, then ways (relation areas: their own reader). RuntimeError when osmium cannot
+    hands them over: nodes (their own reader), or ways then relation areas. RuntimeError when osmium cannot
     read the extract to its end. (The loop runs once per object of a US extract that passes the C++
     filter: no call or wrapper it can do without.)"""
     import osmium
@@ -358,10 +355,7 @@ def read_features(kinds: tuple[str, ...], path: Path, layers: dict[str, set[str]
     first_time = seen.first_time if seen.sets else None
     whole = {kind: set(KIND_LAYERS[kind]) <= layers.get(kind, set()) for kind in KINDS}
     features = Counter()
-    for obj in _objects(kinds, path, index, report):
-        if obj is None:
-            yield NODES_OVER
-            continue
+    for obj in _objects(tuple(kind for kind in kinds if layers.get(kind)), path, index, report):
         tags = _tags(obj)
         kind, osm_id, osm_type, wanted = _classify(obj, tags)
         if not whole[kind]:
@@ -407,9 +401,11 @@ def _reason(obj: Any, error: Exception) -> str:
 
 # --- one reader: what it does with its features -----------------------------------------------------------
 
-# The reader processes and the kinds each reads, about equal work on real and on synthetic data. Nodes come
-# first in a PBF file and relation areas are complete only once their ways are read, so the second reader
-# ends its nodes sources of an extract before its first area, in the order the writers take them.
+# The reader processes and the kinds each reads, about equal work on real and on synthetic data. Ways and
+# relation areas both need node locations, so each of the two keeps an index of its own (one reader for both,
+# the other reading only nodes, read less in all but left that one idle: town 0.75x of osm2pgsql against
+# 0.84x). A relation area is complete only after its ways, so the second reader ends its nodes sources of an
+# extract before its first area, in the order the writers take them.
 READERS = (("ways",), ("nodes", "areas"))
 
 
@@ -476,12 +472,10 @@ def _pack_features(features: Iterator[Feature], batchers: dict, packers: dict,
 
     current = None
     for kind, layer, osm_id, tags, geometry in features:
-        if kind != current:  # the nodes are over: their sources end here, before the ways'
+        if kind != current:  # the ways are over: their sources end here, before the areas'
             for earlier in KINDS[:KINDS.index(kind)]:
                 _end_sources(batchers, earlier, send)
             current = kind
-        if layer is None:
-            continue
         batcher = batchers[(kind, layer)]
         try:
             rows = rows_of(LAYER_BY_FOLDER[layer], osm_id, tags)
@@ -520,8 +514,6 @@ def _geojson_files(path: Path, layers: dict[str, set[str]], features: Iterator[F
             handles[source].write('{"type": "FeatureCollection", "features": [\n')
         separator = dict.fromkeys(targets, "")
         for kind, layer, osm_id, tags, geometry in features:
-            if layer is None:
-                continue
             handles[(kind, layer)].write(
                 f'{separator[(kind, layer)]}{{"type": "Feature", "geometry": {geometry}, "properties": '
                 f'{{"id": {osm_id}, "tagsMap": {json.dumps(tags, ensure_ascii=False)}}}}}')
@@ -588,7 +580,7 @@ class Readers:
         given = {plan.kinds: plan for plan in plans}
         for kinds in READERS:
             self.plans[kinds].put(given.get(kinds))
-        self.sizes = {kinds: max(PASSES[kind] for kind in kinds) * sum(path.stat().st_size for path, _ in plan.extracts)
+        self.sizes = {kinds: sum(_passes(layers) * path.stat().st_size for path, layers in plan.extracts)
                       for kinds, plan in given.items()}
         self.location_index = next((plan.index for plan in plans if plan.index), "")
 
@@ -617,6 +609,11 @@ class Readers:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _passes(layers: dict[str, set[str]]) -> int:
+    """Times a reader reads an extract: once, twice for relation areas (see _ways_and_relation_areas)."""
+    return 2 if layers.get("areas") else 1
 
 
 def _serve_reader(plans: Any, queues: dict[tuple[str, str], Any], reports: Any) -> None:
