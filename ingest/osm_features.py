@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import shapely
 import simdjson
-from shapely.geometry import shape
 
 from ingest.osm_rules import MISSING, BadFeature, Layer, Values, rows_of
+
+if TYPE_CHECKING:
+    import shapely
 
 COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 COPY_TRAILER = struct.pack(">h", -1)
@@ -113,6 +114,9 @@ def _plain(value: Any) -> Any:
 
 def shapely_wkb(geometry: Any) -> bytes:
     """The geometry as loader 1's `shape(geometry)` built it, as 2D WKB."""
+    import shapely  # here, not at the top: its import (with numpy's) is a sixth of `ingest osm FILE.pbf`'s start
+    from shapely.geometry import shape
+
     try:
         built = shape(geometry)
     except Exception as error:  # shapely raises many types for malformed GeoJSON: each is "not a geometry"
@@ -154,11 +158,15 @@ def _field(value: str | int, column: str) -> bytes:
 
 def envelope_overlaps(geometry: shapely.Geometry, bbox: tuple[float, float, float, float]) -> bool:
     """Does the geometry's envelope overlap the box (W, S, E, N)? Touching counts; an empty geometry does not."""
+    import shapely
+
     west, south, east, north = shapely.bounds(geometry)
     return west <= bbox[2] and east >= bbox[0] and south <= bbox[3] and north >= bbox[1]
 
 
 def overlaps(wkb: bytes, bbox: tuple[float, float, float, float]) -> bool:
+    import shapely
+
     return envelope_overlaps(shapely.from_wkb(wkb), bbox)
 
 

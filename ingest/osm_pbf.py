@@ -40,6 +40,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -156,7 +157,8 @@ def node_layers(tags: dict[str, str]) -> list[str]:
 
 
 def way_features(tags: dict[str, str], way: Any) -> list[tuple[str, str]]:
-    """(layer, shape) of each feature a way gives: "line", or "ring" (a Polygon of the closed way)."""
+    """(layer, shape) of each feature a way gives: "line", or "ring" (a Polygon of the closed way). `way`:
+    pyosmium's C++ object (see _tags)."""
     features = []
     closed = None
     if "highway" in tags:
@@ -172,7 +174,7 @@ def way_features(tags: dict[str, str], way: Any) -> list[tuple[str, str]]:
 
 def _closed(way: Any) -> bool:
     """A ring: first node = last node (by id), 4 or more nodes."""
-    return way.is_closed() and len(way.nodes) >= 4
+    return way.is_closed() and way.nodes().size(way) >= 4
 
 
 def area_layers(tags: dict[str, str]) -> list[str]:
@@ -240,17 +242,12 @@ def _overlaps(geometry: Any, bbox: tuple[float, float, float, float]) -> bool:
 # --- reading --------------------------------------------------------------------------------------------
 
 
-def _tags(obj: Any) -> dict[str, str]:
-    """The object's tags. pyosmium's TagList iterator builds a Python wrapper per tag (dict(obj.tags) is
-    about 10 us per object, most of a reader's time); its C++ accessors cost a sixth of that. They are
-    internal: pyosmium is pinned to 4.x, and the tests read tags of every kind through this."""
-    data = obj._pyosmium_data
-    cursor = data.tags_begin()
-    tags = {}
-    for _ in range(data.tags_size()):
-        tag = data.tags_next(cursor)
-        tags[tag.k] = tag.v
-    return tags
+def _tags(data: Any) -> dict[str, str]:
+    """The tags of an object's C++ data (`obj._pyosmium_data`). pyosmium's TagList iterator wraps each tag
+    in Python objects (dict(obj.tags) is about 10 us per object, most of a reader's time); its C++
+    accessors, mapped without a Python loop, cost a fifth of that. They are internal: pyosmium is pinned to
+    4.x, and the tests read tags of every kind through this."""
+    return dict(map(data.tags_next, repeat(data.tags_begin(), data.tags_size())))
 
 
 def location_index(paths: list[Path], work: Path, reader: str) -> str:
@@ -316,7 +313,7 @@ class _Members:
         self.ways: set[int] = set()
 
     def relation(self, relation: Any) -> None:
-        tags = _tags(relation)
+        tags = _tags(relation._pyosmium_data)
         if tags.get("type") in ("multipolygon", "boundary") and area_layers(tags):
             self.report.wanted_relations.add(relation.id)
             self.ways.update(member.ref for member in relation.members if member.type == "w")
@@ -352,12 +349,15 @@ def read_features(kinds: tuple[str, ...], path: Path, layers: dict[str, set[str]
     filter: no call or wrapper it can do without.)"""
     import osmium
 
+    kind_of_class = {osmium.osm.Node: "nodes", osmium.osm.Way: "ways", osmium.osm.Area: "areas"}
     first_time = seen.first_time if seen.sets else None
     whole = {kind: set(KIND_LAYERS[kind]) <= layers.get(kind, set()) for kind in KINDS}
     features = Counter()
     for obj in _objects(tuple(kind for kind in kinds if layers.get(kind)), path, index, report):
-        tags = _tags(obj)
-        kind, osm_id, osm_type, wanted = _classify(obj, tags)
+        data = obj._pyosmium_data
+        tags = _tags(data)
+        kind = kind_of_class[type(obj)]
+        osm_id, osm_type, wanted = _classify(kind, data, tags)
         if not whole[kind]:
             wanted = [(layer, shape) for layer, shape in wanted if layer in layers.get(kind, ())]
         if not wanted:
@@ -381,13 +381,13 @@ def read_features(kinds: tuple[str, ...], path: Path, layers: dict[str, set[str]
     report.features += features
 
 
-def _classify(obj: Any, tags: dict[str, str]) -> tuple[str, int, str, list[tuple[str, str]]]:
-    """kind, OSM id, OSM type, and the (layer, shape) of each feature the object gives."""
-    if obj.is_node():
-        return "nodes", obj.id, "node", [(layer, "point") for layer in node_layers(tags)]
-    if obj.is_way():
-        return "ways", obj.id, "way", way_features(tags, obj)
-    return "areas", obj.orig_id(), "relation", [(layer, "multi") for layer in area_layers(tags)]
+def _classify(kind: str, data: Any, tags: dict[str, str]) -> tuple[int, str, list[tuple[str, str]]]:
+    """OSM id, OSM type, and the (layer, shape) of each feature the object gives."""
+    if kind == "ways":
+        return data.id(), "way", way_features(tags, data)
+    if kind == "nodes":
+        return data.id(), "node", [(layer, "point") for layer in node_layers(tags)]
+    return data.orig_id(), "relation", [(layer, "multi") for layer in area_layers(tags)]
 
 
 def _reason(obj: Any, error: Exception) -> str:
