@@ -54,8 +54,9 @@ KINDS = ("nodes", "ways", "areas")
 KIND_LAYERS = {"nodes": ("pois", "parks"), "ways": ("roads", "lakes", "parks", "postal_codes"),
                "areas": ("lakes", "parks", "postal_codes")}  # areas: of relations; closed ways are ways
 POI_KEYS = ("tourism", "amenity", "leisure")
-LINE_KEYS = ("highway", "waterway")
 AREA_KEYS = ("natural", "waterway", "leisure", "boundary", "landuse")
+WAY_KEYS = {"roads": ("highway",), "lakes": ("waterway", "natural", "landuse"), "parks": ("leisure", "boundary"),
+            "postal_codes": ("boundary",)}  # a way without one of its layers' keys gives none of their features
 LAKE_NATURAL = frozenset({"water", "bay", "wetland"})
 PARK_BOUNDARIES = frozenset({"national_park", "protected_area"})
 REGION_BOUNDARIES = frozenset({"administrative", "postal_code"})
@@ -257,10 +258,10 @@ def location_index(paths: list[Path], work: Path, reader: str) -> str:
     return f"sparse_file_array,{work / f'node-locations-{reader}.bin'}"
 
 
-def _objects(kinds: tuple[str, ...], path: Path, index: str, report: PbfReport) -> Iterator[Any]:
-    """osmium reading one extract for one reader (`kinds`: what it produces from this extract), in the
-    order of the file: nodes, ways, then the areas osmium assembles from multipolygon and boundary
-    relations with area tags. C++ filters let only the objects of the layers through to Python. Ways and
+def _objects(layers: dict[str, set[str]], path: Path, index: str, report: PbfReport) -> Iterator[Any]:
+    """osmium reading one extract for one reader (`layers`: kind -> the layers it produces from this
+    extract), in the order of the file: nodes, ways, then the areas osmium assembles from multipolygon and
+    boundary relations with area tags. C++ filters let only the objects of the layers through to Python. Ways and
     areas need node locations; a node carries its own.
 
     Pass 1 reads the nodes (their locations), the ways, and hands the relations to the area manager's
@@ -274,6 +275,7 @@ def _objects(kinds: tuple[str, ...], path: Path, index: str, report: PbfReport) 
     from osmium.filter import EntityFilter, IdFilter, KeyFilter
 
     source = osmium.io.File(str(path), "pbf")  # the format from the content, whatever the name says
+    kinds = {kind for kind, wanted in layers.items() if wanted}
     pool, manager, members = osmium.io.ThreadPool(), AreaManager(), _Members(report)
     index_map = osmium.index.create_map(index) if "ways" in kinds or "areas" in kinds else None
     locations = [osmium.NodeLocationsForWays(index_map)] if index_map is not None else []
@@ -285,12 +287,13 @@ def _objects(kinds: tuple[str, ...], path: Path, index: str, report: PbfReport) 
                            | (osmium.osm.WAY if "ways" in kinds else osmium.osm.NOTHING))
     # Ways without a key of the layers (buildings, most of a real extract) go before their node locations
     # are looked up: a third of the reading time of a town.
-    way_keys = KeyFilter(*LINE_KEYS, *AREA_KEYS).enable_for(osmium.osm.WAY)
+    keys = sorted({key for layer in layers.get("ways", ()) for key in WAY_KEYS[layer]})
+    way_keys = [KeyFilter(*keys).enable_for(osmium.osm.WAY)] if keys else []  # no ways read without keys
     node_keys = KeyFilter(*POI_KEYS).enable_for(osmium.osm.NODE)
     read = osmium.osm.NODE | (osmium.osm.WAY if "ways" in kinds else osmium.osm.NOTHING) \
         | (osmium.osm.RELATION if first_pass else osmium.osm.NOTHING)
     with osmium.io.Reader(source, read, thread_pool=pool) as reader:
-        yield from osmium.OsmFileIterator(reader, way_keys, *locations, *first_pass, passing, node_keys)
+        yield from osmium.OsmFileIterator(reader, *way_keys, *locations, *first_pass, passing, node_keys)
     if not first_pass:
         return
     tagged = KeyFilter(*AREA_KEYS)
@@ -340,11 +343,10 @@ class _Seen:
 Feature = tuple[str, str, int, dict[str, str], Any]  # kind, layer, OSM id, tags, geometry
 
 
-def read_features(kinds: tuple[str, ...], path: Path, layers: dict[str, set[str]], index: str,
-                  geometries: Geometries, seen: _Seen, report: PbfReport,
-                  bbox: tuple[float, float, float, float] | None) -> Iterator[Feature]:
+def read_features(path: Path, layers: dict[str, set[str]], index: str, geometries: Geometries, seen: _Seen,
+                  report: PbfReport, bbox: tuple[float, float, float, float] | None) -> Iterator[Feature]:
     """The features one reader takes from one extract (`layers`: kind -> layers wanted), in the order osmium
-    hands them over: nodes (their own reader), or ways then relation areas. RuntimeError when osmium cannot
+    hands them over: nodes, ways, then relation areas. RuntimeError when osmium cannot
     read the extract to its end. (The loop runs once per object of a US extract that passes the C++
     filter: no call or wrapper it can do without.)"""
     import osmium
@@ -353,7 +355,7 @@ def read_features(kinds: tuple[str, ...], path: Path, layers: dict[str, set[str]
     first_time = seen.first_time if seen.sets else None
     whole = {kind: set(KIND_LAYERS[kind]) <= layers.get(kind, set()) for kind in KINDS}
     features = Counter()
-    for obj in _objects(tuple(kind for kind in kinds if layers.get(kind)), path, index, report):
+    for obj in _objects(layers, path, index, report):
         data = obj._pyosmium_data
         tags = _tags(data)
         kind = kind_of_class[type(obj)]
@@ -401,27 +403,24 @@ def _reason(obj: Any, error: Exception) -> str:
 
 # --- one reader: what it does with its features -----------------------------------------------------------
 
-# The reader processes and the kinds each reads, about equal work on real and on synthetic data. Ways and
-# relation areas both need node locations, so each of the two keeps an index of its own (one reader for both,
-# the other reading only nodes, read less in all but left that one idle: town 0.75x of osm2pgsql against
-# 0.84x). A relation area is complete only after its ways, so the second reader ends its nodes sources of an
-# extract before its first area, in the order the writers take them.
-READERS = (("ways",), ("nodes", "areas"))
+# The reader processes: name -> the layers each produces per kind, about equal work on real and on synthetic
+# data. Ways and relation areas both need node locations, so each of the two keeps an index of its own (one
+# reader for both, the other reading only nodes, read less in all but left that one idle: town 0.75x of
+# osm2pgsql against 0.84x); the lakes' ways go to the second for balance. Each reader produces its sources in
+# name order (an extract's nodes, then its ways, then its areas), as the writers take them.
+READERS = {"ways": {"ways": ("roads", "parks", "postal_codes")},
+           "nodes+areas": {"nodes": ("pois", "parks"), "ways": ("lakes",), "areas": ("lakes", "parks", "postal_codes")}}
 
 
 @dataclass(frozen=True)
 class ReadPlan:
     """One reader's work: per extract (in source name order) the layers to produce per kind."""
 
-    kinds: tuple[str, ...]
+    name: str  # in READERS
     extracts: list[tuple[Path, dict[str, set[str]]]]
     index: str
     bbox: tuple[float, float, float, float] | None
     several: bool  # more than one extract in the run: keep ids to skip duplicates
-
-    @property
-    def name(self) -> str:
-        return "+".join(self.kinds)
 
 
 def extract_order(paths: list[Path]) -> list[Path]:
@@ -433,17 +432,15 @@ def reader_plans(paths: list[Path], wanted: dict[str, set[str]], work: Path,
                  bbox: tuple[float, float, float, float] | None) -> list[ReadPlan]:
     """`wanted`: layer -> the source names to produce. A reader with nothing to produce is not started."""
     plans = []
-    for kinds in READERS:
+    for reader, produced in READERS.items():
         extracts = []
         for path in extract_order(paths):
-            layers = {kind: {layer for layer in KIND_LAYERS[kind] if source_name(path, kind) in wanted.get(layer, ())}
-                      for kind in kinds}
+            layers = {kind: {layer for layer in kind_layers if source_name(path, kind) in wanted.get(layer, ())}
+                      for kind, kind_layers in produced.items()}
             if any(layers.values()):
                 extracts.append((path, layers))
         if extracts:
-            reader = "+".join(kinds)
-            index = location_index(paths, work, reader)
-            plans.append(ReadPlan(kinds, extracts, index, bbox, len(paths) > 1))
+            plans.append(ReadPlan(reader, extracts, location_index(paths, work, reader), bbox, len(paths) > 1))
     return plans
 
 
@@ -538,8 +535,7 @@ def run_reader(plan: ReadPlan, deliver: Callable[[Path, dict[str, set[str]], Ite
     failures = []
     for path, layers in plan.extracts:
         try:
-            deliver(path, layers, read_features(plan.kinds, path, layers, plan.index, geometries, seen, report,
-                                                plan.bbox))
+            deliver(path, layers, read_features(path, layers, plan.index, geometries, seen, report, plan.bbox))
         except RuntimeError as error:
             failures.append(unreadable(path, error))
     if plan.index.startswith("sparse_file_array,"):
@@ -565,23 +561,22 @@ class Readers:
         context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
         self.queues = {(kind, layer): context.Queue(maxsize=QUEUE_BATCHES)
                        for kind in KINDS for layer in KIND_LAYERS[kind]}
-        self.plans = {kinds: context.Queue() for kinds in READERS}
+        self.plans = {reader: context.Queue() for reader in READERS}
         self.reports: Any = context.Queue()
-        self.processes = {kinds: context.Process(target=_serve_reader, daemon=True,
-                                                 name=f"ingest-osm-{'+'.join(kinds)}",
-                                                 args=(self.plans[kinds], self.queues, self.reports))
-                          for kinds in READERS}
+        self.processes = {reader: context.Process(target=_serve_reader, daemon=True, name=f"ingest-osm-{reader}",
+                                                  args=(self.plans[reader], self.queues, self.reports))
+                          for reader in READERS}
         for process in self.processes.values():
             process.start()
-        self.sizes: dict[tuple[str, ...], int] = {}  # reader -> bytes it will read
+        self.sizes: dict[str, int] = {}  # reader -> bytes it will read
         self.location_index = ""
 
     def start(self, plans: list[ReadPlan]) -> None:
-        given = {plan.kinds: plan for plan in plans}
-        for kinds in READERS:
-            self.plans[kinds].put(given.get(kinds))
-        self.sizes = {kinds: sum(_passes(layers) * path.stat().st_size for path, layers in plan.extracts)
-                      for kinds, plan in given.items()}
+        given = {plan.name: plan for plan in plans}
+        for reader in READERS:
+            self.plans[reader].put(given.get(reader))
+        self.sizes = {reader: sum(_passes(layers) * path.stat().st_size for path, layers in plan.extracts)
+                      for reader, plan in given.items()}
         self.location_index = next((plan.index for plan in plans if plan.index), "")
 
     def stream(self, name: str, layer: str) -> Any:
@@ -632,8 +627,8 @@ def _serve_reader(plans: Any, queues: dict[tuple[str, str], Any], reports: Any) 
         report, _ = run_reader(plan, lambda path, layers, features: _copy_rows(path, layers, features, send),
                                geojson=False)
     except Exception as error:  # a bug: tell the writers rather than leave them waiting
-        for kind in plan.kinds:
-            for layer in KIND_LAYERS[kind]:
+        for kind, layers in READERS[plan.name].items():
+            for layer in layers:
                 send(kind, layer, ("crashed", f"{type(error).__name__}: {error} (in the {plan.name} reader)"))
         raise
     reports.put(report)
