@@ -69,7 +69,8 @@ def init(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
 @app.command()
 def finalize(dsn: DsnOption = None) -> None:
     """Build the post-load GiST indexes on the five vector tables and ANALYZE them
-    (sql/40_post_load_indexes.sql). Safe to rerun: existing indexes are kept.
+    (sql/40_post_load_indexes.sql), as many tables at once as the machine has cores. Safe to rerun:
+    existing indexes are kept.
 
     Example: ingest finalize
 

@@ -8,6 +8,8 @@ is a conflict that is reported, never altered.
 from __future__ import annotations
 
 import os
+import queue
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -186,11 +188,39 @@ def _apply_grants(conn: psycopg.Connection) -> None:
     run_sql_file(conn, "30_reader_grants.sql")
 
 
-def finalize(dsn: str | None) -> None:
-    """Post-load work on the vector tables: GiST indexes and ANALYZE (sql/40_post_load_indexes.sql)."""
+def finalize(dsn: str | None, workers: int | None = None) -> None:
+    """Post-load work on the vector tables: GiST indexes and ANALYZE (sql/40_post_load_indexes.sql), each
+    line of the file (one table) on the next free of `workers` connections (default: one per core)."""
     with connect(dsn, autocommit=True) as conn:
         missing = [table.fullname for table in schema.REFERENCE_TABLES if not relation_exists(conn, table.fullname)]
         if missing:
             raise GsqaError(f"table {missing[0]} does not exist in {where(conn)}: run `ingest init` first, "
                             "then the load stages")
-        run_sql_file(conn, "40_post_load_indexes.sql")
+    lines = [line for line in (sql_dir() / "40_post_load_indexes.sql").read_text().splitlines()
+             if line.strip() and not line.startswith("--")]
+    pending: queue.SimpleQueue[str] = queue.SimpleQueue()
+    for line in lines:
+        pending.put(line)
+    connections = [connect(dsn, autocommit=True) for _ in range(min(len(lines), workers or os.cpu_count() or 1))]
+    try:
+        with ThreadPoolExecutor(len(connections), thread_name_prefix="ingest-finalize") as threads:
+            futures = [threads.submit(_run_pending, conn, pending) for conn in connections]
+            try:
+                for future in futures:
+                    future.result()
+            except BaseException:  # Ctrl-C or a failed statement: the other connections stop too
+                for conn in connections:
+                    conn.cancel_safe()
+                raise
+    finally:
+        for conn in connections:
+            conn.close()
+
+
+def _run_pending(conn: psycopg.Connection, pending: queue.SimpleQueue[str]) -> None:
+    while True:
+        try:
+            statements = pending.get_nowait()
+        except queue.Empty:
+            return
+        conn.execute(statements)

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import re
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
 from conftest import DATA
+from load_helpers import end_sessions
 
 from ingest import schema
 from ingest.errors import SchemaConflict
-from ingest.initdb import initialize, table_columns
+from ingest.initdb import finalize, initialize, table_columns
 
 SPEC = DATA / "reference-ddl.md"
 REFERENCE_TABLE_NAMES = ["pois", "roads", "parks", "lakes", "regions", "dem_us"]
@@ -93,3 +96,43 @@ def test_conflicting_table_is_refused_and_nothing_is_created(fresh_dsn: str) -> 
     with psycopg.connect(fresh_dsn) as conn:
         assert conn.execute("SELECT to_regclass('public.roads')").fetchone()[0] is None
         assert conn.execute("SELECT count(*) FROM pg_extension WHERE extname = 'postgis'").fetchone()[0] == 0
+
+
+GIX = {f"{table}_geometry_gix" for table in ["pois", "roads", "parks", "lakes", "regions"]}
+PAUSE_ROADS_INDEX = [
+    "CREATE FUNCTION public.test_pause() RETURNS event_trigger LANGUAGE plpgsql AS $$ BEGIN IF EXISTS (SELECT FROM "
+    "pg_event_trigger_ddl_commands() WHERE object_identity LIKE '%roads_geometry_gix') THEN PERFORM pg_sleep(600); "
+    "END IF; END $$",
+    "CREATE EVENT TRIGGER test_pause ON ddl_command_end WHEN TAG IN ('CREATE INDEX') "
+    "EXECUTE FUNCTION public.test_pause()",
+]
+
+
+def _indexes(dsn: str) -> set[str]:
+    with psycopg.connect(dsn) as conn:
+        return {row[0] for row in conn.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%_gix'")}
+
+
+def test_finalize_builds_the_other_tables_while_one_is_slow(initialized_dsn: str) -> None:
+    """One table per connection at a time: while the roads index hangs, the other four are built and
+    analyzed; the failure of the one stops finalize, and a rerun adds what is missing."""
+    with psycopg.connect(initialized_dsn, autocommit=True) as conn:
+        for statement in PAUSE_ROADS_INDEX:
+            conn.execute(statement)
+    with ThreadPoolExecutor(1) as runner:
+        finalizing = runner.submit(finalize, initialized_dsn, 2)
+        deadline = time.monotonic() + 60
+        while _indexes(initialized_dsn) != GIX - {"roads_geometry_gix"} and time.monotonic() < deadline:
+            time.sleep(0.05)
+        built_meanwhile = _indexes(initialized_dsn)
+        end_sessions(initialized_dsn)  # the hanging roads build
+        with pytest.raises(psycopg.OperationalError):
+            finalizing.result(timeout=60)
+    assert built_meanwhile == GIX - {"roads_geometry_gix"}
+    with psycopg.connect(initialized_dsn, autocommit=True) as conn:
+        conn.execute("DROP EVENT TRIGGER test_pause")
+        conn.execute("DROP FUNCTION public.test_pause()")
+        assert conn.execute("SELECT count(*) FROM pg_stat_user_tables WHERE relname = 'lakes' "
+                            "AND last_analyze IS NOT NULL").fetchone()[0] == 1
+    finalize(initialized_dsn)
+    assert _indexes(initialized_dsn) == GIX
