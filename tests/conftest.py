@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +29,14 @@ HOW_TO_START = (
     "PGUSER, as a role that may create databases, extensions and roles. Or run `make db` and export "
     "DATABASE_URL=postgresql://postgres:gsqa@127.0.0.1:55432/postgres."
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The Ctrl-C tests press Ctrl-C as at a terminal. A run started in the background by a non-interactive
+    shell (`make test &` in a script) inherits SIGINT ignored, and so would every command the tests start:
+    they would never see the signal. Handled here, the commands start with it at its default again."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _admin_connect(dsn: str) -> psycopg.Connection:
