@@ -261,8 +261,8 @@ def location_index(paths: list[Path], work: Path, reader: str) -> str:
 def _objects(layers: dict[str, set[str]], path: Path, index: str, report: PbfReport) -> Iterator[Any]:
     """osmium reading one extract for one reader (`layers`: kind -> the layers it produces from this
     extract), in the order of the file: nodes, ways, then the areas osmium assembles from multipolygon and
-    boundary relations with area tags. C++ filters let only the objects of the layers through to Python. Ways and
-    areas need node locations; a node carries its own.
+    boundary relations with area tags. C++ filters let only the objects of the layers through to Python.
+    Ways and areas need node locations; a node carries its own.
 
     Pass 1 reads the nodes (their locations), the ways, and hands the relations to the area manager's
     first pass (their member ways); for areas, pass 2 reads the ways and relations again for the

@@ -163,6 +163,13 @@ def test_a_layer_loaded_earlier_is_not_read_again(new_database, tmp_path: Path) 
     assert rest["layers"]["parks"]["loaded"] and set(rest["pbf"]["features"]) <= {"parks", "lakes", "postal_codes"}
 
 
+def test_every_source_has_exactly_one_reader() -> None:
+    produced = [(kind, layer) for kinds in osm_pbf.READERS.values() for kind, layers in kinds.items()
+                for layer in layers]
+    assert sorted(produced) == sorted((kind, layer) for kind, layers in osm_pbf.KIND_LAYERS.items()
+                                      for layer in layers)
+
+
 KILL_ON_LOG = """
 CREATE FUNCTION public.test_pause() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
     IF NEW.target_table = 'public.lakes' THEN PERFORM pg_sleep(600); END IF; RETURN NEW; END $$;
