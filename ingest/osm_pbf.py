@@ -60,8 +60,8 @@ WAY_KEYS = {"roads": ("highway",), "lakes": ("waterway", "natural", "landuse"), 
 LAKE_NATURAL = frozenset({"water", "bay", "wetland"})
 PARK_BOUNDARIES = frozenset({"national_park", "protected_area"})
 REGION_BOUNDARIES = frozenset({"administrative", "postal_code"})
-# Input bytes above which node locations go to a file, not RAM. Two readers (ways, areas) keep an index
-# each: flex_mem takes about 16 bytes per node, so 1 GiB of PBF (about 130 M nodes) costs 2 x 2 GB.
+# Input bytes above which node locations go to one file, not RAM. Below it two readers keep an index each:
+# flex_mem takes about 16 bytes per node, so 1 GiB of PBF (about 130 M nodes) costs 2 x 2 GB.
 IN_MEMORY_LIMIT = 1024**3
 LISTED_BROKEN = 50
 RULES_VERSION = 3  # raise when the rules change: sources loaded under other rules are loaded again
@@ -251,9 +251,13 @@ def _tags(data: Any) -> dict[str, str]:
     return dict(map(data.tags_next, repeat(data.tags_begin(), data.tags_size())))
 
 
+def locations_on_disk(paths: list[Path]) -> bool:
+    return sum(path.stat().st_size for path in paths) > IN_MEMORY_LIMIT
+
+
 def location_index(paths: list[Path], work: Path, reader: str) -> str:
     """In memory for small inputs; on disk (a sparse file array, 16 bytes per node) for large ones."""
-    if sum(path.stat().st_size for path in paths) <= IN_MEMORY_LIMIT:
+    if not locations_on_disk(paths):
         return "flex_mem"
     return f"sparse_file_array,{work / f'node-locations-{reader}.bin'}"
 
@@ -410,13 +414,19 @@ def _reason(obj: Any, error: Exception) -> str:
 # name order (an extract's nodes, then its ways, then its areas), as the writers take them.
 READERS = {"ways": {"ways": ("roads", "parks", "postal_codes")},
            "nodes+areas": {"nodes": ("pois", "parks"), "ways": ("lakes",), "areas": ("lakes", "parks", "postal_codes")}}
+# With node locations on disk (large inputs: a file of 16 bytes per node, about 24 GB for the US), one reader
+# takes every kind that needs them: one such file instead of two, sorted and searched once, next to the page
+# cache PostgreSQL needs; the other reader is lighter then.
+READERS_ON_DISK = {"ways+areas": {"ways": KIND_LAYERS["ways"], "areas": KIND_LAYERS["areas"]},
+                   "nodes": {"nodes": KIND_LAYERS["nodes"]}}
 
 
 @dataclass(frozen=True)
 class ReadPlan:
     """One reader's work: per extract (in source name order) the layers to produce per kind."""
 
-    name: str  # in READERS
+    name: str  # in READERS or READERS_ON_DISK
+    produces: dict[str, tuple[str, ...]]  # kind -> layers, its entry there
     extracts: list[tuple[Path, dict[str, set[str]]]]
     index: str
     bbox: tuple[float, float, float, float] | None
@@ -432,7 +442,7 @@ def reader_plans(paths: list[Path], wanted: dict[str, set[str]], work: Path,
                  bbox: tuple[float, float, float, float] | None) -> list[ReadPlan]:
     """`wanted`: layer -> the source names to produce. A reader with nothing to produce is not started."""
     plans = []
-    for reader, produced in READERS.items():
+    for reader, produced in (READERS_ON_DISK if locations_on_disk(paths) else READERS).items():
         extracts = []
         for path in extract_order(paths):
             layers = {kind: {layer for layer in kind_layers if source_name(path, kind) in wanted.get(layer, ())}
@@ -440,7 +450,8 @@ def reader_plans(paths: list[Path], wanted: dict[str, set[str]], work: Path,
             if any(layers.values()):
                 extracts.append((path, layers))
         if extracts:
-            plans.append(ReadPlan(reader, extracts, location_index(paths, work, reader), bbox, len(paths) > 1))
+            plans.append(ReadPlan(reader, produced, extracts, location_index(paths, work, reader), bbox,
+                                  len(paths) > 1))
     return plans
 
 
@@ -551,9 +562,10 @@ def unreadable(path: Path, error: Exception) -> str:
 
 
 class Readers:
-    """The reader processes of a direct load (READERS), forked (Linux) before the loader opens any
-    connection and told their ReadPlan once the load is planned; they die with the loader. Per (kind,
-    layer) a bounded queue of JobStream messages, one source after the other; their reports at the end."""
+    """The reader processes of a direct load (two: READERS or READERS_ON_DISK), forked (Linux) before the
+    loader opens any connection and told their ReadPlan once the load is planned; they die with the loader.
+    Per (kind, layer) a bounded queue of JobStream messages, one source after the other; their reports at
+    the end."""
 
     def __init__(self) -> None:
         import multiprocessing
@@ -561,22 +573,23 @@ class Readers:
         context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
         self.queues = {(kind, layer): context.Queue(maxsize=QUEUE_BATCHES)
                        for kind in KINDS for layer in KIND_LAYERS[kind]}
-        self.plans = {reader: context.Queue() for reader in READERS}
+        self.plans = [context.Queue() for _ in range(max(len(READERS), len(READERS_ON_DISK)))]
         self.reports: Any = context.Queue()
-        self.processes = {reader: context.Process(target=_serve_reader, daemon=True, name=f"ingest-osm-{reader}",
-                                                  args=(self.plans[reader], self.queues, self.reports))
-                          for reader in READERS}
-        for process in self.processes.values():
+        self.processes = [context.Process(target=_serve_reader, daemon=True, name=f"ingest-osm-reader-{number}",
+                                          args=(plans, self.queues, self.reports))
+                          for number, plans in enumerate(self.plans, start=1)]
+        for process in self.processes:
             process.start()
         self.sizes: dict[str, int] = {}  # reader -> bytes it will read
+        self.pids: dict[str, int | None] = {}  # reader -> its process
         self.location_index = ""
 
     def start(self, plans: list[ReadPlan]) -> None:
-        given = {plan.name: plan for plan in plans}
-        for reader in READERS:
-            self.plans[reader].put(given.get(reader))
-        self.sizes = {reader: sum(_passes(layers) * path.stat().st_size for path, layers in plan.extracts)
-                      for reader, plan in given.items()}
+        for number, queue in enumerate(self.plans):
+            queue.put(plans[number] if number < len(plans) else None)
+        self.sizes = {plan.name: sum(_passes(layers) * path.stat().st_size for path, layers in plan.extracts)
+                      for plan in plans}
+        self.pids = {plan.name: process.pid for plan, process in zip(plans, self.processes, strict=False)}
         self.location_index = next((plan.index for plan in plans if plan.index), "")
 
     def stream(self, name: str, layer: str) -> Any:
@@ -594,9 +607,9 @@ class Readers:
         return merged
 
     def close(self) -> None:
-        for process in self.processes.values():
+        for process in self.processes:
             process.terminate()  # a reader may be blocked on a full queue; nothing of its persists
-        for process in self.processes.values():
+        for process in self.processes:
             process.join()
 
     def __enter__(self) -> Readers:
@@ -627,7 +640,7 @@ def _serve_reader(plans: Any, queues: dict[tuple[str, str], Any], reports: Any) 
         report, _ = run_reader(plan, lambda path, layers, features: _copy_rows(path, layers, features, send),
                                geojson=False)
     except Exception as error:  # a bug: tell the writers rather than leave them waiting
-        for kind, layers in READERS[plan.name].items():
+        for kind, layers in plan.produces.items():
             for layer in layers:
                 send(kind, layer, ("crashed", f"{type(error).__name__}: {error} (in the {plan.name} reader)"))
         raise
@@ -666,7 +679,7 @@ class ReadProgress:
         read = dict.fromkeys(self.readers.sizes, 0)
         while not self.stop.wait(0.5):
             for reader, limit in self.readers.sizes.items():
-                read[reader] = max(read[reader], min(limit, _bytes_read(self.readers.processes[reader].pid)))
+                read[reader] = max(read[reader], min(limit, _bytes_read(self.readers.pids[reader])))
             self.bar.update(sum(read.values()) - self.bar.n)
 
 
@@ -685,7 +698,7 @@ def _bytes_read(pid: int | None) -> int:
 def export(paths: list[Path], folder: Path, bbox: tuple[float, float, float, float] | None = None,
            progress: bool = True) -> PbfReport:
     """--export-geojson: write the osmx-style layers (`<layer>/<source name>`, one feature per line) to
-    `folder`, the readers (READERS) at the same time."""
+    `folder`, the readers (reader_plans) at the same time."""
     started = time.monotonic()
     check_inputs(paths, bbox)
     folder.mkdir(parents=True, exist_ok=True)

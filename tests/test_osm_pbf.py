@@ -18,6 +18,7 @@ from load_helpers import end_sessions, paused, wait_for
 from loader1 import table_rows
 
 from ingest import osm_pbf
+from ingest.osm import load_pbf
 
 BIN = Path(sys.executable).parent
 TABLES = ["pois", "roads", "parks", "lakes", "regions"]
@@ -163,11 +164,25 @@ def test_a_layer_loaded_earlier_is_not_read_again(new_database, tmp_path: Path) 
     assert rest["layers"]["parks"]["loaded"] and set(rest["pbf"]["features"]) <= {"parks", "lakes", "postal_codes"}
 
 
-def test_every_source_has_exactly_one_reader() -> None:
-    produced = [(kind, layer) for kinds in osm_pbf.READERS.values() for kind, layers in kinds.items()
-                for layer in layers]
+@pytest.mark.parametrize("readers", [osm_pbf.READERS, osm_pbf.READERS_ON_DISK])
+def test_every_source_has_exactly_one_reader(readers: dict) -> None:
+    produced = [(kind, layer) for kinds in readers.values() for kind, layers in kinds.items() for layer in layers]
     assert sorted(produced) == sorted((kind, layer) for kind, layers in osm_pbf.KIND_LAYERS.items()
                                       for layer in layers)
+
+
+def test_node_locations_on_disk_load_the_same_rows(new_database, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above IN_MEMORY_LIMIT one reader keeps the node locations, in one file, removed at the end."""
+    extract = shutil.copy(DATA / "osm" / "monaco.osm.pbf", tmp_path)
+    in_memory, on_disk = new_database("pbf_in_memory", initialized=True), new_database("pbf_on_disk", initialized=True)
+    assert ingest("osm", str(extract), "--dsn", in_memory).returncode == 1  # cut relations, as above
+    monkeypatch.setattr(osm_pbf, "IN_MEMORY_LIMIT", 0)
+    _, read = load_pbf([Path(extract)], on_disk, progress=False, work=tmp_path)
+    assert read.location_index == f"sparse_file_array,{tmp_path / 'node-locations-ways+areas.bin'}"
+    assert not list(tmp_path.glob("node-locations-*"))
+    for table in TABLES:
+        assert table_rows(in_memory, f"public.{table}") == table_rows(on_disk, f"public.{table}"), table
 
 
 KILL_ON_LOG = """
@@ -227,7 +242,7 @@ def test_node_locations_on_disk_for_large_inputs(tmp_path: Path, monkeypatch: py
     report = osm_pbf.export([source], tmp_path / "layers", progress=False)
     assert report.location_index.startswith("sparse_file_array,")
     assert sorted(by_id(tmp_path / "layers", "roads")) == [20, 21]
-    assert not (tmp_path / "layers" / "node-locations.bin").exists()  # removed after the export
+    assert not list((tmp_path / "layers").glob("node-locations-*"))  # removed after the export
 
 
 @pytest.mark.parametrize("content, expected", [
