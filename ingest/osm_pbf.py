@@ -428,7 +428,7 @@ class ReadPlan:
     name: str  # in READERS or READERS_ON_DISK
     produces: dict[str, tuple[str, ...]]  # kind -> layers, its entry there
     extracts: list[tuple[Path, dict[str, set[str]]]]
-    index: str
+    index: str  # of the node locations; "" for a reader that needs none
     bbox: tuple[float, float, float, float] | None
     several: bool  # more than one extract in the run: keep ids to skip duplicates
 
@@ -450,8 +450,8 @@ def reader_plans(paths: list[Path], wanted: dict[str, set[str]], work: Path,
             if any(layers.values()):
                 extracts.append((path, layers))
         if extracts:
-            plans.append(ReadPlan(reader, produced, extracts, location_index(paths, work, reader), bbox,
-                                  len(paths) > 1))
+            index = location_index(paths, work, reader) if {"ways", "areas"} & set(produced) else ""
+            plans.append(ReadPlan(reader, produced, extracts, index, bbox, len(paths) > 1))
     return plans
 
 
@@ -620,7 +620,7 @@ class Readers:
 
 
 def _passes(layers: dict[str, set[str]]) -> int:
-    """Times a reader reads an extract: once, twice for relation areas (see _ways_and_relation_areas)."""
+    """Times a reader reads an extract: once, twice for relation areas (see _objects)."""
     return 2 if layers.get("areas") else 1
 
 
