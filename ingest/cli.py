@@ -166,9 +166,9 @@ def dem_command(
     paths: Annotated[list[Path], typer.Argument(help="GeoTIFF files, or directories of *.tif files.",
                                                 show_default=False)],
     table: Annotated[str, typer.Option(metavar="TABLE", help="Raster table to load.")] = schema.dem_us.fullname,
-    workers: Annotated[int | None, typer.Option(metavar="N",
-                                                min=1, help="Encoder processes [default: number of cores].",
-                                                show_default=False)] = None,
+    workers: Annotated[int | None, typer.Option(
+        metavar="N", min=1, help="Stager processes, each with its own connection [default: number of cores].",
+        show_default=False)] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Drop the table and its load log first.")] = False,
     compression: Annotated[str, typer.Option(metavar="lz4|pglz", help="TOAST compression of rast: lz4 (fast) or pglz "
                                              "(raster2pgsql's, smaller, about 3x slower to load).")] = "lz4",

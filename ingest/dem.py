@@ -4,10 +4,13 @@ The table comes out identical to raster2pgsql's for the same files in sorted nam
 (dem_tiles.py), rid = position among the tiles written, heap order = rid order, the same raster
 constraints (raster_constraints.py), index and VACUUM ANALYZE. What differs is how it gets there:
 
-- encoder processes read and encode files in parallel while one connection streams their tiles, file
-  after file, as binary WKB through COPY (_COPY_ROUTE): a single writer keeps the heap in rid order;
+- stager processes read, encode and store files in parallel, each over its own connection into an
+  UNLOGGED staging table per file, where their backends build and compress the rasters (dem_workers.py);
+  one writer connection appends the staged files to the table in name order (_append_stage), taking the
+  compressed values over as they are: a single writer keeps the heap in rid order, and the stagers keep
+  both cores busy;
 - `rast` is stored with lz4 TOAST compression (or pglz, as raster2pgsql, with --compression pglz):
-  about 3x faster to load, about 45 % more disk on synthetic terrain; pixels and query results are the
+  about 3x faster to load, about 25-45 % more disk on synthetic terrain; pixels and query results are the
   same (docs/PERFORMANCE.md);
 - the raster constraints and the GiST index exist before the tiles arrive, so PostgreSQL checks each
   tile in memory while it is inserted instead of re-reading the whole table afterwards;
@@ -17,6 +20,7 @@ constraints (raster_constraints.py), index and VACUUM ANALYZE. What differs is h
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import time
@@ -30,9 +34,9 @@ from sqlalchemy import MetaData, Table
 from tqdm import tqdm
 
 from ingest import schema
-from ingest.db import connect, relation_exists
+from ingest.db import connect, relation_exists, resolve_dsn
 from ingest.dem_tiles import BadRaster, Grid, RasterFacts, read_facts
-from ingest.dem_workers import EncoderPool
+from ingest.dem_workers import Staged, StageJob, StagerPool
 from ingest.diskspace import check_room
 from ingest.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
 from ingest.initdb import create_table_sql, refuse_other_columns
@@ -48,6 +52,7 @@ from ingest.load_state import (
 )
 from ingest.ordered_pool import JobStream
 from ingest.raster_constraints import TileGrid, reconcile
+from ingest.schema import BOOKKEEPING_SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +106,14 @@ class Target:
     def index(self) -> sql.Identifier:
         return sql.Identifier(f"{self.name}_st_convexhull_idx")  # the name raster2pgsql -I gets
 
+    @property
+    def stage_prefix(self) -> str:
+        """Staging tables (gsqa schema) of this target's files: the prefix and the file's plan position."""
+        return f"dem_stage_{hashlib.md5(self.qualified.encode()).hexdigest()[:8]}_"
+
+    def stage(self, position: int) -> tuple[str, str]:
+        return BOOKKEEPING_SCHEMA, f"{self.stage_prefix}{position}"
+
 
 def discover(paths: Sequence[Path]) -> list[Path]:
     """GeoTIFF files named directly or found as *.tif in named directories, sorted by file name."""
@@ -135,8 +148,8 @@ def load_dem(
     report = DemLoadReport(table=target.qualified)
     inputs = discover(paths)
     workers = workers or os.cpu_count() or 1
-    # The encoders start first: forked before any dataset or connection is open (see dem_workers).
-    with EncoderPool(workers) as pool:
+    # The stagers start first: forked before any dataset or connection is open (see dem_workers).
+    with StagerPool(workers) as pool:
         facts = _read_headers(inputs, report)
         with connect(dsn, autocommit=True) as conn:
             lock_target(conn, "dem", target.qualified)
@@ -151,11 +164,17 @@ def load_dem(
             same = unchanged({name: (path, header.size) for name, (path, header) in facts.items()}, logged, workers)
             plan = plan_from_first_change(facts, same)
             if plan and check_disk:
-                _check_disk(conn, [facts[name] for name in plan], report)
-            streams = pool.streams([(facts[name][0], facts[name][1].grid) for name in plan])
+                _check_disk(conn, [facts[name] for name in plan], workers, report)
             _expect_files(conn, target, facts, logged, same)
-            _open_copy_route(conn, target)
-            _publish(conn, target, [facts[name][1] for name in plan], streams, same, report, progress)
+            _drop_stages(conn, target)  # left by an interrupted run
+            jobs = [StageJob(facts[name][0], facts[name][1].grid, target.stage(position), compression,
+                             resolve_dsn(dsn)) for position, name in enumerate(plan)]
+            try:
+                _publish(conn, target, [facts[name][1] for name in plan], pool.streams(jobs), same, report,
+                         progress)
+            finally:
+                pool.close()  # no stager may create a table after the cleanup
+                _drop_stages(conn, target, quietly=True)
             finish(conn, target)
     report.seconds = time.monotonic() - started
     return report
@@ -234,10 +253,13 @@ def _refuse_foreign_contents(conn: psycopg.Connection, target: Target, logged: d
     refuse_unknown_rows(target.qualified, rows, logged, inputs, "tiles", "dem")
 
 
-def _check_disk(conn: psycopg.Connection, files: list[tuple[Path, RasterFacts]], report: DemLoadReport) -> None:
+def _check_disk(conn: psycopg.Connection, files: list[tuple[Path, RasterFacts]], workers: int,
+                report: DemLoadReport) -> None:
     # Incompressible tiles (steep, noisy terrain) are stored at their raw size plus a few header bytes.
-    raw = sum(facts.grid.width * facts.grid.height * 2 for _, facts in files)
-    warning = check_room(conn, int(raw * 1.05), f"loading {len(files)} files")
+    raw = [facts.grid.width * facts.grid.height * 2 for _, facts in files]
+    # Each stager holds at most two staged files besides the one it stages (dem_workers.py).
+    staged = sum(sorted(raw, reverse=True)[:3 * workers])
+    warning = check_room(conn, int((sum(raw) + staged) * 1.05), f"loading {len(files)} files")
     if warning:
         report.warnings.append(warning)
         log.warning("warning: %s", warning)
@@ -267,21 +289,24 @@ def _publish(
     # A with block: the bar ends its line before an error message is printed, not at exit after it.
     with tqdm(total=len(plan), unit="file", desc=f"ingest dem -> {target.qualified}",
               disable=not (progress and plan)) as bar:
-        for facts, stream in zip(plan, streams, strict=True):
+        for position, (facts, stream) in enumerate(zip(plan, streams, strict=True)):
+            stage = sql.Identifier(*target.stage(position))
             if facts.name in unchanged and not rewriting:
                 report.unchanged.append(facts.name)
-            elif _write_file(conn, target, facts, stream, report, first_write=not rewriting):
+            elif _write_file(conn, target, facts, stream, stage, report, first_write=not rewriting):
                 rewriting = True
-            stream.drain()
+            stream.drain()  # the stager has committed (or given up on) the file's stage: drop it
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(stage))
             bar.update()
             bar.set_postfix_str(f"{report.tiles_written / (time.monotonic() - started):,.0f} tiles/s")
     report.unchanged += sorted(unchanged - {facts.name for facts in plan})
 
 
 def _write_file(conn: psycopg.Connection, target: Target, facts: RasterFacts, stream: JobStream,
-                report: DemLoadReport, *, first_write: bool) -> bool:
+                stage: sql.Identifier, report: DemLoadReport, *, first_write: bool) -> bool:
     """One transaction: (on the first write, drop this and every later file), the tiles, the log row."""
     try:
+        staged = _staged(stream)
         with conn.transaction():
             # The file and its load-log row commit together, so a commit lost in a server crash loses
             # both and the rerun loads the file again: no need to wait for each commit's WAL flush.
@@ -289,17 +314,24 @@ def _write_file(conn: psycopg.Connection, target: Target, facts: RasterFacts, st
             if first_write:
                 _forget_from(conn, target, facts.name)
             _plug_free_space(conn, target)
-            tiles = _copy_tiles(conn, target, facts, stream)
-            _log_file(conn, target, facts, stream, tiles)
-    except BadRaster as error:  # the encoder could not read the file: its COPY was aborted
+            _append_stage(conn, target, facts.name, stage)
+            _log_file(conn, target, facts, staged)
+    except BadRaster as error:  # the stager could not read the file: its COPY was aborted
         _fail(report, facts.name, str(error))
         return False
     except psycopg.errors.IntegrityError as error:  # a raster constraint rejected a tile
         _fail(report, facts.name, f"{facts.name}: rejected by {target.qualified}: {error.diag.message_primary}")
         return False
     report.loaded.append(facts.name)
-    report.tiles_written += tiles
+    report.tiles_written += staged.tiles
     return True
+
+
+def _staged(stream: JobStream) -> Staged:
+    """Wait for the stager's result; BadRaster if it could not read the file."""
+    for _ in stream.items():
+        pass
+    return stream.result
 
 
 def _forget_from(conn: psycopg.Connection, target: Target, name: str) -> None:
@@ -341,46 +373,43 @@ def _plug_free_space(conn: psycopg.Connection, target: Target) -> None:
     conn.execute(sql.SQL(_PLUG_GAPS).format(table=sql.Literal(target.qualified), ident=target.ident))
 
 
-# The raster type has no binary input function, so COPY into the table itself would need hex WKB as text:
-# twice the bytes, and the server parses every character. Instead tiles go as binary WKB (bytea) into a
-# temporary view whose INSTEAD OF trigger builds each raster with ST_RastFromWKB (the same decoder that
-# raster_in uses after undoing the hex) and inserts it: the rows reach the table, its constraints and
-# its index exactly as from COPY, at about half the server time (see docs/PERFORMANCE.md).
-_COPY_ROUTE = """
-CREATE OR REPLACE FUNCTION pg_temp.gsqa_dem_copy_insert() RETURNS trigger LANGUAGE plpgsql AS $route$
-BEGIN
-    INSERT INTO {table} (rid, rast, filename) VALUES (NEW.rid, ST_RastFromWKB(NEW.wkb), NEW.filename);
-    RETURN NEW;
-END
-$route$;
-CREATE OR REPLACE TEMP VIEW gsqa_dem_copy AS SELECT rid, NULL::bytea AS wkb, filename FROM {table};
-CREATE TRIGGER gsqa_dem_copy_insert INSTEAD OF INSERT ON gsqa_dem_copy
-    FOR EACH ROW EXECUTE FUNCTION pg_temp.gsqa_dem_copy_insert();
+# The whole-row reference `tile` makes PostgreSQL fetch each staged value once, still compressed, into
+# memory (it flattens the row): the raster constraints then read it from there, and the insert stores the
+# compressed bytes as they are instead of compressing the tile again. Selecting the column itself would
+# hand each constraint a pointer into the stage's TOAST table, which every one of them would fetch and
+# decompress anew (docs/PERFORMANCE.md). OFFSET 0 keeps the planner from folding the subqueries, which
+# would turn the field selections back into plain columns. The inner ORDER BY sorts small rows (TOAST
+# pointers), not the fetched values.
+_APPEND = """
+INSERT INTO {target} (rid, rast, filename)
+SELECT {first_rid} - 1 + (staged.tile).n, (staged.tile).rast, {filename}
+FROM (SELECT tile FROM (SELECT n, rast FROM {stage} ORDER BY n OFFSET 0) AS tile OFFSET 0) AS staged
 """
 
 
-def _open_copy_route(conn: psycopg.Connection, target: Target) -> None:
-    conn.execute(sql.SQL(_COPY_ROUTE).format(table=target.ident))
+def _append_stage(conn: psycopg.Connection, target: Target, filename: str, stage: sql.Identifier) -> None:
+    """Append the staged tiles of one file after the table's last rid."""
+    last_rid = conn.execute(sql.SQL("SELECT coalesce(max(rid), 0) FROM {}").format(target.ident)).fetchone()[0]
+    conn.execute(sql.SQL(_APPEND).format(target=target.ident, first_rid=sql.Literal(last_rid + 1),
+                                         filename=sql.Literal(filename), stage=stage))
 
 
-def _copy_tiles(conn: psycopg.Connection, target: Target, facts: RasterFacts, stream: JobStream) -> int:
-    """COPY the file's tiles as they are encoded; returns how many were written."""
-    rid = conn.execute(sql.SQL("SELECT coalesce(max(rid), 0) FROM {}").format(target.ident)).fetchone()[0]
-    first_rid = rid + 1
-    with conn.cursor().copy("COPY gsqa_dem_copy (rid, wkb, filename) FROM STDIN (FORMAT BINARY)") as copy:
-        copy.set_types(["int4", "bytea", "text"])
-        for row in stream.items():
-            for wkb in row.tiles():
-                rid += 1
-                copy.write_row((rid, wkb, facts.name))
-    return rid - first_rid + 1
+def _drop_stages(conn: psycopg.Connection, target: Target, *, quietly: bool = False) -> None:
+    """Drop the target's staging tables; `quietly` after an error, when the connection may be gone too."""
+    try:
+        names = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s AND starts_with(tablename, %s)",
+                             [BOOKKEEPING_SCHEMA, target.stage_prefix]).fetchall()
+        for (name,) in names:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(BOOKKEEPING_SCHEMA, name)))
+    except psycopg.Error:
+        if not quietly:
+            raise
 
 
-def _log_file(conn: psycopg.Connection, target: Target, facts: RasterFacts, stream: JobStream, tiles: int) -> None:
-    checksum, skipped = stream.result
+def _log_file(conn: psycopg.Connection, target: Target, facts: RasterFacts, staged: Staged) -> None:
     details = {"width": facts.grid.width, "height": facts.grid.height, "geotransform": list(facts.grid.geotransform),
-               "nodata": facts.grid.nodata, "skipped": skipped}
-    write_log(conn, target.qualified, facts.name, facts.size, checksum, tiles, details)
+               "nodata": facts.grid.nodata, "skipped": staged.skipped}
+    write_log(conn, target.qualified, facts.name, facts.size, staged.checksum, staged.tiles, details)
 
 
 def finish(conn: psycopg.Connection, target: Target) -> None:

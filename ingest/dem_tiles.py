@@ -6,7 +6,7 @@ file), computes each tile's corner with GDALApplyGeoTransform, and skips a tile 
 band's NODATA value when the file has one. Each tile is written as PostGIS raster WKB (RFC2): the same
 bytes raster2pgsql sends as hex, so the stored rasters are identical.
 
-This module runs in the encoder worker processes: it touches no database.
+This module runs in the stager processes (dem_workers.py): it touches no database.
 """
 
 from __future__ import annotations

@@ -49,6 +49,8 @@ class JobStream:
                 raise self._failure(payload)
             if kind == "crashed":
                 raise WorkerCrashed(payload)
+            if kind == "raised":
+                raise payload
             self.result = payload
 
     def drain(self) -> None:
@@ -62,10 +64,12 @@ class JobStream:
 
 class OrderedPool:
     """`work(job)` is a generator: it yields the job's items and returns its result. Raising `failure`
-    (an input problem) ends the job with that message; the other jobs go on."""
+    (an input problem) ends the job with that message; the other jobs go on. An exception of a type in
+    `passed_on` (e.g. a lost database connection) is raised as it is to the consumer of the job's stream;
+    any other exception is a bug and reaches the consumer as WorkerCrashed."""
 
     def __init__(self, workers: int, work: Work, failure: type[Exception], queue_items: int = 4,
-                 name: str = "ingest-worker") -> None:
+                 name: str = "ingest-worker", passed_on: tuple[type[Exception], ...] = ()) -> None:
         context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
         self._failure = failure
         self._jobs = [context.Queue() for _ in range(workers)]
@@ -73,7 +77,8 @@ class OrderedPool:
         for queue in self._results:
             _widen_pipe(queue)
         self._processes = [
-            context.Process(target=_serve, args=(work, failure, jobs, results), daemon=True, name=f"{name}-{n}")
+            context.Process(target=_serve, args=(work, failure, passed_on, jobs, results), daemon=True,
+                            name=f"{name}-{n}")
             for n, (jobs, results) in enumerate(zip(self._jobs, self._results, strict=True))
         ]
         for process in self._processes:
@@ -99,8 +104,8 @@ class OrderedPool:
         self.close()
 
 
-def _serve(work: Work, failure: type[Exception], jobs: multiprocessing.Queue,
-           results: multiprocessing.Queue) -> None:
+def _serve(work: Work, failure: type[Exception], passed_on: tuple[type[Exception], ...],
+           jobs: multiprocessing.Queue, results: multiprocessing.Queue) -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     for job in iter(jobs.get, None):
@@ -114,6 +119,8 @@ def _serve(work: Work, failure: type[Exception], jobs: multiprocessing.Queue,
                     break
         except failure as error:
             results.put(("failed", str(error)))
+        except passed_on as error:
+            results.put(("raised", error))
         except Exception as error:  # a bug: report it rather than leave the consumer waiting forever
             results.put(("crashed", f"{type(error).__name__}: {error} (in {multiprocessing.current_process().name})"))
 

@@ -17,7 +17,7 @@ from load_helpers import end_sessions, logged_files, query_active, wait_for
 
 from ingest.aster_synth import cheap_terrain, write_aster_tile
 from ingest.db import with_user
-from ingest.dem import load_dem
+from ingest.dem import Target, load_dem
 from ingest.diskspace import NotEnoughDisk, check_room
 from ingest.errors import GsqaError
 from ingest.schema import READER_ROLE
@@ -42,6 +42,20 @@ def ingest(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess[s
                           env={**os.environ, **(env or {})})
 
 
+def stages_left(dsn: str, table: str) -> list[str]:
+    """The per-file staging tables of `table` that are still in the database."""
+    with psycopg.connect(dsn) as conn:
+        return [name for (name,) in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'gsqa' "
+                                                 "AND starts_with(tablename, %s)", [Target.parse(table).stage_prefix])]
+
+
+def compressions(dsn: str, table: str) -> set[str]:
+    """How the full-size tiles of `table` are stored (the 17-pixel edge tiles stay small and uncompressed)."""
+    with psycopg.connect(dsn) as conn:
+        return {method for (method,) in conn.execute(
+            f"SELECT DISTINCT pg_column_compression(rast) FROM {table} WHERE ST_Width(rast) = 256")}
+
+
 def test_full_files_match_raster2pgsql(initialized_dsn: str, full_files: list[Path], reference: dict) -> None:
     report = load_dem(list(reversed(full_files)), initialized_dsn, progress=False)  # order given must not matter
     assert report.exit_code == 0 and report.tiles_written == 450
@@ -56,6 +70,16 @@ def test_full_files_match_raster2pgsql(initialized_dsn: str, full_files: list[Pa
                             "AND attname = 'rast'").fetchone()[0] == "l"
         assert conn.execute("SELECT count(*) FROM raster_columns WHERE r_table_name = 'dem_us' "
                             "AND spatial_index").fetchone()[0] == 1
+    assert compressions(initialized_dsn, "public.dem_us") == {"lz4"}
+    assert stages_left(initialized_dsn, "public.dem_us") == []
+
+
+def test_pglz_stores_the_tiles_as_pglz(initialized_dsn: str, tmp_path: Path) -> None:
+    """The staged tiles are compressed by the stagers and kept as they are: in the target's method."""
+    files = write_neighbours(tmp_path, size=600, lat=47, lons=(-100,))
+    report = load_dem(files, initialized_dsn, table="public.dem_pglz", compression="pglz", progress=False)
+    assert report.exit_code == 0 and report.tiles_written == 9
+    assert compressions(initialized_dsn, "public.dem_pglz") == {"pglz"}
 
 
 def test_point_on_the_seam_reads_the_same_tiles(initialized_dsn: str, reference: dict) -> None:
@@ -143,6 +167,7 @@ def test_bad_files_are_reported_and_the_rest_loads(initialized_dsn: str, tmp_pat
     assert "Traceback" not in result.stderr
     with psycopg.connect(initialized_dsn) as conn:
         assert conn.execute("SELECT DISTINCT filename FROM public.bad").fetchall() == [(good.name,)]
+    assert stages_left(initialized_dsn, "public.bad") == []
 
 
 def test_nothing_readable_or_missing_path_is_exit_2(initialized_dsn: str, tmp_path: Path) -> None:
@@ -191,7 +216,7 @@ def test_table_name_must_be_schema_qualified_or_plain(initialized_dsn: str, full
 
 
 def _wait_until_gone(table: str, seconds: float = 10) -> bool:
-    """True once no process has `table` on its command line (forked encoders share the loader's)."""
+    """True once no process has `table` on its command line (forked stagers share the loader's)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if subprocess.run(["pgrep", "-f", "--", f"--table {table}"], capture_output=True).returncode == 1:
@@ -233,11 +258,12 @@ def test_kill_9_then_rerun_converges(initialized_dsn: str, tmp_path_factory: pyt
     assert wait_for(condition, process), f"the load ended before {moment}"
     process.send_signal(signal.SIGKILL)
     process.wait()
-    assert _wait_until_gone(table), "encoder processes outlived the killed loader"
+    assert _wait_until_gone(table), "stager processes outlived the killed loader"
     rerun = ingest("dem", str(folder), "--dsn", initialized_dsn, "--table", table)
     assert rerun.returncode == 0, rerun.stderr
     assert "restoring the physical order" not in rerun.stderr  # resumed in order, no rewrite needed
     assert table_state(initialized_dsn, table) == table_state(initialized_dsn, "public.unbroken")
+    assert stages_left(initialized_dsn, table) == []  # what the killed run had staged is gone
 
 
 def test_a_lost_connection_is_one_line_and_a_rerun_resumes(initialized_dsn: str,
@@ -253,7 +279,7 @@ def test_a_lost_connection_is_one_line_and_a_rerun_resumes(initialized_dsn: str,
     assert process.returncode == 1 and "Traceback" not in stderr and "error ignored" not in stderr
     [line] = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert line.startswith("error: lost the connection to the database (") and "run the same command again" in line
-    assert _wait_until_gone(table), "encoder processes outlived the lost connection"
+    assert _wait_until_gone(table), "stager processes outlived the lost connection"
     rerun = ingest("dem", str(folder), "--dsn", initialized_dsn, "--table", table, "--json")
     assert rerun.returncode == 0, rerun.stderr
     assert 1 <= len(json.loads(rerun.stdout)["unchanged"]) <= 2  # the committed files were kept
@@ -275,6 +301,7 @@ def test_ctrl_c_rolls_back_the_current_file_and_exits_130(initialized_dsn: str, 
                               [table]).fetchone()[0]
     assert tiles == logged and tiles % 225 == 0
     assert _wait_until_gone(table)
+    assert stages_left(initialized_dsn, table) == []
 
 
 def test_a_dropped_table_is_reloaded_not_trusted_to_the_log(initialized_dsn: str, tmp_path: Path) -> None:
