@@ -29,8 +29,7 @@ GDAL_CACHE_MB = 64  # one band row of tiles is 1.8 MB; the cache only needs a fe
 
 # RFC2 raster WKB: endianness (1 = little), version 0, band count, scale x/y, upper-left x/y, skew x/y,
 # SRID, width, height; then per band a pixel-type byte (with flag bits), the NODATA value, the pixels.
-_RASTER_HEADER = struct.Struct("<BHHddddddiHH")
-_BAND_HEADER_16BSI = struct.Struct("<Bh")
+_TILE_HEADER = struct.Struct("<BHHddddddiHH" "Bh")  # the raster header, then the band's pixel type and NODATA
 _PIXTYPE_16BSI = 5
 _BAND_HAS_NODATA = 0x40
 
@@ -80,7 +79,7 @@ class TileRow:
     """One band row of tiles, encoded: the WKB of the written tiles back to back, where each one starts
     and ends (offsets has one entry more than there are tiles), and the indices of skipped tiles."""
 
-    blob: bytes
+    blob: bytearray
     offsets: list[int]
     skipped: list[int] = field(default_factory=list)  # indices in Grid.tiles() order of all-NODATA tiles
 
@@ -134,26 +133,32 @@ def encode_rows(path: Path, grid: Grid) -> Iterator[TileRow]:
 
 
 def _encode_row(grid: Grid, top: int, pixels: np.ndarray, first_index: int) -> TileRow:
-    parts, offsets, skipped = [], [0], []
+    """Each tile's pixels are copied once, straight into the row's buffer (a tile a few bytes apart from
+    its header would otherwise be copied three times)."""
+    kept, skipped = [], []
     for index, left in enumerate(range(0, grid.width, TILE), start=first_index):
         block = pixels[:, left : left + TILE]
         if grid.nodata is not None and bool((block == grid.nodata).all()):
             skipped.append(index)
-            continue
-        parts.append(tile_wkb(grid, left, top, block))
-        offsets.append(offsets[-1] + len(parts[-1]))
-    return TileRow(b"".join(parts), offsets, skipped)
+        else:
+            kept.append((left, block))
+    offsets = [0, *itertools.accumulate(_TILE_HEADER.size + block.nbytes for _, block in kept)]
+    blob = bytearray(offsets[-1])
+    for (left, block), start in zip(kept, offsets, strict=False):
+        _write_tile(blob, start, grid, left, top, block)
+    return TileRow(blob, offsets, skipped)
 
 
-def tile_wkb(grid: Grid, col: int, row: int, block: np.ndarray) -> bytes:
+def _write_tile(blob: bytearray, start: int, grid: Grid, col: int, row: int, block: np.ndarray) -> None:
     gt = grid.geotransform
     upper_left_x, upper_left_y = grid.tile_origin(col, row)
     height, width = block.shape
-    header = _RASTER_HEADER.pack(1, 0, 1, gt[1], gt[5], upper_left_x, upper_left_y, gt[2], gt[4], SRID, width, height)
     flags = _PIXTYPE_16BSI | (_BAND_HAS_NODATA if grid.nodata is not None else 0)
     # Without a NODATA tag raster2pgsql still writes a NODATA field, as 0.
-    band = _BAND_HEADER_16BSI.pack(flags, grid.nodata or 0)
-    return header + band + block.tobytes()
+    _TILE_HEADER.pack_into(blob, start, 1, 0, 1, gt[1], gt[5], upper_left_x, upper_left_y, gt[2], gt[4], SRID,
+                           width, height, flags, grid.nodata or 0)
+    pixels = np.frombuffer(blob, dtype="<i2", count=block.size, offset=start + _TILE_HEADER.size)
+    pixels.reshape(block.shape)[...] = block
 
 
 def _first_line(error: BaseException) -> str:
