@@ -11,12 +11,15 @@ with both tools into fresh tables of one database:
 and prints, for each: wall time, client CPU (all client processes), server CPU (all postgres processes),
 peak client memory (RSS of the largest client process, and PSS of all of them together: shared pages
 split between processes, so forked workers are not counted twice), table size; the wall-time ratio; and whether the
-tiles are identical (md5 of every tile's WKB by rid); the median round of each tool, every round's wall time.
+tiles are identical (md5 of every tile's WKB by rid); the median round of each tool, every round's wall time;
+and where the median `ingest dem` run spent its time (start-up, files, finish), by the server's clock and the
+load log's per-file transaction starts.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import resource
@@ -45,6 +48,9 @@ class Run:
     peak_client_rss_mb: float  # the largest client process
     peak_client_pss_mb: float  # all client processes together, shared pages split between them
     table_mb: float
+    # ingest dem only, from the server's clock and the load log's per-file transaction starts: start-up until
+    # the first file's transaction, from there to the last file's, and the last file plus the finish
+    phases_s: tuple[float, float, float] | None = None
 
 
 class Sampler(threading.Thread):
@@ -202,8 +208,19 @@ def _round(files: list[Path], dsn: str, compression: str) -> tuple[list[Run], bo
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"DROP TABLE IF EXISTS {table}")
             conn.execute("CHECKPOINT")
+            started = conn.execute("SELECT clock_timestamp()").fetchone()[0]
         runs.append(timed(tool, command, dsn, [table]))
+        if tool == "ingest dem":
+            runs[-1].phases_s = _phases(dsn, table, started)
     return runs, identical(dsn, "public.bench_r2p", "public.bench_ingest")
+
+
+def _phases(dsn: str, table: str, started: datetime.datetime) -> tuple[float, float, float]:
+    with psycopg.connect(dsn) as conn:
+        first, last, ended = conn.execute("SELECT min(loaded_at), max(loaded_at), clock_timestamp() "
+                                          "FROM gsqa.load_log WHERE target_table = %s", [table]).fetchone()
+    return tuple(round((later - earlier).total_seconds(), 2)
+                 for earlier, later in ((started, first), (first, last), (last, ended)))
 
 
 def _summary(rounds: list[list[Run]]) -> dict:
@@ -254,6 +271,9 @@ def main() -> None:
         print(f"{tool:<14}" + "".join(f"{value:>14}" for value in values) + f"  {rounds_text}")
     print(f"speed-up (wall, medians): {result['speedup']}x (rounds: {' / '.join(map(str, result['speedups']))}); "
           f"identical tiles: {result['identical_tiles']}")
+    start_up, files_s, finish = result["tools"]["ingest dem"]["median"]["phases_s"]
+    print(f"ingest dem, median round: {start_up} s until the first file's transaction (start-up and the first "
+          f"file's staging), {files_s} s to the last file's, {finish} s for that file and the finish")
 
 
 if __name__ == "__main__":

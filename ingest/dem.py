@@ -149,7 +149,8 @@ def load_dem(
     inputs = discover(paths)
     workers = workers or os.cpu_count() or 1
     # The stagers start first: forked before any dataset or connection is open (see dem_workers).
-    with StagerPool(workers) as pool:
+    dsn = resolve_dsn(dsn)  # the stagers connect on their own
+    with StagerPool(workers, dsn) as pool:
         facts = _read_headers(inputs, report)
         with connect(dsn, autocommit=True) as conn:
             lock_target(conn, "dem", target.qualified)
@@ -167,8 +168,8 @@ def load_dem(
                 _check_disk(conn, [facts[name] for name in plan], workers, report)
             _expect_files(conn, target, facts, logged, same)
             _drop_stages(conn, target)  # left by an interrupted run
-            jobs = [StageJob(facts[name][0], facts[name][1].grid, target.stage(position), compression,
-                             resolve_dsn(dsn)) for position, name in enumerate(plan)]
+            jobs = [StageJob(facts[name][0], facts[name][1].grid, target.stage(position), compression, dsn)
+                    for position, name in enumerate(plan)]
             try:
                 _publish(conn, target, [facts[name][1] for name in plan], pool.streams(jobs), same, report,
                          progress)

@@ -13,6 +13,8 @@ tiles never pile up on disk however far the writer lags. The job's result is a S
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,9 +45,9 @@ class Staged:
 
 
 class StagerPool(OrderedPool):
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, dsn: str) -> None:
         super().__init__(workers, _stage_file, BadRaster, queue_items=1, name="ingest-dem-stager",
-                         passed_on=(psycopg.Error,))
+                         passed_on=(psycopg.Error,), warm_up=functools.partial(_warm_up, dsn))
 
 
 _connection: psycopg.Connection | None = None  # the worker process's own, opened at its first job
@@ -82,6 +84,14 @@ BEGIN
 END
 $route$;
 """
+
+
+def _warm_up(dsn: str) -> None:
+    """Connect while the writer reads the headers and sets up the table: a new backend spends about 0.1 s
+    loading PostGIS's raster library (and GDAL) at its first raster function. A failure here is left to the
+    first job, which reports it."""
+    with contextlib.suppress(psycopg.Error):
+        _connect(dsn).execute("SELECT postgis_raster_lib_version()")
 
 
 def _connect(dsn: str) -> psycopg.Connection:

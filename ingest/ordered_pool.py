@@ -66,10 +66,12 @@ class OrderedPool:
     """`work(job)` is a generator: it yields the job's items and returns its result. Raising `failure`
     (an input problem) ends the job with that message; the other jobs go on. An exception of a type in
     `passed_on` (e.g. a lost database connection) is raised as it is to the consumer of the job's stream;
-    any other exception is a bug and reaches the consumer as WorkerCrashed."""
+    any other exception is a bug and reaches the consumer as WorkerCrashed. `warm_up`, if given, runs in
+    each worker as it starts, while the consumer prepares its jobs; it must not raise."""
 
     def __init__(self, workers: int, work: Work, failure: type[Exception], queue_items: int = 4,
-                 name: str = "ingest-worker", passed_on: tuple[type[Exception], ...] = ()) -> None:
+                 name: str = "ingest-worker", passed_on: tuple[type[Exception], ...] = (),
+                 warm_up: Callable[[], None] | None = None) -> None:
         context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
         self._failure = failure
         self._jobs = [context.Queue() for _ in range(workers)]
@@ -77,7 +79,7 @@ class OrderedPool:
         for queue in self._results:
             _widen_pipe(queue)
         self._processes = [
-            context.Process(target=_serve, args=(work, failure, passed_on, jobs, results), daemon=True,
+            context.Process(target=_serve, args=(work, failure, passed_on, warm_up, jobs, results), daemon=True,
                             name=f"{name}-{n}")
             for n, (jobs, results) in enumerate(zip(self._jobs, self._results, strict=True))
         ]
@@ -105,9 +107,11 @@ class OrderedPool:
 
 
 def _serve(work: Work, failure: type[Exception], passed_on: tuple[type[Exception], ...],
-           jobs: multiprocessing.Queue, results: multiprocessing.Queue) -> None:
+           warm_up: Callable[[], None] | None, jobs: multiprocessing.Queue, results: multiprocessing.Queue) -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    if warm_up:
+        warm_up()
     for job in iter(jobs.get, None):
         try:
             generator = work(job)
