@@ -166,13 +166,13 @@ def load_dem(
             plan = plan_from_first_change(facts, same)
             if plan and check_disk:
                 _check_disk(conn, [facts[name] for name in plan], workers, report)
-            _expect_files(conn, target, facts, logged, same)
             _drop_stages(conn, target)  # left by an interrupted run
-            jobs = [StageJob(facts[name][0], facts[name][1].grid, target.stage(position), compression, dsn)
-                    for position, name in enumerate(plan)]
             try:
-                _publish(conn, target, [facts[name][1] for name in plan], pool.streams(jobs), same, report,
-                         progress)
+                # The stagers start on the files while the constraints are put in place.
+                streams = pool.streams([StageJob(facts[name][0], facts[name][1].grid, target.stage(position),
+                                                 compression, dsn) for position, name in enumerate(plan)])
+                _expect_files(conn, target, facts, logged, same)
+                _publish(conn, target, [facts[name][1] for name in plan], streams, same, report, progress)
             finally:
                 pool.close()  # no stager may create a table after the cleanup
                 _drop_stages(conn, target, quietly=True)

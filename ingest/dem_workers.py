@@ -7,8 +7,9 @@ worker's backend builds each raster and compresses it: the costly part of storin
 writer backend would otherwise do for every file in turn. The writer (dem.py) then appends the staged tiles
 to the table in rid order, taking the compressed values over as they are, and drops the stage.
 
-A worker stages at most one file beyond the one the writer waits for (a result queue of one), so staged
-tiles never pile up on disk however far the writer lags. The job's result is a Staged record.
+A worker runs at most two of its files ahead of the writer, one staged and waiting in its result queue (of
+one item), one being staged, so staged tiles never pile up on disk however far the writer lags. The job's
+result is a Staged record.
 """
 
 from __future__ import annotations

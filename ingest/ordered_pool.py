@@ -87,11 +87,11 @@ class OrderedPool:
             process.start()
 
     def streams(self, jobs: list[Any]) -> Iterator[JobStream]:
-        """A JobStream per job, in the given order; each must be read or drained before the next."""
+        """Hand the jobs to the workers now; a JobStream per job, in the given order, each to be read or
+        drained before the next."""
         for number, job in enumerate(jobs):
             self._jobs[number % len(self._jobs)].put(job)
-        for number in range(len(jobs)):
-            yield JobStream(self._results[number % len(self._results)], self._failure)
+        return (JobStream(self._results[number % len(self._results)], self._failure) for number in range(len(jobs)))
 
     def close(self) -> None:
         for process in self._processes:
