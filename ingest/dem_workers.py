@@ -51,7 +51,7 @@ class StagerPool(OrderedPool):
                          passed_on=(psycopg.Error,), warm_up=functools.partial(_warm_up, dsn))
 
 
-_connection: psycopg.Connection | None = None  # the worker process's own, opened at its first job
+_connection: psycopg.Connection | None = None  # the worker process's own, opened as it starts (or at a job)
 
 
 def _stage_file(job: StageJob) -> Generator[None, None, Staged]:
