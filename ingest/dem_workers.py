@@ -25,6 +25,7 @@ from psycopg import sql
 
 from ingest.db import connect
 from ingest.dem_tiles import BadRaster, Grid, encode_rows
+from ingest.errors import DatabaseUnreachable
 from ingest.load_state import file_checksum
 from ingest.ordered_pool import OrderedPool
 
@@ -48,7 +49,7 @@ class Staged:
 class StagerPool(OrderedPool):
     def __init__(self, workers: int, dsn: str) -> None:
         super().__init__(workers, _stage_file, BadRaster, queue_items=1, name="ingest-dem-stager",
-                         passed_on=(psycopg.Error,), warm_up=functools.partial(_warm_up, dsn))
+                         passed_on=(psycopg.Error, DatabaseUnreachable), warm_up=functools.partial(_warm_up, dsn))
 
 
 _connection: psycopg.Connection | None = None  # the worker process's own, opened as it starts (or at a job)
@@ -91,7 +92,7 @@ def _warm_up(dsn: str) -> None:
     """Connect while the writer reads the headers and sets up the table: a new backend spends about 0.1 s
     loading PostGIS's raster library (and GDAL) at its first raster function. A failure here is left to the
     first job, which reports it."""
-    with contextlib.suppress(psycopg.Error):
+    with contextlib.suppress(psycopg.Error, DatabaseUnreachable):
         _connect(dsn).execute("SELECT postgis_raster_lib_version()")
 
 

@@ -313,6 +313,15 @@ def test_a_dropped_table_is_reloaded_not_trusted_to_the_log(initialized_dsn: str
     assert report.loaded == [files[0].name] and report.tiles_written == 9
 
 
+def test_an_unreachable_database_is_one_line_from_every_process(tmp_path: Path) -> None:
+    """The stagers connect on their own as they start: their failure must not print anything either."""
+    files = write_neighbours(tmp_path, size=300, lat=48, lons=(-100, -99))
+    result = ingest("dem", *map(str, files), "--dsn", "postgresql://gsqa@127.0.0.1:9/gsqa")
+    assert result.returncode == 2
+    [line] = [line for line in result.stderr.strip().splitlines() if not line.startswith("warning:")]  # 300 px
+    assert line.startswith("error: cannot connect to PostgreSQL") and "Traceback" not in result.stderr
+
+
 def test_a_missing_schema_is_one_line(initialized_dsn: str, full_files: list[Path]) -> None:
     result = ingest("dem", str(full_files[0]), "--dsn", initialized_dsn, "--table", "nowhere.dem")
     assert result.returncode == 2
