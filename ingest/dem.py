@@ -306,7 +306,7 @@ def _publish(
             stream.drain()  # the stager has committed (or given up on) the file's stage
             consumed.append(stage)
             if len(consumed) == _STAGES_DROPPED_TOGETHER or position == len(plan) - 1:
-                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.SQL(", ").join(consumed)))
+                _drop(conn, consumed)
                 consumed.clear()
             bar.update()
             bar.set_postfix_str(f"{report.tiles_written / (time.monotonic() - started):,.0f} tiles/s")
@@ -317,7 +317,7 @@ def _write_file(conn: psycopg.Connection, target: Target, facts: RasterFacts, st
                 stage: sql.Identifier, report: DemLoadReport, *, first_write: bool) -> bool:
     """One transaction: (on the first write, drop this and every later file), the tiles, the log row."""
     try:
-        staged = _staged(stream)
+        staged: Staged = stream.outcome()  # BadRaster if the stager could not read the file
         with conn.transaction():
             # The file and its load-log row commit together, so a commit lost in a server crash loses
             # both and the rerun loads the file again: no need to wait for each commit's WAL flush.
@@ -336,13 +336,6 @@ def _write_file(conn: psycopg.Connection, target: Target, facts: RasterFacts, st
     report.loaded.append(facts.name)
     report.tiles_written += staged.tiles
     return True
-
-
-def _staged(stream: JobStream) -> Staged:
-    """Wait for the stager's result; BadRaster if it could not read the file."""
-    for _ in stream.items():
-        pass
-    return stream.result
 
 
 def _forget_from(conn: psycopg.Connection, target: Target, name: str) -> None:
@@ -415,11 +408,16 @@ def _drop_stages(conn: psycopg.Connection, target: Target, *, quietly: bool = Fa
     try:
         names = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s AND starts_with(tablename, %s)",
                              [BOOKKEEPING_SCHEMA, target.stage_prefix]).fetchall()
-        for (name,) in names:
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(BOOKKEEPING_SCHEMA, name)))
+        _drop(conn, [sql.Identifier(BOOKKEEPING_SCHEMA, name) for (name,) in names])
     except psycopg.Error:
         if not quietly:
             raise
+
+
+def _drop(conn: psycopg.Connection, stages: list[sql.Identifier]) -> None:
+    """One statement, so one commit: a commit that drops tables waits for the WAL flush."""
+    if stages:
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.SQL(", ").join(stages)))
 
 
 def _log_file(conn: psycopg.Connection, target: Target, facts: RasterFacts, staged: Staged) -> None:

@@ -53,11 +53,16 @@ class JobStream:
                 raise payload
             self.result = payload
 
+    def outcome(self) -> Any:
+        """Consume what is left of this job and return its result; raises as items() does."""
+        for _ in self.items():
+            pass
+        return self.result
+
     def drain(self) -> None:
         """Consume what is left of this job, so the worker's queue is at the next one."""
         try:
-            for _ in self.items():
-                pass
+            self.outcome()
         except self._failure:
             pass
 
