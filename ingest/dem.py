@@ -30,7 +30,6 @@ from pathlib import Path
 
 import psycopg
 from psycopg import sql
-from sqlalchemy import MetaData, Table
 from tqdm import tqdm
 
 from ingest import schema
@@ -39,7 +38,7 @@ from ingest.dem_tiles import BadRaster, Grid, RasterFacts, read_facts
 from ingest.dem_workers import Staged, StageJob, StagerPool
 from ingest.diskspace import check_room
 from ingest.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
-from ingest.initdb import create_table_sql, refuse_other_columns
+from ingest.initdb import refuse_other_columns
 from ingest.load_state import (
     forget_log,
     lock_target,
@@ -215,17 +214,17 @@ def _create_table(conn: psycopg.Connection, target: Target) -> None:
     if not conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [target.schema]).fetchone():
         raise GsqaError(f"--table {target.qualified}: schema {target.schema} does not exist")
     with conn.transaction():
-        conn.execute(create_table_sql(_definition(target)))
+        conn.execute(_definition(target).create_sql())
         forget_log(conn, target.qualified)
 
 
-def _definition(target: Target) -> Table:
-    return schema.dem_us.to_metadata(MetaData(), schema=target.schema, name=target.name)
+def _definition(target: Target) -> schema.Table:
+    return schema.dem_us.renamed(target.schema, target.name)
 
 
 def _prepare_table(conn: psycopg.Connection, target: Target, compression: str) -> None:
     """Check the table's columns, choose the TOAST compression, build the GiST index."""
-    refuse_other_columns(conn, target.qualified, _definition(target), "Use --table to load elsewhere, or drop it.")
+    refuse_other_columns(conn, _definition(target), "Use --table to load elsewhere, or drop it.")
     with conn.transaction():
         conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN rast SET COMPRESSION {}").format(
             target.ident, sql.SQL(compression)))

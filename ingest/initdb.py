@@ -15,10 +15,6 @@ from pathlib import Path
 
 import psycopg
 from psycopg import sql
-from sqlalchemy import BigInteger, DateTime, Integer, String, Table, Text
-from sqlalchemy.dialects import postgresql
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.schema import CreateTable
 
 from ingest import schema
 from ingest.db import connect, relation_exists, where
@@ -26,7 +22,6 @@ from ingest.errors import GsqaError, SchemaConflict
 
 READER_PASSWORD_ENV = "GSQA_READER_PASSWORD"
 MIN_POSTGIS = (3, 2)
-_PG_DIALECT = postgresql.dialect()
 
 
 def sql_dir() -> Path:
@@ -91,7 +86,7 @@ def _existing_objects(conn: psycopg.Connection) -> set[str]:
             "SELECT extname FROM pg_extension WHERE extname IN ('postgis', 'postgis_raster')"
         )
     }
-    for table in schema.metadata.sorted_tables:
+    for table in schema.ALL_TABLES:
         if relation_exists(conn, table.fullname):
             found.add(f"table {table.fullname}")
     if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [schema.BOOKKEEPING_SCHEMA]).fetchone():
@@ -102,18 +97,18 @@ def _existing_objects(conn: psycopg.Connection) -> set[str]:
 
 
 def _refuse_conflicting_tables(conn: psycopg.Connection, existing: set[str]) -> None:
-    for table in schema.metadata.sorted_tables:
+    for table in schema.ALL_TABLES:
         if f"table {table.fullname}" in existing:
-            refuse_other_columns(conn, table.fullname, table, "Drop or rename it, then rerun `ingest init`.")
+            refuse_other_columns(conn, table, "Drop or rename it, then rerun `ingest init`.")
 
 
-def refuse_other_columns(conn: psycopg.Connection, qualified_name: str, table: Table, advice: str) -> None:
-    """SchemaConflict unless the existing table `qualified_name` has exactly the columns of `table`."""
-    actual = table_columns(conn, qualified_name)
-    expected = [(column.name, _pg_type_name(column.type)) for column in table.columns]
+def refuse_other_columns(conn: psycopg.Connection, table: schema.Table, advice: str) -> None:
+    """SchemaConflict unless the existing table has exactly the columns `table` describes."""
+    actual = table_columns(conn, table.fullname)
+    expected = [(column.name, column.type.catalog) for column in table.columns]
     if actual != expected:
         raise SchemaConflict(
-            f"table {qualified_name} exists but its columns differ from the reference schema "
+            f"table {table.fullname} exists but its columns differ from the reference schema "
             f"(first difference: {_first_difference(expected, actual)}). {advice}"
         )
 
@@ -128,24 +123,6 @@ def table_columns(conn: psycopg.Connection, qualified_name: str) -> list[tuple[s
     return [(name, type_name) for name, type_name in rows]
 
 
-def _pg_type_name(column_type: object) -> str:
-    """format_type() spelling of the few column types the schema uses."""
-    if isinstance(column_type, BigInteger):
-        return "bigint"
-    if isinstance(column_type, Integer):
-        return "integer"
-    if isinstance(column_type, String) and not isinstance(column_type, Text):
-        return f"character varying({column_type.length})"
-    if isinstance(column_type, DateTime):
-        return "timestamp with time zone"
-    if isinstance(column_type, Text):
-        return "text"
-    if isinstance(column_type, JSONB):
-        return "jsonb"
-    rendered = column_type.compile(dialect=_PG_DIALECT)  # geography(GEOMETRY,4326), raster
-    return rendered.replace("GEOMETRY", "Geometry")
-
-
 def _first_difference(expected: list[tuple[str, str]], actual: list[tuple[str, str]]) -> str:
     for position, (want, have) in enumerate(zip(expected, actual, strict=False), start=1):
         if want != have:
@@ -158,15 +135,11 @@ def _first_difference(expected: list[tuple[str, str]], actual: list[tuple[str, s
 def _create_missing(conn: psycopg.Connection, existing: set[str]) -> None:
     run_sql_file(conn, "00_extensions.sql")
     run_sql_file(conn, "10_bookkeeping_schema.sql")
-    for table in schema.metadata.sorted_tables:
+    for table in schema.ALL_TABLES:
         if f"table {table.fullname}" not in existing:
-            conn.execute(create_table_sql(table))
+            conn.execute(table.create_sql())
     if f"role {schema.READER_ROLE}" not in existing:
         _create_reader_role(conn)
-
-
-def create_table_sql(table: Table) -> str:
-    return str(CreateTable(table).compile(dialect=_PG_DIALECT))
 
 
 def _create_reader_role(conn: psycopg.Connection) -> None:

@@ -36,7 +36,6 @@ from tqdm import tqdm
 from ingest import osm_pbf, schema
 from ingest.db import connect, identifier, relation_exists, where
 from ingest.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
-from ingest.initdb import create_table_sql
 from ingest.load_state import (
     LogEntry,
     file_checksum,
@@ -330,7 +329,7 @@ def _prepare(conn: psycopg.Connection, selected: list[Layer], files: dict[str, d
         if not relation_exists(conn, layer.table.fullname):
             raise GsqaError(f"table {layer.table.fullname} does not exist in {where(conn)}: run `ingest init` first")
     if not relation_exists(conn, STAGE):
-        conn.execute(create_table_sql(schema.pois_stage))
+        conn.execute(schema.pois_stage.create_sql())
     plans = [_Plan(layer, files[layer.name], {}, bbox, settings) for layer in selected]
     if not replace:
         for plan in plans:

@@ -16,12 +16,13 @@ Areas are closed ways and multipolygon/boundary relations assembled by osmium's 
 set is a Polygon, more a MultiPolygon. What cannot be built (a way with nodes outside the extract, a
 relation whose rings do not close) is counted and listed by OSM type and id, never fatal.
 
-Three readers, one process each (KINDS): nodes (pois, parks points: no node locations needed), ways
-(roads, waterway lines) and areas (lakes, parks and regions polygons); each reads every extract with a C++
-filter, so Python sees only the objects of its layers. What one reader produces for one extract and one
-layer is a "source" named `<extract stem>.<n>-<kind>.geojson` (source_name): with --export-geojson it is
-that file in `<layer>/`, in a direct load a stream of binary COPY rows loaded under that name, one
-transaction each (ingest/osm.py). Both load in name order, so both give the same rows.
+Three kinds of features (KINDS): of nodes (pois, parks points: no node locations needed), of ways (roads,
+waterway lines, closed ways' polygons) and of relation areas (lakes, parks and regions polygons), shared by
+two reader processes (READERS); each reads every extract with C++ filters, so Python sees only the objects
+of its layers. What one reader produces for one extract, one kind and one layer is a "source" named
+`<extract stem>.<n>-<kind>.geojson` (source_name): with --export-geojson it is that file in `<layer>/`, in a
+direct load a stream of binary COPY rows loaded under that name, one transaction each (ingest/osm.py). Both
+load in name order, so both give the same rows.
 
 Several extracts: an object already taken from an earlier one ((type, id), in each reader's source name
 order) is skipped, as neighbouring Geofabrik extracts share the objects that cross their border.
@@ -464,7 +465,8 @@ def _copy_rows(path: Path, layers: dict[str, set[str]], features: Iterator[Featu
 
     sources = [(kind, layer) for kind in KINDS for layer in sorted(layers.get(kind, ()))]
     batchers = {source: Batcher() for source in sources}
-    packers = {(kind, layer): row_packer(LAYER_BY_FOLDER[layer], source_name(path, kind)) for kind, layer in sources}
+    packers = {(kind, layer): (LAYER_BY_FOLDER[layer], row_packer(LAYER_BY_FOLDER[layer], source_name(path, kind)))
+               for kind, layer in sources}  # the layer's rules and its row packer, found with one lookup
     try:
         _pack_features(features, batchers, packers, send)
     except RuntimeError as error:  # the extract cannot be read to its end: its open sources fail
@@ -476,7 +478,7 @@ def _copy_rows(path: Path, layers: dict[str, set[str]], features: Iterator[Featu
 
 def _pack_features(features: Iterator[Feature], batchers: dict, packers: dict,
                    send: Callable[[str, str, tuple], None]) -> None:
-    from ingest.osm_rules import LAYER_BY_FOLDER, BadFeature, rows_of
+    from ingest.osm_rules import BadFeature, rows_of
 
     current = None
     for kind, layer, osm_id, tags, geometry in features:
@@ -485,13 +487,14 @@ def _pack_features(features: Iterator[Feature], batchers: dict, packers: dict,
                 _end_sources(batchers, earlier, send)
             current = kind
         batcher = batchers[(kind, layer)]
+        rules, pack = packers[(kind, layer)]
         try:
-            rows = rows_of(LAYER_BY_FOLDER[layer], osm_id, tags)
+            rows = rows_of(rules, osm_id, tags)
         except BadFeature as error:
             batcher.skip(osm_id, f"{kind[:-1]} {osm_id}: {error}")
             continue
         if rows:
-            batcher.add(packers[(kind, layer)](rows, geometry, batcher.features))
+            batcher.add(pack(rows, geometry, batcher.features))
         else:
             batcher.pass_over()
         if batcher.full():

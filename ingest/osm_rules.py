@@ -24,8 +24,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Table
-
 from ingest import schema
 
 VARCHAR_LIMIT = 255
@@ -52,7 +50,7 @@ class Layer:
     here (compared and hashed by identity: a Layer is a constant)."""
 
     folder: str
-    table: Table
+    table: schema.Table
     name_column: str
     in_passes: bool = False  # pois: rows are numbered pass by pass over all files, not file by file
     columns: tuple[str, ...] = field(init=False)  # what a row carries, in table order after `id`: geometry first

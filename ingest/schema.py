@@ -8,9 +8,7 @@ and the DEM stage), because building them first makes the load several times slo
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, DateTime, Integer, MetaData, String, Table, Text, func
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.types import UserDefinedType
+from dataclasses import dataclass, replace
 
 READER_ROLE = "gsqa_reader"
 # TOAST compression the loaders can give their big columns (tiles, geometries): lz4 loads faster, pglz is
@@ -18,24 +16,70 @@ READER_ROLE = "gsqa_reader"
 TOAST_COMPRESSIONS = ("lz4", "pglz")
 BOOKKEEPING_SCHEMA = "gsqa"
 
-metadata = MetaData()
+
+# The tables are plain descriptions rendered to DDL here. (SQLAlchemy Core did this before: importing it cost
+# every command a quarter of a second of start-up, for CREATE TABLE of nine tables and nothing else.)
 
 
-class PostgisType(UserDefinedType):
-    """A PostGIS column type, by the name its DDL spells. (GeoAlchemy2 has these, but importing it cost
-    every command 0.4 s of start-up for two type names, and nothing here needs its ORM side.)"""
-
-    cache_ok = True
-
-    def __init__(self, spec: str) -> None:
-        self.spec = spec
-
-    def get_col_spec(self, **_: object) -> str:
-        return self.spec
+@dataclass(frozen=True)
+class ColumnType:
+    ddl: str  # as CREATE TABLE spells it
+    catalog: str  # as PostgreSQL's format_type() spells it back, to compare an existing table with
 
 
-GEOGRAPHY = PostgisType("geography(GEOMETRY,4326)")
-RASTER = PostgisType("raster")
+INTEGER = ColumnType("INTEGER", "integer")
+BIGINT = ColumnType("BIGINT", "bigint")
+TEXT = ColumnType("TEXT", "text")
+VARCHAR_255 = ColumnType("VARCHAR(255)", "character varying(255)")
+TIMESTAMPTZ = ColumnType("TIMESTAMP WITH TIME ZONE", "timestamp with time zone")
+JSONB = ColumnType("JSONB", "jsonb")
+GEOGRAPHY = ColumnType("geography(GEOMETRY,4326)", "geography(Geometry,4326)")
+RASTER = ColumnType("raster", "raster")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: ColumnType
+    nullable: bool = True
+    default: str | None = None  # an SQL expression
+    serial: bool = False  # INTEGER filled from its own sequence (SERIAL)
+
+    def ddl(self) -> str:
+        spelled = "SERIAL" if self.serial else self.type.ddl
+        default = f" DEFAULT {self.default}" if self.default else ""
+        return f"{quoted(self.name)} {spelled}{default}{'' if self.nullable else ' NOT NULL'}"
+
+
+@dataclass(frozen=True)
+class Table:
+    schema: str
+    name: str
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...] = ()
+
+    @property
+    def fullname(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    def renamed(self, schema: str, name: str) -> Table:
+        """The same columns under another name (`ingest dem --table`)."""
+        return replace(self, schema=schema, name=name)
+
+    def create_sql(self) -> str:
+        lines = [column.ddl() for column in self.columns]
+        if self.primary_key:
+            lines.append(f"PRIMARY KEY ({', '.join(map(quoted, self.primary_key))})")
+        return f"CREATE TABLE {quoted(self.schema)}.{quoted(self.name)} (\n\t" + ", \n\t".join(lines) + "\n)"
+
+
+def quoted(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def _serial_key(name: str) -> Column:
+    return Column(name, INTEGER, nullable=False, serial=True)
+
 
 POI_TAGS = """amenity cuisine leisure historic description tourism information wheelchair building fee
 opening_hours operator sport website capacity shop internet_access phone takeaway drive_through museum
@@ -62,15 +106,11 @@ postal_code capital timezone""".split()
 
 def _osm_table(name: str, name_column: str, tags: list[str], *, has_osm_id: bool) -> Table:
     """id SERIAL, geometry GEOGRAPHY(GEOMETRY,4326), the name column, [osm_id BIGINT], the tag columns."""
-    columns = [
-        Column("id", Integer, primary_key=True),
-        Column("geometry", GEOGRAPHY),
-        Column(name_column, String(255)),
-    ]
+    columns = [_serial_key("id"), Column("geometry", GEOGRAPHY), Column(name_column, VARCHAR_255)]
     if has_osm_id:
-        columns.append(Column("osm_id", BigInteger))
-    columns += [Column(tag, String(255)) for tag in tags]
-    return Table(name, metadata, *columns, schema="public")
+        columns.append(Column("osm_id", BIGINT))
+    columns += [Column(tag, VARCHAR_255) for tag in tags]
+    return Table("public", name, tuple(columns), primary_key=("id",))
 
 
 pois = _osm_table("pois", "poi_name", POI_TAGS, has_osm_id=True)
@@ -79,60 +119,46 @@ parks = _osm_table("parks", "park_name", PARK_TAGS, has_osm_id=True)
 lakes = _osm_table("lakes", "lake_name", LAKE_TAGS, has_osm_id=False)
 regions = _osm_table("regions", "region_name", REGION_TAGS, has_osm_id=False)
 
-dem_us = Table(
-    "dem_us",
-    metadata,
-    Column("rid", Integer, primary_key=True),
-    Column("rast", RASTER),
-    Column("filename", Text),
-    schema="public",
-)
+dem_us = Table("public", "dem_us", (_serial_key("rid"), Column("rast", RASTER), Column("filename", TEXT)),
+               primary_key=("rid",))
 
 # One row per source file (a GeoTIFF, a GeoJSON part, a PBF) whose rows are in `target_table`.
 # Written in the same transaction as the rows it describes, so it never claims more than was committed.
-load_log = Table(
-    "load_log",
-    metadata,
-    Column("target_table", Text, primary_key=True),
-    Column("source_name", Text, primary_key=True),
-    Column("source_size", BigInteger, nullable=False),
-    Column("source_checksum", Text, nullable=False),
-    Column("rows_written", BigInteger, nullable=False),
-    Column("loaded_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+load_log = Table(BOOKKEEPING_SCHEMA, "load_log", (
+    Column("target_table", TEXT, nullable=False),
+    Column("source_name", TEXT, nullable=False),
+    Column("source_size", BIGINT, nullable=False),
+    Column("source_checksum", TEXT, nullable=False),
+    Column("rows_written", BIGINT, nullable=False),
+    Column("loaded_at", TIMESTAMPTZ, nullable=False, default="now()"),
     # What later steps need to know about the source without reopening it (e.g. the DEM tile grid).
     Column("details", JSONB),
-    schema=BOOKKEEPING_SCHEMA,
-)
+), primary_key=("target_table", "source_name"))
 
 # pois rows as `ingest osm` parses them, before they are numbered in loader 1's order: all tourism matches,
 # then all amenity matches, then all leisure matches, each in file and feature order (pass, source_name,
 # seq = the feature's byte offset or index in its file). Kept after the load, so that a changed file is
 # staged again on its own and the numbering redone, without parsing the other files again.
-pois_stage = Table(
-    "pois_stage",
-    metadata,
-    Column("source_name", Text, nullable=False),
-    Column("pass", Integer, nullable=False),
-    Column("seq", BigInteger, nullable=False),
-    *[Column(column.name, column.type) for column in pois.columns if column.name != "id"],
-    schema=BOOKKEEPING_SCHEMA,
-)
+pois_stage = Table(BOOKKEEPING_SCHEMA, "pois_stage", (
+    Column("source_name", TEXT, nullable=False),
+    Column("pass", INTEGER, nullable=False),
+    Column("seq", BIGINT, nullable=False),
+    *[column for column in pois.columns if column.name != "id"],
+))
 
 # One row per stage of `ingest all` (init, fetch, dem, osm, finalize, check): its last run's state (running,
 # done, failed, skipped), times, the fingerprint of the inputs a done load stage ran on (a rerun with the
 # same fingerprint skips it), what it set out to load, and its report. Written after the stage's own commits.
-stage_log = Table(
-    "stage_log",
-    metadata,
-    Column("stage", Text, primary_key=True),
-    Column("state", Text, nullable=False),
-    Column("summary", Text, nullable=False),
-    Column("started_at", DateTime(timezone=True), nullable=False),
-    Column("finished_at", DateTime(timezone=True)),
-    Column("fingerprint", Text),
+stage_log = Table(BOOKKEEPING_SCHEMA, "stage_log", (
+    Column("stage", TEXT, nullable=False),
+    Column("state", TEXT, nullable=False),
+    Column("summary", TEXT, nullable=False),
+    Column("started_at", TIMESTAMPTZ, nullable=False),
+    Column("finished_at", TIMESTAMPTZ),
+    Column("fingerprint", TEXT),
     Column("expected", JSONB),
     Column("report", JSONB),
-    schema=BOOKKEEPING_SCHEMA,
-)
+), primary_key=("stage",))
 
 REFERENCE_TABLES = [pois, roads, parks, lakes, regions, dem_us]
+ALL_TABLES = sorted([*REFERENCE_TABLES, load_log, pois_stage, stage_log], key=lambda table: table.fullname)

@@ -259,7 +259,7 @@ def _front_matter(parquet_configs: list[str], made: dict[str, Any]) -> str:
             "rebase": {"command": made["command"], "date": made["date"], "timeout": made["timeout"],
                        "database": {key: made["database"][key] for key in ("target", "version", "postgis_full_version",
                                                                            "row_counts")}}}
-    plain = json.loads(json.dumps(card, default=str))  # table names are sqlalchemy's str subclass
+    plain = json.loads(json.dumps(card, default=str))  # safe_dump takes plain types only
     return "---\n" + yaml.safe_dump(plain, sort_keys=False, allow_unicode=True) + "---\n"
 
 
