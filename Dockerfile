@@ -21,6 +21,7 @@ ENV PATH=/opt/venv/bin:$PATH \
 
 WORKDIR /opt/gsqa-refdb
 COPY pyproject.toml README.md ./
+COPY gsqa_core ./gsqa_core
 COPY ingest ./ingest
 COPY reproduce ./reproduce
 COPY sql ./sql

@@ -44,7 +44,7 @@ sys.path[0] = str(ROOT / "tests")
 from refdb_fixtures import load_stored_answers  # noqa: E402
 from standby_helpers import primary_and_standby  # noqa: E402
 
-from ingest.db import with_user  # noqa: E402
+from gsqa_core.db import with_user  # noqa: E402
 from ingest.initdb import initialize  # noqa: E402
 from reproduce import configs, dataset  # noqa: E402
 from reproduce.dataset import Record  # noqa: E402

@@ -22,9 +22,10 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from ingest import fetch, initdb, schema
-from ingest.db import connect
-from ingest.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
+from gsqa_core import schema
+from gsqa_core.db import connect
+from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
+from ingest import fetch, initdb
 
 STAGES = ("init", "fetch", "dem", "osm", "finalize", "check")
 _RUN_LOCK = "gsqa ingest all"

@@ -22,11 +22,11 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from ingest import schema
-from ingest.db import connect, identifier, relation_exists, where
+from gsqa_core import schema
+from gsqa_core.db import connect, identifier, relation_exists, where
+from gsqa_core.reader import reader_dsn, reader_problem
 from ingest.dem_tiles import Grid
 from ingest.raster_constraints import TileGrid, desired_definitions, existing_definitions
-from ingest.reader import reader_dsn, reader_problem
 
 # The published reference (docs/REFERENCE-DB.md, Tables, 2.3 and 6).
 REFERENCE_TILES = 265_950

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from ingest import initdb, schema
-from ingest.cli_common import JsonOption, command_group, run
-from ingest.db import DsnOption
-from ingest.errors import EXIT_INTERRUPTED, reported_as_exit_code
+from gsqa_core import schema
+from gsqa_core.cli import JsonOption, command_group, run
+from gsqa_core.db import DsnOption
+from gsqa_core.errors import EXIT_INTERRUPTED, reported_as_exit_code
+from ingest import initdb
 
 if TYPE_CHECKING:
     from ingest.fetch import FetchReport

@@ -32,12 +32,13 @@ import psycopg
 from psycopg import sql
 from tqdm import tqdm
 
-from ingest import schema
-from ingest.db import connect, relation_exists, resolve_dsn
+from gsqa_core import schema
+from gsqa_core.db import connect, relation_exists, resolve_dsn
+from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
+from gsqa_core.schema import BOOKKEEPING_SCHEMA
 from ingest.dem_tiles import BadRaster, Grid, RasterFacts, read_facts
 from ingest.dem_workers import Staged, StageJob, StagerPool
 from ingest.diskspace import check_room
-from ingest.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
 from ingest.initdb import refuse_other_columns
 from ingest.load_state import (
     forget_log,
@@ -51,7 +52,6 @@ from ingest.load_state import (
 )
 from ingest.ordered_pool import JobStream
 from ingest.raster_constraints import TileGrid, reconcile
-from ingest.schema import BOOKKEEPING_SCHEMA
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from ingest.db import connect
+from gsqa_core.db import connect
+from gsqa_core.errors import DatabaseUnreachable
 from ingest.dem_tiles import BadRaster, Grid, encode_rows
-from ingest.errors import DatabaseUnreachable
 from ingest.load_state import file_checksum
 from ingest.ordered_pool import OrderedPool
 

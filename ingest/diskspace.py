@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import psycopg
 
-from ingest.errors import GsqaError
+from gsqa_core.errors import GsqaError
 
 GB = 1024**3
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ingest.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
+from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
 
 SOURCE_REPO = "Zoe/GS-QA2-source"
 WHAT = ("dem", "osm")

@@ -16,12 +16,11 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from ingest import schema
-from ingest.db import connect, relation_exists, where
-from ingest.errors import GsqaError, SchemaConflict
-
-READER_PASSWORD_ENV = "GSQA_READER_PASSWORD"
-MIN_POSTGIS = (3, 2)
+from gsqa_core import schema
+from gsqa_core.db import connect, relation_exists, where
+from gsqa_core.errors import GsqaError, SchemaConflict
+from gsqa_core.reader import READER_PASSWORD_ENV
+from gsqa_core.schema import MIN_POSTGIS
 
 
 def sql_dir() -> Path:

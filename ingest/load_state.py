@@ -19,9 +19,9 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from ingest import schema
-from ingest.db import relation_exists, where
-from ingest.errors import GsqaError
+from gsqa_core import schema
+from gsqa_core.db import relation_exists, where
+from gsqa_core.errors import GsqaError
 
 LOAD_LOG = sql.Identifier(schema.BOOKKEEPING_SCHEMA, "load_log")
 

@@ -33,9 +33,10 @@ import psycopg
 from psycopg import sql
 from tqdm import tqdm
 
-from ingest import osm_pbf, schema
-from ingest.db import connect, identifier, relation_exists, where
-from ingest.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
+from gsqa_core import schema
+from gsqa_core.db import connect, identifier, relation_exists, where
+from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
+from ingest import osm_pbf
 from ingest.load_state import (
     LogEntry,
     file_checksum,

@@ -47,7 +47,7 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
-from ingest.errors import GsqaError
+from gsqa_core.errors import GsqaError
 
 PBF_MAGIC = b"OSMHeader"
 LAYERS = ("pois", "roads", "parks", "lakes", "postal_codes")

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest import schema
+from gsqa_core import schema
 
 VARCHAR_LIMIT = 255
 

@@ -11,9 +11,9 @@ from typing import Annotated
 
 import typer
 
-from ingest.cli_common import JsonOption, command_group, run
-from ingest.db import DsnOption
-from ingest.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_SOME_FAILED, reported_as_exit_code
+from gsqa_core.cli import JsonOption, command_group, run
+from gsqa_core.db import DsnOption
+from gsqa_core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_SOME_FAILED, reported_as_exit_code
 from reproduce import configs, readiness, report
 from reproduce import verify as verification
 from reproduce.runner import MAX_ROWS

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ingest.errors import GsqaError
+from gsqa_core.errors import GsqaError
 
 VECTOR_TYPES = """range+name range:non_spat_filter+name range:direction+name range:towards+name knn+name
 knn:non_spat_filter+name knn+name+multihop1 knn+name+multihop2 knn:direction+name knn:towards+name

@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import yaml
 
-from ingest.errors import GsqaError
+from gsqa_core.errors import GsqaError
 from reproduce import configs
 from reproduce.configs import Template
 

@@ -10,11 +10,10 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
-from ingest import schema
-from ingest.db import connect, identifier, relation_exists, where
-from ingest.errors import GsqaError
-from ingest.initdb import MIN_POSTGIS
-from ingest.reader import reader_dsn, reader_settings
+from gsqa_core import schema
+from gsqa_core.db import connect, identifier, relation_exists, where
+from gsqa_core.errors import GsqaError
+from gsqa_core.reader import reader_dsn, reader_settings
 
 
 @dataclass
@@ -81,7 +80,7 @@ def _postgis_version(conn: psycopg.Connection) -> str:
         version = conn.execute("SELECT postgis_lib_version()").fetchone()[0]
     except psycopg.errors.UndefinedFunction:
         raise GsqaError(f"PostGIS is not installed in {where(conn)}: run `ingest init` first.") from None
-    if tuple(int(part) for part in version.split(".")[:2]) < MIN_POSTGIS:
+    if tuple(int(part) for part in version.split(".")[:2]) < schema.MIN_POSTGIS:
         raise GsqaError(f"PostGIS {version} is too old: the benchmark SQL needs >= 3.2.")
     return version
 

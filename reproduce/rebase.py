@@ -33,8 +33,8 @@ from typing import Any
 import yaml
 from tqdm import tqdm
 
-from ingest.db import describe_target, resolve_dsn
-from ingest.errors import GsqaError
+from gsqa_core.db import describe_target, resolve_dsn
+from gsqa_core.errors import GsqaError
 from reproduce import compare, configs, readiness
 from reproduce.dataset import Record
 from reproduce.resume import ResumeFile

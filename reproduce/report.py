@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from ingest.errors import GsqaError
+from gsqa_core.errors import GsqaError
 from reproduce.results import STATUSES, Result, summarize
 
 _COLUMNS = ("config", "template", "questions", "pass %", "exact %", "paper %", *STATUSES, "seconds")

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from ingest.errors import GsqaError
+from gsqa_core.errors import GsqaError
 from reproduce.results import Result
 
 FORMAT = "gsqa-reproduce-resume/1"

@@ -43,7 +43,7 @@ from typing import Any
 import psycopg
 from psycopg import pq, sql
 
-from ingest.errors import EXIT_SOME_FAILED, GsqaError
+from gsqa_core.errors import EXIT_SOME_FAILED, GsqaError
 from reproduce.dataset import Record
 
 WATCHDOG_GRACE_S = 2.0  # the server's own timeout gets this long before the client cancels

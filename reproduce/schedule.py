@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from ingest.errors import GsqaError
+from gsqa_core.errors import GsqaError
 from reproduce.dataset import Record, tables_needed, template_of
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import psycopg
 
-from ingest.db import connect, resolve_dsn, target_parts
-from ingest.errors import GsqaError
+from gsqa_core.db import connect, resolve_dsn, target_parts
+from gsqa_core.errors import GsqaError
 from reproduce import readiness
 from reproduce.runner import Server
 

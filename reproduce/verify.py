@@ -17,8 +17,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ingest.db import describe_target, resolve_dsn
-from ingest.errors import GsqaError
+from gsqa_core.db import describe_target, resolve_dsn
+from gsqa_core.errors import GsqaError
 from reproduce import compare, configs, dataset, readiness, schedule, servers
 from reproduce.dataset import Record, tables_needed
 from reproduce.paper import PaperVerdict, paper_verdict

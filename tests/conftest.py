@@ -19,7 +19,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from ingest.errors import GsqaError
+from gsqa_core.errors import GsqaError
 
 # Real benchmark records and the reference DDL, copied into the repository (tests/data/README.md).
 DATA = Path(__file__).resolve().parent / "data"

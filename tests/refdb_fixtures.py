@@ -134,7 +134,7 @@ def features_of_answers(records: list[Record]) -> dict[str, dict[Any, dict[str, 
 
 
 def _columns_of(table: str) -> set[str]:
-    from ingest import schema
+    from gsqa_core import schema
 
     return {column.name for column in getattr(schema, table).columns}
 

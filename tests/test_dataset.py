@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import DATA
 
-from ingest.errors import GsqaError
+from gsqa_core.errors import GsqaError
 from reproduce import configs, dataset
 
 BENCHMARK = DATA / "benchmark"

@@ -6,8 +6,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from ingest.db import MAKE_DB_DSN, connect, resolve_dsn, with_user
-from ingest.errors import DatabaseUnreachable, GsqaError
+from gsqa_core.db import MAKE_DB_DSN, connect, resolve_dsn, with_user
+from gsqa_core.errors import DatabaseUnreachable, GsqaError
 
 
 def current_database(dsn: str | None) -> str:

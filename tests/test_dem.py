@@ -15,12 +15,12 @@ import pytest
 from dem_helpers import load_with_raster2pgsql, table_state, tile_size_census, with_nodata_tile, write_neighbours
 from load_helpers import end_sessions, logged_files, query_active, wait_for
 
+from gsqa_core.db import with_user
+from gsqa_core.errors import GsqaError
+from gsqa_core.schema import READER_ROLE
 from ingest.aster_synth import cheap_terrain, write_aster_tile
-from ingest.db import with_user
 from ingest.dem import Target, load_dem
 from ingest.diskspace import NotEnoughDisk, check_room
-from ingest.errors import GsqaError
-from ingest.schema import READER_ROLE
 
 BIN = Path(sys.executable).parent
 

@@ -11,8 +11,8 @@ import pytest
 from conftest import DATA
 from load_helpers import end_sessions
 
-from ingest import schema
-from ingest.errors import SchemaConflict
+from gsqa_core import schema
+from gsqa_core.errors import SchemaConflict
 from ingest.initdb import finalize, initialize, table_columns
 
 SPEC = DATA / "reference-ddl.md"

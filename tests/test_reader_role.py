@@ -5,8 +5,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from ingest.db import with_user
-from ingest.schema import READER_ROLE
+from gsqa_core.db import with_user
+from gsqa_core.schema import READER_ROLE
 
 
 @pytest.fixture(scope="module")

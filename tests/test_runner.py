@@ -10,8 +10,8 @@ import time
 import psycopg
 import pytest
 
-from ingest.db import with_user
-from ingest.schema import READER_ROLE
+from gsqa_core.db import with_user
+from gsqa_core.schema import READER_ROLE
 from reproduce.dataset import Record
 from reproduce.runner import TERMINATE_AFTER_S, WATCHDOG_GRACE_S, Runner, Session
 
@@ -232,7 +232,7 @@ def test_a_question_ended_from_outside_runs_once_more(reader: str, initialized_d
 
 
 def test_check_fails_where_a_reader_limit_is_missing(reader: str, initialized_dsn: str) -> None:
-    from ingest.reader import reader_problem
+    from gsqa_core.reader import reader_problem
 
     assert reader_problem(reader) is None
     database = psycopg.conninfo.conninfo_to_dict(initialized_dsn)["dbname"]

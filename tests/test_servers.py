@@ -16,9 +16,9 @@ import psycopg
 import pytest
 from standby_helpers import BIN, LocalServer, primary_and_standby
 
-from ingest.db import with_user
-from ingest.errors import GsqaError
-from ingest.schema import READER_ROLE
+from gsqa_core.db import with_user
+from gsqa_core.errors import GsqaError
+from gsqa_core.schema import READER_ROLE
 from reproduce import servers
 from reproduce.dataset import Record, template_of
 from reproduce.runner import AllServersLost, Runner, Server

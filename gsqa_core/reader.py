@@ -6,9 +6,10 @@ import os
 
 import psycopg
 
-from ingest import schema
-from ingest.db import with_user
-from ingest.initdb import READER_PASSWORD_ENV
+from gsqa_core import schema
+from gsqa_core.db import with_user
+
+READER_PASSWORD_ENV = "GSQA_READER_PASSWORD"  # the reader role's password, where it has one
 
 
 def reader_dsn(dsn: str | None, reader: str | None) -> str:

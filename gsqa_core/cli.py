@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 import typer.core
 
-from ingest.errors import EXIT_INTERRUPTED, EXIT_NOT_STARTED
+from gsqa_core.errors import EXIT_INTERRUPTED, EXIT_NOT_STARTED
 
 # typer carries its own copy of click and exports only BadParameter by name; its base is click's UsageError.
 UsageError = typer.BadParameter.__mro__[1]

@@ -15,6 +15,7 @@ READER_ROLE = "gsqa_reader"
 # what raster2pgsql and loader 1 got. Values and query results are the same either way.
 TOAST_COMPRESSIONS = ("lz4", "pglz")
 BOOKKEEPING_SCHEMA = "gsqa"
+MIN_POSTGIS = (3, 2)  # the benchmark SQL needs ST_DumpSegments
 
 
 # The tables are plain descriptions rendered to DDL here. (SQLAlchemy Core did this before: importing it cost

@@ -17,7 +17,7 @@ import typer
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from ingest.errors import DatabaseUnreachable, GsqaError
+from gsqa_core.errors import DatabaseUnreachable, GsqaError
 
 # The database `make db` builds, with its default port and password (docker-compose.yml).
 MAKE_DB_DSN = "postgresql://postgres:gsqa@127.0.0.1:55432/gsqa"

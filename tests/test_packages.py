@@ -1,0 +1,18 @@
+"""The package boundary: the verifier (`reproduce`) shares gsqa_core with the loaders, never imports them."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_reproduce_imports_no_loader_module():
+    reproduce_modules = sorted(path.stem for path in (ROOT / "reproduce").glob("*.py") if path.stem != "__init__")
+    script = ("import importlib, sys\n"
+              f"for name in {reproduce_modules!r}:\n"
+              "    importlib.import_module('reproduce.' + name)\n"
+              "print(' '.join(sorted(m for m in sys.modules if m == 'ingest' or m.startswith('ingest.'))))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert "cli" in reproduce_modules and "verify" in reproduce_modules
+    assert done.stdout.strip() == "", f"reproduce imports loader modules: {done.stdout.strip()}"
