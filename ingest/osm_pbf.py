@@ -65,7 +65,7 @@ REGION_BOUNDARIES = frozenset({"administrative", "postal_code"})
 # flex_mem takes about 16 bytes per node, so 1 GiB of PBF (about 130 M nodes) costs 2 x 2 GB.
 IN_MEMORY_LIMIT = 1024**3
 LISTED_BROKEN = 50
-RULES_VERSION = 3  # raise when the rules change: sources loaded under other rules are loaded again
+RULES_VERSION = 4  # raise when the rules change: sources loaded under other rules are loaded again
 QUEUE_BATCHES = 8  # batches of about 1 MB a reader may hold ready per layer
 
 
@@ -309,8 +309,14 @@ def _objects(layers: dict[str, set[str]], path: Path, index: str, report: PbfRep
     # The member ways come back to this loop (and are dropped), so that the areas' buffer drains as it fills.
     with osmium.io.Reader(source, osmium.osm.WAY | osmium.osm.RELATION, thread_pool=pool) as reader:
         for _ in osmium.OsmFileIterator(reader, only_members, *locations, assembler, member_ways):
-            yield from built
-    yield from built
+            yield from _of_relations(built)
+    yield from _of_relations(built)
+
+
+def _of_relations(areas: Any) -> Iterator[Any]:
+    """The areas of relations. The assembler also makes an area of each closed member way with area tags;
+    that way is already a feature of its own (of the ways kind), and must not come back as a relation."""
+    return (area for area in areas if not area.from_way())
 
 
 class _Members:

@@ -43,9 +43,11 @@ w24 v1 Thighway=service Nn4,n999
 w25 v1 T Nn4,n5,n6,n4
 w26 v1 T Nn6,n7,n8,n6
 w27 v1 T Nn4,n5
+w28 v1 Tleisure=pitch,name=Court Nn4,n5,n6,n7,n4
 r100 v1 Ttype=multipolygon,leisure=park,name=Two%20%Parts Mw25@outer,w26@outer
 r101 v1 Ttype=boundary,boundary=administrative,admin_level=8,name=Town Mw25@outer
 r102 v1 Ttype=multipolygon,natural=water,name=Broken Mw27@outer
+r103 v1 Ttype=multipolygon,leisure=park,name=Around%20%the%20%Court Mw28@outer
 """
 
 
@@ -93,6 +95,10 @@ def test_layer_rules_on_each_kind_of_object(cases: tuple[Path, osm_pbf.ExportRep
     assert lakes[22]["geometry"]["type"] == "LineString" and lakes[23]["geometry"]["type"] == "Polygon"
     assert parks[3]["geometry"]["type"] == "Point" and parks[100]["geometry"]["type"] == "MultiPolygon"
     assert len(parks[100]["geometry"]["coordinates"]) == 2
+    # A closed way with area tags that is also a relation's member: once as the way, once as the relation.
+    park_ids = [feature["properties"]["id"] for feature in features(folder, "parks")]
+    assert park_ids.count(28) == 1 and park_ids.count(103) == 1
+    assert parks[28]["geometry"]["type"] == "Polygon" and parks[103]["geometry"]["type"] == "Polygon"
     regions = by_id(folder, "postal_codes")
     assert list(regions) == [101] and regions[101]["geometry"]["type"] == "Polygon"
     assert regions[101]["properties"]["tagsMap"]["admin_level"] == "8"
@@ -112,8 +118,8 @@ def test_overlapping_extracts_are_taken_once_and_a_box_keeps_what_overlaps(tmp_p
     report = osm_pbf.export([first, second], tmp_path / "both", progress=False)
     single = osm_pbf.export([first], tmp_path / "one", progress=False)
     assert report.features == single.features and report.broken == single.broken
-    # Every object the first file gave a layer (nodes 1, 3, 9; ways 20-24; relations 100-102) is skipped once.
-    assert report.duplicates == 11
+    # Every object the first file gave a layer (nodes 1, 3, 9; ways 20-24, 28; relations 100-103) is skipped once.
+    assert report.duplicates == 13
     boxed = osm_pbf.export([first], tmp_path / "box", bbox=(7.0, 43.0, 7.00015, 43.00015), progress=False)
     assert boxed.features["pois"] == 1 and boxed.outside > 0
 
