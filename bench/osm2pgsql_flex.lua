@@ -6,7 +6,7 @@
 local load_only = os.getenv('GSQA_BENCH_LOAD_ONLY') == '1'
 local tables = {}
 local function table_of(name, geometry)
-    return osm2pgsql.define_table({ name = 'bench_' .. name, ids = { type = 'any', id_column = 'osm_id' },
+    return osm2pgsql.define_table({ name = 'bench_' .. name, ids = { type = 'any', id_column = 'osm_id', type_column = 'osm_type' },
         cluster = load_only and 'no' or 'auto', indexes = load_only and {} or nil,
         columns = { { column = 'tags', type = 'jsonb' },
                     { column = 'geom', type = geometry, projection = 4326, not_null = true } } })

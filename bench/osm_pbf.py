@@ -13,7 +13,9 @@ Two comparisons, each round into fresh databases:
   ready: osm2pgsql as it runs by default (tables clustered by geometry, GiST indexes, ANALYZE)
          |  ingest osm FILE; ingest finalize (GiST indexes, ANALYZE; no clustering: ids stay in load order)
 and prints, per tool, wall time, client CPU (the process tree), server CPU (all postgres processes), peak
-client memory (RSS of the largest process, PSS of all), the rows per table side by side, and the wall ratio.
+client memory (RSS of the largest process, PSS of all), the rows per table side by side, and the wall ratio;
+then, per table, the OSM objects (type, id) that only one tool took (our --export-geojson layers, before
+loader 1's pois filter, against osm2pgsql's tables of the last round).
 osm2pgsql stores tags as jsonb and geometry(4326); ingest osm stores one column per tag and geography, with
 loader 1's pois filter: the tables are not the same, the input and the layer rules are.
 """
@@ -24,6 +26,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -39,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.dem import Sampler  # noqa: E402
+from ingest.osm_pbf import kind_of  # noqa: E402
 
 # Run the command under bash, not exec'd: the sampler counts the process tree below bash.
 SHELL = '"$@" >/dev/null 2>&1'
@@ -46,6 +50,8 @@ SHELL = '"$@" >/dev/null 2>&1'
 INGEST = Path(sys.executable).parent / "ingest"
 STYLE = ROOT / "bench" / "osm2pgsql_flex.lua"
 OURS = {"pois": "pois", "roads": "roads", "parks": "parks", "lakes": "lakes", "regions": "regions"}
+LAYER_TABLES = {"pois": "pois", "roads": "roads", "parks": "parks", "lakes": "lakes", "postal_codes": "regions"}
+OSM_TYPES = {"nodes": "N", "ways": "W", "areas": "R"}  # osm2pgsql's osm_type of each kind of our sources
 
 
 def write_city(path: Path, side: int, buildings: int = 0) -> int:
@@ -184,6 +190,24 @@ def one_round(server_dsn: str, source: Path, mode: str) -> dict:
     return {"osm2pgsql": anchor, "ingest osm": ours}
 
 
+def ids_only_one_took(server_dsn: str, source: Path, work: Path) -> dict[str, dict[str, int]]:
+    """Per table, how many OSM objects only ingest osm (its --export-geojson layers) or only osm2pgsql (the
+    last round's tables) took."""
+    folder = work / f"ids-{source.name}"
+    shutil.rmtree(folder, ignore_errors=True)
+    subprocess.run([str(INGEST), "osm", str(source), "--export-geojson", str(folder)], capture_output=True)
+    compared = {}
+    with psycopg.connect(make_conninfo(server_dsn, dbname="gsqa_bench_osm2pgsql")) as conn:
+        for layer, table in LAYER_TABLES.items():
+            files = sorted((folder / layer).glob("*.geojson"))
+            ours = {(OSM_TYPES[kind_of(path.name)], feature["properties"]["id"])
+                    for path in files for feature in json.loads(path.read_text())["features"]}
+            theirs = set(conn.execute(f"SELECT osm_type, osm_id FROM bench_{table}"))
+            compared[table] = {"only ingest osm": len(ours - theirs), "only osm2pgsql": len(theirs - ours)}
+    shutil.rmtree(folder)
+    return compared
+
+
 def _libpq_env(dsn: str) -> dict[str, str]:
     keys = {"host": "PGHOST", "port": "PGPORT", "user": "PGUSER", "password": "PGPASSWORD"}
     return {keys[key]: value for key, value in psycopg.conninfo.conninfo_to_dict(dsn).items() if key in keys}
@@ -212,6 +236,9 @@ def main() -> None:
             results.setdefault(source.name, {"bytes": source.stat().st_size})[mode] = rounds
             if not args.json:
                 print_input(f"{source.name}, {mode}", source.stat().st_size, rounds)
+        results[source.name]["ids_only_one_took"] = ids_only_one_took(args.dsn, source, args.work)
+        if not args.json:
+            print(f"  OSM objects only one tool took, per table: {results[source.name]['ids_only_one_took']}")
     if args.json:
         print(json.dumps(results, indent=1))
 
