@@ -1,11 +1,13 @@
 # The loader: this project's CLIs (`ingest`, `reproduce`) on Debian 12's Python 3.11, in a venv with their
-# wheels (rasterio and osmium ship GDAL and libosmium inside their manylinux wheels, so no system GIS
-# libraries are needed). The base image is built locally by `make base-image` where no registry is reachable.
+# wheels (rasterio and osmium ship GDAL and libosmium inside their manylinux wheels); g++, python3-dev and
+# libosmium's headers build the native PBF reader (ingest/_osmread.cpp) when the project is installed. The
+# base image is built locally by `make base-image` where no registry is reachable.
 FROM debian:bookworm-slim
 
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv \
+       g++ python3-dev libosmium2-dev libprotozero-dev zlib1g-dev \
     && rm -rf /var/lib/apt/lists/*
 # Certificates of a TLS-intercepting proxy, if any (docker/ca-certificates/README.md); Python's HTTP clients
 # are pointed at the system store, which then holds them.
@@ -20,7 +22,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1
 
 WORKDIR /opt/gsqa-refdb
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md hatch_build.py ./
 COPY gsqa_core ./gsqa_core
 COPY ingest ./ingest
 COPY reproduce ./reproduce

@@ -18,11 +18,12 @@ relation whose rings do not close) is counted and listed by OSM type and id, nev
 
 Three kinds of features (KINDS): of nodes (pois, parks points: no node locations needed), of ways (roads,
 waterway lines, closed ways' polygons) and of relation areas (lakes, parks and regions polygons), shared by
-two reader processes (READERS); each reads every extract with C++ filters, so Python sees only the objects
-of its layers. What one reader produces for one extract, one kind and one layer is a "source" named
-`<extract stem>.<n>-<kind>.geojson` (source_name): with --export-geojson it is that file in `<layer>/`, in a
-direct load a stream of binary COPY rows loaded under that name, one transaction each (ingest/osm.py). Both
-load in name order, so both give the same rows.
+two reader processes (READERS). A direct load reads with the native reader (ingest/_osmread.cpp,
+read_natively), --export-geojson with pyosmium (read_features, C++ filters so that Python sees only the
+objects of its layers); both give the same features. What one reader produces for one extract, one kind and
+one layer is a "source" named `<extract stem>.<n>-<kind>.geojson` (source_name): with --export-geojson it is
+that file in `<layer>/`, in a direct load a stream of binary COPY rows loaded under that name, one
+transaction each (ingest/osm.py). Both load in name order, so both give the same rows.
 
 Several extracts: an object already taken from an earlier one ((type, id), in each reader's source name
 order) is skipped, as neighbouring Geofabrik extracts share the objects that cross their border.
@@ -34,7 +35,6 @@ import contextlib
 import json
 import os
 import signal
-import struct
 import sys
 import threading
 import time
@@ -191,54 +191,44 @@ def area_layers(tags: dict[str, str]) -> list[str]:
     return layers
 
 
-# --- geometries: osmium's C++ factories, WKB for a load, GeoJSON text for an export -----------------------
-
-_POLYGON_OF_ONE_RING = b"\x01\x03\x00\x00\x00\x01\x00\x00\x00"  # little-endian Polygon, 1 ring
+# --- geometries of an export: osmium's C++ GeoJSON factory (a direct load makes WKB in ingest/_osmread.cpp) ---
 
 
 class Geometries:
-    """Geometries of one output format (shapes: point, line, ring, multi); InvalidLocationError or
-    RuntimeError when an object has none (a node outside the extract, rings that do not close)."""
+    """GeoJSON text geometries (shapes: point, line, ring, multi); InvalidLocationError or RuntimeError when
+    an object has none (a node outside the extract, rings that do not close)."""
 
-    def __init__(self, geojson: bool) -> None:
+    def __init__(self) -> None:
         import osmium
 
-        self.geojson = geojson
-        self.factory = osmium.geom.GeoJSONFactory() if geojson else osmium.geom.WKBFactory()
+        self.factory = osmium.geom.GeoJSONFactory()
         self.all_nodes = osmium.geom.use_nodes.ALL
 
-    def build(self, obj: Any, shape: str) -> Any:
+    def build(self, obj: Any, shape: str) -> str:
         if shape == "point":
-            made = self.factory.create_point(obj)
-            return made if self.geojson else bytes.fromhex(made)
+            return self.factory.create_point(obj)
         if shape == "multi":
             return self._area(obj)
         line = self.factory.create_linestring(obj, self.all_nodes)
         if shape == "line":
-            return line if self.geojson else bytes.fromhex(line)
-        if self.geojson:  # the closed way's nodes as the one ring of a Polygon
-            return '{"type":"Polygon","coordinates":[' + line[line.index("[["):-1] + "]}"
-        return _POLYGON_OF_ONE_RING + bytes.fromhex(line)[5:]
+            return line
+        return '{"type":"Polygon","coordinates":[' + line[line.index("[["):-1] + "]}"  # the closed way's one ring
 
-    def _area(self, area: Any) -> Any:
+    def _area(self, area: Any) -> str:
         """Polygon for one outer ring (with its holes), MultiPolygon for more."""
         made = self.factory.create_multipolygon(area)
-        if self.geojson:
-            polygons = json.loads(made)["coordinates"]
-            if len(polygons) == 1:
-                return json.dumps({"type": "Polygon", "coordinates": polygons[0]}, separators=(",", ":"))
-            return made
-        wkb = bytes.fromhex(made)
-        return wkb[9:] if struct.unpack_from("<I", wkb, 5)[0] == 1 else wkb
+        polygons = json.loads(made)["coordinates"]
+        if len(polygons) == 1:
+            return json.dumps({"type": "Polygon", "coordinates": polygons[0]}, separators=(",", ":"))
+        return made
 
 
-def _overlaps(geometry: Any, bbox: tuple[float, float, float, float]) -> bool:
+def _overlaps(geometry: str, bbox: tuple[float, float, float, float]) -> bool:
     import shapely
 
     from ingest.osm_features import envelope_overlaps
 
-    built = shapely.from_geojson(geometry) if isinstance(geometry, str) else shapely.from_wkb(geometry)
-    return envelope_overlaps(built, bbox)
+    return envelope_overlaps(shapely.from_geojson(geometry), bbox)
 
 
 # --- reading --------------------------------------------------------------------------------------------
@@ -462,60 +452,69 @@ def reader_plans(paths: list[Path], wanted: dict[str, set[str]], work: Path,
     return plans
 
 
-def _copy_rows(path: Path, layers: dict[str, set[str]], features: Iterator[Feature],
-               send: Callable[[str, str, tuple], None]) -> None:
-    """Direct load: each source's features as binary COPY rows, in batches, then the end of the source."""
-    from ingest.osm_features import row_packer
-    from ingest.osm_geojson import Batcher
-    from ingest.osm_rules import LAYER_BY_FOLDER
+def read_natively(plan: ReadPlan, send: Callable[[str, str, tuple], None]) -> PbfReport:
+    """A direct load: every extract of the plan read by the native reader (ingest/_osmread.cpp, libosmium),
+    which gives the same sources, rows and report as read_features would (compared byte for byte on the
+    extracts of tests/data/osm and bench/osm_pbf.py when it was written) in a seventh of the CPU: pyosmium's
+    calls per object were most of a load. Each
+    source's batches go to `send`, then its end; an extract that cannot be read to its end fails its open
+    sources, and the reader goes on with the next one. (--export-geojson reads with pyosmium, so the test
+    that loads a PBF and its exported layers checks the two readers against each other.)"""
+    from ingest import _osmread
 
-    sources = [(kind, layer) for kind in KINDS for layer in sorted(layers.get(kind, ()))]
-    batchers = {source: Batcher() for source in sources}
-    packers = {(kind, layer): (LAYER_BY_FOLDER[layer], row_packer(LAYER_BY_FOLDER[layer], source_name(path, kind)))
-               for kind, layer in sources}  # the layer's rules and its row packer, found with one lookup
-    try:
-        _pack_features(features, batchers, packers, send)
-    except RuntimeError as error:  # the extract cannot be read to its end: its open sources fail
-        for (kind, layer), batcher in batchers.items():
-            if batcher is not None:
-                send(kind, layer, ("failed", unreadable(path, error)))
-        raise
-
-
-def _pack_features(features: Iterator[Feature], batchers: dict, packers: dict,
-                   send: Callable[[str, str, tuple], None]) -> None:
-    from ingest.osm_rules import BadFeature, rows_of
-
-    current = None
-    for kind, layer, osm_id, tags, geometry in features:
-        if kind != current:  # the ways are over: their sources end here, before the areas'
-            for earlier in KINDS[:KINDS.index(kind)]:
-                _end_sources(batchers, earlier, send)
-            current = kind
-        batcher = batchers[(kind, layer)]
-        rules, pack = packers[(kind, layer)]
-        try:
-            rows = rows_of(rules, osm_id, tags)
-        except BadFeature as error:
-            batcher.skip(osm_id, f"{kind[:-1]} {osm_id}: {error}")
-            continue
-        if rows:
-            batcher.add(pack(rows, geometry, batcher.features))
-        else:
-            batcher.pass_over()
-        if batcher.full():
-            send(kind, layer, ("item", batcher.take()))
-    for kind in KINDS:
-        _end_sources(batchers, kind, send)
+    report = PbfReport(sources=[str(path) for path, _ in plan.extracts], location_index=plan.index)
+    seen = _osmread.Seen() if plan.several else None
+    for path, layers in plan.extracts:
+        report.merge(_read_extract(_osmread, path, layers, plan, seen, send))
+    if plan.index.startswith("sparse_file_array,"):
+        Path(plan.index.split(",", 1)[1]).unlink(missing_ok=True)
+    return report
 
 
-def _end_sources(batchers: dict, kind: str, send: Callable[[str, str, tuple], None]) -> None:
-    """The last batch and the end of each source of `kind` (once)."""
-    for source_kind, layer in list(batchers):
-        if source_kind == kind and batchers[(kind, layer)] is not None:
-            send(kind, layer, ("item", batchers[(kind, layer)].take()))
+def _read_extract(native: Any, path: Path, layers: dict[str, set[str]], plan: ReadPlan, seen: Any,
+                  send: Callable[[str, str, tuple], None]) -> PbfReport:
+    from ingest.osm_geojson import Batch
+
+    open_sources = {(kind, layer) for kind in KINDS for layer in layers.get(kind, ())}
+
+    def emit(kind: str, layer: str, data: bytes, rows: int, features: int, skipped: list, skipped_count: int,
+             done: bool) -> None:
+        send(kind, layer, ("item", Batch(data, rows, features, list(skipped), skipped_count)))
+        if done:
             send(kind, layer, ("done", None))
-            batchers[(kind, layer)] = None
+            open_sources.discard((kind, layer))
+
+    specs = [{layer: _native_rules(layer, path) for layer in sorted(layers.get(kind, ()))} for kind in KINDS]
+    try:
+        return _native_report(native.read_ways(str(path), plan.index or "flex_mem", *specs, plan.bbox, seen, emit))
+    except RuntimeError as error:  # a damaged block: the extract's open sources fail, the others stand
+        for kind, layer in sorted(open_sources):
+            send(kind, layer, ("failed", unreadable(path, error)))
+        return PbfReport(sources=[])
+
+
+def _native_rules(folder: str, path: Path) -> dict[str, Any]:
+    """Loader 1's rules for one layer as the native reader takes them (declared in ingest/osm_rules.py)."""
+    from ingest.osm_rules import LAYER_BY_FOLDER, POI_PASSES
+
+    layer = LAYER_BY_FOLDER[folder]
+    rules = {"table": layer.name, "attributes": len(layer.attribute_columns), "tag_columns": layer.tag_columns,
+             "name_column": layer.tag_columns[layer.name_column],
+             "osm_id_column": -1 if layer.osm_id_index is None else layer.osm_id_index}
+    if layer.in_passes:
+        rules["staged_as"] = source_name(path, "nodes")  # the pois staging rows carry their source
+        rules["passes"] = [(key, list(values)) for key, values in POI_PASSES]
+    return rules
+
+
+def _native_report(found: dict[str, Any]) -> PbfReport:
+    part = PbfReport(sources=[])
+    part.features = Counter(found["features"])
+    part.broken = Counter({kind: count for kind, count in found["broken"].items() if count})
+    part.broken_listed = list(found["broken_listed"])
+    part.duplicates, part.outside = found["duplicates"], found["outside"]
+    part.wanted_relations, part.built_relations = set(found["wanted_relations"]), set(found["built_relations"])
+    return part
 
 
 def _geojson_files(path: Path, layers: dict[str, set[str]], features: Iterator[Feature], folder: Path) -> None:
@@ -545,13 +544,13 @@ def _geojson_files(path: Path, layers: dict[str, set[str]], features: Iterator[F
             targets[source].with_suffix(".partial").unlink(missing_ok=True)
 
 
-def run_reader(plan: ReadPlan, deliver: Callable[[Path, dict[str, set[str]], Iterator[Feature]], None],
-               geojson: bool) -> tuple[PbfReport, list[str]]:
-    """Read every extract of the plan; `deliver` consumes each extract's features (GeoJSON text geometries
-    or WKB) and, when osmium cannot read the extract to its end (a damaged block), ends what it started
-    and raises: the extract is listed and the reader goes on with the next one."""
+def run_reader(plan: ReadPlan,
+               deliver: Callable[[Path, dict[str, set[str]], Iterator[Feature]], None]) -> tuple[PbfReport, list[str]]:
+    """--export-geojson: read every extract of the plan; `deliver` consumes each extract's features and, when
+    osmium cannot read the extract to its end (a damaged block), ends what it started and raises: the extract
+    is listed and the reader goes on with the next one."""
     report = PbfReport(sources=[str(path) for path, _ in plan.extracts], location_index=plan.index)
-    geometries, seen = Geometries(geojson), _Seen(2 if plan.several else 1)
+    geometries, seen = Geometries(), _Seen(2 if plan.several else 1)
     failures = []
     for path, layers in plan.extracts:
         try:
@@ -646,8 +645,7 @@ def _serve_reader(plans: Any, queues: dict[tuple[str, str], Any], reports: Any) 
         queues[(kind, layer)].put(message)
 
     try:
-        report, _ = run_reader(plan, lambda path, layers, features: _copy_rows(path, layers, features, send),
-                               geojson=False)
+        report = read_natively(plan, send)
     except Exception as error:  # a bug: tell the writers rather than leave them waiting
         for kind, layers in plan.produces.items():
             for layer in layers:
@@ -740,8 +738,7 @@ def _export_pool(processes: int) -> Any:
 
 def _export_one(task: tuple[ReadPlan, Path]) -> tuple[PbfReport, list[str]]:
     plan, folder = task
-    return run_reader(plan, lambda path, layers, features: _geojson_files(path, layers, features, folder),
-                      geojson=True)
+    return run_reader(plan, lambda path, layers, features: _geojson_files(path, layers, features, folder))
 
 
 # --- checks before anything starts ------------------------------------------------------------------------

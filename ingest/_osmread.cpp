@@ -1,0 +1,523 @@
+// The native PBF reader of `ingest osm FILE.osm.pbf` (a direct load; --export-geojson reads with pyosmium):
+// libosmium reads one extract for one reader process (ingest/osm_pbf.read_natively) and hands over binary
+// COPY rows. Pyosmium's calls per object (its object wrappers, a Python call per tag) were most of a load's
+// CPU; here the city of bench/osm_pbf.py takes 1.7-1.9 s of CPU instead of 12.5-16 s.
+//
+// It does what osm_pbf.read_features and the rules did per feature, with the same results (compared byte
+// for byte, batch data, counts, skip lists and report, on the extracts of tests/data/osm, Helsinki, the OPL
+// cases of tests/test_osm_pbf.py and both synthetic inputs of bench/osm_pbf.py, alone and in pairs):
+// - pass 1: nodes (pois, parks points), ways of the wanted layers (after a key check, before their
+//   location lookups: most ways of an extract are buildings), relations with area keys into osmium's
+//   MultipolygonManager and the wanted/member bookkeeping; pass 2 (areas wanted only): the member ways with
+//   their locations, areas assembled; an area made of a closed member way is dropped (the way is a feature of
+//   its own);
+// - loader 1's rules come from Python (osm_pbf._native_rules, from ingest/osm_rules.Layer): tag -> column,
+//   the name column, osm_id, the pois passes and staging rows, the 255-character limit (in characters);
+// - a source's rows go out in ~1 MB batches through emit(kind, layer, data, rows, features, skipped,
+//   skipped_count, done); a kind's sources end as soon as the file moves on to the next kind, so that a
+//   writer waiting for a source's end never waits for the rest of the file;
+// - duplicates across the extracts of one reader (Seen), broken objects with their reasons, the features
+//   outside --bbox: in the report read_ways returns.
+// Built by hatch_build.py when the project is installed.
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <osmium/area/assembler.hpp>
+#include <osmium/area/multipolygon_manager.hpp>
+#include <osmium/geom/wkb.hpp>
+#include <osmium/handler.hpp>
+#include <osmium/handler/node_locations_for_ways.hpp>
+#include <osmium/index/id_set.hpp>
+#include <osmium/index/map/all.hpp>
+#include <osmium/io/pbf_input.hpp>
+#include <osmium/visitor.hpp>
+
+#include <algorithm>
+#include <arpa/inet.h>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+#include <unordered_set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+constexpr std::size_t BATCH_BYTES = 1 << 20;
+constexpr std::size_t VARCHAR_LIMIT = 255;
+constexpr std::size_t MAX_REPORTED = 1000;
+constexpr std::size_t LISTED_BROKEN = 50;
+
+void put16(std::string& out, int16_t value) { uint16_t n = htons(static_cast<uint16_t>(value)); out.append(reinterpret_cast<const char*>(&n), 2); }
+void put32(std::string& out, int32_t value) { uint32_t n = htonl(static_cast<uint32_t>(value)); out.append(reinterpret_cast<const char*>(&n), 4); }
+void put64(std::string& out, int64_t value) {
+    put32(out, static_cast<int32_t>(static_cast<uint64_t>(value) >> 32));
+    put32(out, static_cast<int32_t>(static_cast<uint64_t>(value) & 0xffffffffu));
+}
+
+std::size_t code_points(const char* text) {  // Python's len() of the decoded string
+    std::size_t count = 0;
+    for (const char* c = text; *c; ++c) count += (static_cast<unsigned char>(*c) & 0xC0) != 0x80;
+    return count;
+}
+
+// One table's rules, from ingest/osm_rules.Layer (the rules stay declared there).
+struct Rules {
+    std::string table;
+    int attributes = 0;  // columns after geometry
+    std::unordered_map<std::string, int> tag_columns;
+    int name_column = 0;
+    int osm_id_column = -1;
+    std::string staged_as;  // pois: the source name its staging rows carry; empty for a direct table
+    std::vector<std::pair<std::string, std::vector<std::string>>> passes;  // pois: loader 1's category passes
+};
+
+Rules rules_from(const py::dict& spec) {
+    Rules rules;
+    rules.table = spec["table"].cast<std::string>();
+    rules.attributes = spec["attributes"].cast<int>();
+    rules.tag_columns = spec["tag_columns"].cast<std::unordered_map<std::string, int>>();
+    rules.name_column = spec["name_column"].cast<int>();
+    rules.osm_id_column = spec["osm_id_column"].cast<int>();
+    if (spec.contains("staged_as")) {
+        rules.staged_as = spec["staged_as"].cast<std::string>();
+        rules.passes = spec["passes"].cast<std::vector<std::pair<std::string, std::vector<std::string>>>>();
+    }
+    return rules;
+}
+
+struct BadFeature { std::string reason; };
+
+// A source's batches, as ingest.osm_geojson.Batcher collects them.
+struct Batch {
+    std::string data;
+    long rows = 0, features = 0, taken = 0, skipped_count = 0;
+    py::list skipped;
+};
+
+struct Sink {
+    Rules rules;
+    Batch batch;
+    bool ended = false;
+};
+
+// OSM objects already taken from an earlier extract of the same reader (osm_pbf._Seen): neighbouring
+// Geofabrik extracts share the objects that cross their border.
+struct Seen {
+    osmium::index::IdSetDense<osmium::unsigned_object_id_type> nodes, ways, relations;
+};
+
+class WaysReader : public osmium::handler::Handler {
+public:
+    WaysReader(std::map<std::string, Sink>& node_sinks, std::map<std::string, Sink>& sinks,
+               std::optional<std::array<double, 4>> bbox, py::object emit)
+        : m_node_sinks(node_sinks), m_sinks(sinks), m_bbox(bbox), m_emit(std::move(emit)) {}
+
+    // The ways of the wanted layers get their node locations; the others (buildings: most ways of an
+    // extract) are dropped before the lookups, as the KeyFilter of osm_pbf._objects does.
+    void way(osmium::Way& way) {
+        end_sources(m_node_sinks);
+        if (m_sinks.empty() || std::none_of(m_way_keys.begin(), m_way_keys.end(),
+                                            [&](const std::string& key) { return way.tags().has_key(key.c_str()); })) {
+            return;
+        }
+        if (m_locations) m_locations->way(way);
+        const auto& tags = way.tags();
+        std::vector<std::pair<const char*, bool>> wanted;  // layer, ring
+        std::optional<bool> closed;
+        const char* highway = tags["highway"];
+        if (highway) {
+            closed = is_closed(way);
+            wanted.emplace_back("roads", *closed);
+        }
+        const char* waterway = tags["waterway"];
+        if (waterway && std::strcmp(waterway, "riverbank") != 0) wanted.emplace_back("lakes", false);
+        auto areas = area_layers(tags);
+        if (!areas.empty() && (closed ? *closed : is_closed(way))) {
+            for (const char* layer : areas) wanted.emplace_back(layer, true);
+        }
+        wanted.erase(std::remove_if(wanted.begin(), wanted.end(),
+                                    [&](const auto& feature) { return !m_sinks.count(feature.first); }),
+                     wanted.end());
+        if (wanted.empty() || !first_time(m_seen ? m_seen->ways : m_unused, way.id())) return;
+        for (const auto& [layer, ring] : wanted) {
+            auto sink = m_sinks.find(layer);
+            std::string wkb;
+            try {
+                wkb = m_factory.create_linestring(way, osmium::geom::use_nodes::all);
+            } catch (const osmium::invalid_location&) {
+                note_broken(way, "");
+                break;
+            } catch (const std::exception& error) {
+                note_broken(way, error.what());
+                break;
+            }
+            if (ring) wkb = polygon_of_one_ring(wkb);
+            if (m_bbox && !overlaps(way)) { ++m_outside; continue; }
+            ++m_features[layer];
+            add(sink->first, sink->second, way, way.id(), wkb, "way");
+        }
+    }
+
+    void node(const osmium::Node& node) {
+        if (m_locations) m_locations->node(node);
+        const auto& tags = node.tags();
+        if (!tags.has_key("tourism") && !tags.has_key("amenity") && !tags.has_key("leisure")) return;
+        std::vector<const char*> wanted;
+        if (tags.has_key("name") && m_node_sinks.count("pois")) wanted.push_back("pois");
+        if (tags.has_key("leisure") && m_node_sinks.count("parks")) wanted.push_back("parks");
+        if (wanted.empty() || !first_time(m_seen ? m_seen->nodes : m_unused, node.id())) return;
+        for (const char* layer : wanted) {
+            auto sink = m_node_sinks.find(layer);
+            std::string wkb = m_factory.create_point(node);
+            if (m_bbox) {
+                const auto& box = *m_bbox;
+                double lon = node.location().lon(), lat = node.location().lat();
+                if (!(lon <= box[2] && lon >= box[0] && lat <= box[3] && lat >= box[1])) { ++m_outside; continue; }
+            }
+            ++m_features[layer];
+            add(sink->first, sink->second, node, node.id(), wkb, "node");
+        }
+    }
+
+    // First pass of the areas: relations with area keys (ingest/osm_pbf._Members and the area manager).
+    void relation(const osmium::Relation& relation) {
+        if (!m_manager) return;
+        const auto& tags = relation.tags();
+        static const char* keys[] = {"natural", "waterway", "leisure", "boundary", "landuse"};
+        if (std::none_of(std::begin(keys), std::end(keys), [&](const char* key) { return tags.has_key(key); })) return;
+        const char* type = tags["type"];
+        if (type && (!std::strcmp(type, "multipolygon") || !std::strcmp(type, "boundary")) && !area_layers(tags).empty()) {
+            m_wanted_relations.insert(relation.id());
+            for (const auto& member : relation.members()) {
+                if (member.type() == osmium::item_type::way) m_member_ways.insert(member.ref());
+            }
+        }
+        m_manager->relation(relation);
+    }
+
+    // The areas osmium assembled, as read_features takes them: relations' only, as (Multi)Polygons.
+    void areas(osmium::memory::Buffer&& buffer) {
+        for (const auto& area : buffer.select<osmium::Area>()) {
+            if (area.from_way()) continue;
+            auto layers = area_layers(area.tags());
+            layers.erase(std::remove_if(layers.begin(), layers.end(),
+                                        [&](const char* layer) { return !m_area_sinks.count(layer); }),
+                         layers.end());
+            if (layers.empty()) continue;
+            int64_t osm_id = area.orig_id();
+            m_built_relations.insert(osm_id);
+            if (!first_time(m_seen ? m_seen->relations : m_unused, osm_id)) continue;
+            for (const char* layer : layers) {
+                auto sink = m_area_sinks.find(layer);
+                std::string wkb;
+                try {
+                    wkb = m_factory.create_multipolygon(area);
+                } catch (const std::exception& error) {
+                    note_broken_relation(osm_id, error.what());
+                    break;
+                }
+                uint32_t polygons;
+                std::memcpy(&polygons, wkb.data() + 5, 4);
+                if (polygons == 1) wkb = wkb.substr(9);
+                if (m_bbox && !area_overlaps(area)) { ++m_outside; continue; }
+                ++m_features[layer];
+                add(sink->first, sink->second, area, osm_id, wkb, "area");
+            }
+        }
+    }
+
+    // The sources of a kind end as soon as the file moves on to the next kind (as osm_pbf._pack_features
+    // ends them): a writer waiting for a source's end must not wait for the rest of the file, while this
+    // reader blocks on a full queue of another layer.
+    void end_sources(std::map<std::string, Sink>& sinks) {
+        for (auto& [layer, sink] : sinks) {
+            if (!sink.ended) send(layer, sink, true);
+            sink.ended = true;
+        }
+    }
+
+    void finish() {
+        end_sources(m_node_sinks);
+        end_sources(m_sinks);
+        end_sources(m_area_sinks);
+    }
+
+    py::dict report() const {
+        py::dict result;
+        result["features"] = m_features;
+        result["broken"] = py::dict(py::arg("way") = m_broken, py::arg("relation") = m_broken_relations);
+        result["broken_listed"] = m_listed;
+        result["outside"] = m_outside;
+        result["duplicates"] = m_duplicates;
+        result["wanted_relations"] = m_wanted_relations;
+        result["built_relations"] = m_built_relations;
+        return result;
+    }
+
+    std::unordered_set<osmium::object_id_type> m_member_ways;
+    std::set<osmium::object_id_type> m_wanted_relations, m_built_relations;
+    std::map<std::string, Sink> m_area_sinks;
+    osmium::area::MultipolygonManager<osmium::area::Assembler>* m_manager = nullptr;
+    osmium::handler::NodeLocationsForWays<osmium::index::map::Map<osmium::unsigned_object_id_type, osmium::Location>>*
+        m_locations = nullptr;
+    std::vector<std::string> m_way_keys;  // osm_pbf.WAY_KEYS of the wanted layers
+    Seen* m_seen = nullptr;  // several extracts: skip what an earlier one gave
+    osmium::index::IdSetDense<osmium::unsigned_object_id_type> m_unused;  // stands for a set when m_seen is null
+    long m_duplicates = 0;
+
+    bool first_time(osmium::index::IdSetDense<osmium::unsigned_object_id_type>& ids, osmium::object_id_type id) {
+        if (!m_seen || ids.check_and_set(static_cast<osmium::unsigned_object_id_type>(id))) return true;
+        ++m_duplicates;
+        return false;
+    }
+
+private:
+    std::map<std::string, Sink>& m_node_sinks;
+    std::map<std::string, Sink>& m_sinks;
+    std::optional<std::array<double, 4>> m_bbox;
+    py::object m_emit;
+    osmium::geom::WKBFactory<> m_factory{osmium::geom::wkb_type::wkb, osmium::geom::out_type::binary};
+    std::map<std::string, long> m_features;
+    long m_broken = 0, m_broken_relations = 0, m_outside = 0;
+    std::vector<std::string> m_listed;
+
+    static bool is_closed(const osmium::Way& way) { return way.is_closed() && way.nodes().size() >= 4; }
+
+    static std::vector<const char*> area_layers(const osmium::TagList& tags) {
+        std::vector<const char*> layers;
+        const char* natural = tags["natural"];
+        const char* waterway = tags["waterway"];
+        const char* landuse = tags["landuse"];
+        const char* boundary = tags["boundary"];
+        auto is = [](const char* value, const char* expected) { return value && std::strcmp(value, expected) == 0; };
+        if (is(natural, "water") || is(natural, "bay") || is(natural, "wetland") || is(waterway, "riverbank")
+            || is(landuse, "reservoir")) layers.push_back("lakes");
+        if (tags["leisure"] || is(boundary, "national_park") || is(boundary, "protected_area")) layers.push_back("parks");
+        if (is(boundary, "administrative") || is(boundary, "postal_code")) layers.push_back("postal_codes");
+        return layers;
+    }
+
+    static std::string polygon_of_one_ring(const std::string& line) {
+        static const char head[] = "\x01\x03\x00\x00\x00\x01\x00\x00\x00";
+        return std::string(head, 9) + line.substr(5);
+    }
+
+    bool overlaps(const osmium::Way& way) const {
+        double west = 1e9, south = 1e9, east = -1e9, north = -1e9;
+        for (const auto& node : way.nodes()) {
+            west = std::min(west, node.location().lon()); east = std::max(east, node.location().lon());
+            south = std::min(south, node.location().lat()); north = std::max(north, node.location().lat());
+        }
+        const auto& box = *m_bbox;
+        return west <= box[2] && east >= box[0] && south <= box[3] && north >= box[1];
+    }
+
+    void note_broken_relation(int64_t osm_id, const std::string& what) {
+        ++m_broken_relations;
+        if (m_listed.size() < LISTED_BROKEN) m_listed.push_back("relation " + std::to_string(osm_id) + ": " + what);
+    }
+
+    bool area_overlaps(const osmium::Area& area) const {
+        double west = 1e9, south = 1e9, east = -1e9, north = -1e9;
+        for (const auto& ring : area.outer_rings()) {
+            for (const auto& node : ring) {
+                west = std::min(west, node.location().lon()); east = std::max(east, node.location().lon());
+                south = std::min(south, node.location().lat()); north = std::max(north, node.location().lat());
+            }
+        }
+        const auto& box = *m_bbox;
+        return west <= box[2] && east >= box[0] && south <= box[3] && north >= box[1];
+    }
+
+    void note_broken(const osmium::Way& way, const std::string& what) {
+        ++m_broken;
+        if (m_listed.size() >= LISTED_BROKEN) return;
+        std::string reason = what;
+        for (const auto& node : way.nodes()) {
+            if (!node.location().valid()) {
+                reason = "node " + std::to_string(node.ref()) + " has no location (not in the extract)";
+                break;
+            }
+        }
+        m_listed.push_back("way " + std::to_string(way.id()) + ": " + reason);
+    }
+
+    // The passes a pois feature is inserted in (ingest/osm_rules.poi_passes); {0} for the other tables.
+    static std::vector<int> passes_of(const Rules& rules, const osmium::TagList& tags) {
+        if (rules.staged_as.empty()) return {0};
+        std::vector<int> passes;
+        if (!tags.has_key("name")) return passes;
+        for (std::size_t number = 0; number < rules.passes.size(); ++number) {
+            const char* value = tags[rules.passes[number].first.c_str()];
+            if (!value) continue;
+            for (const auto& listed : rules.passes[number].second) {
+                if (listed == value) { passes.push_back(static_cast<int>(number)); break; }
+            }
+        }
+        return passes;
+    }
+
+    // loader 1's rows for the feature (ingest/osm_rules.rows_of, osm_features.row_packer), or BadFeature
+    static std::string rows(const Rules& rules, const osmium::OSMObject& object, int64_t osm_id,
+                            const std::string& wkb, const std::vector<int>& passes, long position) {
+        std::vector<const char*> values(rules.attributes, nullptr);
+        auto text = [&](const char* key, const char* value) -> const char* {
+            std::size_t length = code_points(value);
+            if (length > VARCHAR_LIMIT) {
+                throw BadFeature{"tag " + py::repr(py::str(key)).cast<std::string>() + " is " + std::to_string(length)
+                                 + " characters long; " + rules.table + " columns hold 255"};
+            }
+            return value;
+        };
+        for (const auto& tag : object.tags()) {
+            auto column = rules.tag_columns.find(tag.key());
+            if (column != rules.tag_columns.end()) values[column->second] = text(tag.key(), tag.value());
+        }
+        if (const char* name = object.tags()["name"]) values[rules.name_column] = text("name", name);
+        std::string body;
+        put32(body, static_cast<int32_t>(wkb.size()));
+        body += wkb;
+        for (int column = 0; column < rules.attributes; ++column) {
+            if (column == rules.osm_id_column) {
+                put32(body, 8);
+                put64(body, osm_id);
+            } else if (values[column]) {
+                std::size_t length = std::strlen(values[column]);
+                put32(body, static_cast<int32_t>(length));
+                body.append(values[column], length);
+            } else {
+                put32(body, -1);
+            }
+        }
+        std::string out;
+        if (rules.staged_as.empty()) {
+            put16(out, static_cast<int16_t>(rules.attributes + 1));
+            return out + body;
+        }
+        for (int number : passes) {
+            put16(out, static_cast<int16_t>(rules.attributes + 4));
+            put32(out, static_cast<int32_t>(rules.staged_as.size()));
+            out += rules.staged_as;
+            put32(out, 4);
+            put32(out, number);
+            put32(out, 8);
+            put64(out, position);
+            out += body;
+        }
+        return out;
+    }
+
+    void add(const std::string& layer, Sink& sink, const osmium::OSMObject& object, int64_t osm_id,
+             const std::string& wkb, const char* kind) {
+        auto& batch = sink.batch;
+        auto passes = passes_of(sink.rules, object.tags());
+        try {
+            if (!passes.empty()) {
+                batch.data += rows(sink.rules, object, osm_id, wkb, passes, batch.features);
+                batch.rows += static_cast<long>(passes.size());
+            }
+        } catch (const BadFeature& bad) {
+            ++batch.skipped_count;
+            if (py::len(batch.skipped) < MAX_REPORTED) {
+                batch.skipped.append(py::make_tuple(batch.features, osm_id,
+                                                    std::string(kind) + " " + std::to_string(osm_id) + ": " + bad.reason));
+            }
+        }
+        ++batch.features;
+        if (batch.data.size() >= BATCH_BYTES) send(layer, sink, false);
+    }
+
+    void send(const std::string& layer, Sink& sink, bool done) {
+        auto& batch = sink.batch;
+        auto node_sink = m_node_sinks.find(layer);
+        auto area_sink = m_area_sinks.find(layer);
+        const char* kind = node_sink != m_node_sinks.end() && &node_sink->second == &sink ? "nodes"
+                         : area_sink != m_area_sinks.end() && &area_sink->second == &sink ? "areas" : "ways";
+        m_emit(kind, layer, py::bytes(batch.data), batch.rows, batch.features - batch.taken, batch.skipped,
+               batch.skipped_count, done);
+        batch.data.clear();
+        batch.rows = 0;
+        batch.taken = batch.features;
+        batch.skipped = py::list();
+        batch.skipped_count = 0;
+    }
+};
+
+// Pass 2 of the areas: the member ways (with their locations) for the area manager.
+struct MemberWays : public osmium::handler::Handler {
+    const std::unordered_set<osmium::object_id_type>& members;
+    osmium::handler::NodeLocationsForWays<osmium::index::map::Map<osmium::unsigned_object_id_type, osmium::Location>>& locations;
+    osmium::area::MultipolygonManager<osmium::area::Assembler>& manager;
+    void way(osmium::Way& way) {
+        if (!members.count(way.id())) return;
+        locations.way(way);
+        manager.handle_way(way);
+    }
+    void relation(const osmium::Relation& relation) { manager.handle_relation(relation); }
+};
+
+py::dict read_ways(const std::string& path, const std::string& index_name, const py::dict& node_specs,
+                   const py::dict& specs, const py::dict& area_specs, std::optional<std::array<double, 4>> bbox,
+                   Seen* seen, py::object emit) {
+    std::map<std::string, Sink> node_sinks, sinks;
+    for (const auto& [layer, spec] : node_specs) {
+        node_sinks[layer.cast<std::string>()].rules = rules_from(spec.cast<py::dict>());
+    }
+    for (const auto& [layer, spec] : specs) {
+        sinks[layer.cast<std::string>()].rules = rules_from(spec.cast<py::dict>());
+    }
+    using Index = osmium::index::map::Map<osmium::unsigned_object_id_type, osmium::Location>;
+    const auto& factory = osmium::index::MapFactory<osmium::unsigned_object_id_type, osmium::Location>::instance();
+    std::unique_ptr<Index> index = factory.create_map(index_name);
+    osmium::handler::NodeLocationsForWays<Index> locations{*index};
+    locations.ignore_errors();
+    WaysReader reader{node_sinks, sinks, bbox, std::move(emit)};
+    osmium::area::Assembler::config_type config;
+    osmium::area::MultipolygonManager<osmium::area::Assembler> manager{config};
+    for (const auto& [layer, spec] : area_specs) {
+        reader.m_area_sinks[layer.cast<std::string>()].rules = rules_from(spec.cast<py::dict>());
+    }
+    if (!area_specs.empty()) reader.m_manager = &manager;
+    reader.m_seen = seen;
+    static const std::map<std::string, std::vector<std::string>> way_keys{
+        {"roads", {"highway"}}, {"lakes", {"waterway", "natural", "landuse"}}, {"parks", {"leisure", "boundary"}},
+        {"postal_codes", {"boundary"}}};
+    for (const auto& [layer, sink] : sinks) {
+        for (const auto& key : way_keys.at(layer)) reader.m_way_keys.push_back(key);
+    }
+    bool located = !sinks.empty() || !area_specs.empty();  // a reader of nodes alone needs no locations
+    if (located) reader.m_locations = &locations;
+    auto entities = osmium::osm_entity_bits::node;
+    if (!sinks.empty()) entities |= osmium::osm_entity_bits::way;
+    if (!area_specs.empty()) entities |= osmium::osm_entity_bits::way | osmium::osm_entity_bits::relation;
+    osmium::io::Reader input{osmium::io::File{path, "pbf"}, entities};
+    osmium::apply(input, reader);
+    input.close();
+    reader.end_sources(node_sinks);  // pass 1 is over: the nodes and ways sources end before the areas come
+    reader.end_sources(sinks);
+    if (!area_specs.empty()) {
+        manager.prepare_for_lookup();
+        manager.set_callback([&reader](osmium::memory::Buffer&& buffer) { reader.areas(std::move(buffer)); });
+        MemberWays pass2{{}, reader.m_member_ways, locations, manager};
+        osmium::io::Reader again{osmium::io::File{path, "pbf"}, osmium::osm_entity_bits::way | osmium::osm_entity_bits::relation};
+        osmium::apply(again, pass2);
+        again.close();
+        manager.flush_output();
+    }
+    reader.finish();
+    return reader.report();
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_osmread, module) {
+    module.doc() = "WORK IN PROGRESS: the PBF reader's hot loop (issue #10)";
+    py::class_<Seen>(module, "Seen").def(py::init<>());
+    module.def("read_ways", &read_ways);
+}
