@@ -250,13 +250,13 @@ def osm_command(
     a file that is truncated or not JSON is reported on one line and the other files still load.
 
     PBF (detected from the content, not the name): two reader processes share the kinds of objects (nodes,
-    ways, relation areas), read the extracts with pyosmium and stream rows straight into the tables under the
-    same rules (docs/DESIGN.md); what each reader makes of each extract for each layer is one source, loaded
-    and logged like a file above, so a rerun reads only what is missing. An object in several extracts is
-    taken once; what cannot be built (ways with missing nodes, broken multipolygons) is listed by OSM type and
-    id. A truncated extract is refused before anything starts. `--export-geojson DIR` writes the same features
-    as osmx-style GeoJSON layers instead (loading DIR gives the same rows). Progress goes to stderr; run
-    `ingest finalize` afterwards.
+    ways, relation areas), read the extracts with libosmium (a native reader; --export-geojson reads with
+    pyosmium) and stream rows straight into the tables under the same rules (docs/DESIGN.md); what each reader
+    makes of each extract for each layer is one source, loaded and logged like a file above, so a rerun reads
+    only what is missing. An object in several extracts is taken once; what cannot be built (ways with missing
+    nodes, broken multipolygons) is listed by OSM type and id. A truncated extract is refused before anything
+    starts. `--export-geojson DIR` writes the same features as osmx-style GeoJSON layers instead (loading DIR
+    gives the same rows). Progress goes to stderr; run `ingest finalize` afterwards.
 
     Example: ingest osm /data/osm_extract --dsn postgresql://postgres@localhost:5432/gsqa
     Example: ingest osm new-york.osm.pbf new-jersey.osm.pbf --bbox -74.3,40.5,-73.7,40.9

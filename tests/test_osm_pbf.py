@@ -148,6 +148,23 @@ def test_a_pbf_loads_the_same_rows_as_its_exported_layers(new_database, tmp_path
     assert again["pbf"]["features"] == {}  # every source was logged: nothing was read again
 
 
+def test_a_box_keeps_the_same_rows_loaded_directly_as_exported(new_database, tmp_path: Path) -> None:
+    """--bbox in the native reader (a direct load) and in the pyosmium one (--export-geojson) keep the same
+    features: a box over part of Monaco cuts through its roads, parks and areas."""
+    extract = shutil.copy(DATA / "osm" / "monaco.osm.pbf", tmp_path)
+    box = "7.415,43.725,7.425,43.735"
+    direct = new_database("pbf_box_direct", initialized=True)
+    exported = new_database("pbf_box_export", initialized=True)
+    assert ingest("osm", str(extract), "--bbox", box, "--dsn", direct).returncode in (0, 1)
+    assert ingest("osm", str(extract), "--bbox", box, "--export-geojson", str(tmp_path / "geojson")).returncode == 1
+    assert ingest("osm", str(tmp_path / "geojson"), "--dsn", exported).returncode == 0
+    whole = new_database("pbf_box_whole", initialized=True)
+    assert ingest("osm", str(extract), "--dsn", whole).returncode == 1
+    for table in TABLES:
+        assert table_rows(direct, f"public.{table}") == table_rows(exported, f"public.{table}"), table
+    assert 0 < len(table_rows(direct, "public.roads")) < len(table_rows(whole, "public.roads"))
+
+
 def test_overlapping_extracts_load_each_object_once(new_database, tmp_path: Path) -> None:
     first = shutil.copy(DATA / "osm" / "monaco.osm.pbf", tmp_path / "a.osm.pbf")
     second = shutil.copy(DATA / "osm" / "monaco.osm.pbf", tmp_path / "b.osm.pbf")
