@@ -17,7 +17,7 @@
 //   skipped_count, done); a kind's sources end as soon as the file moves on to the next kind, so that a
 //   writer waiting for a source's end never waits for the rest of the file;
 // - duplicates across the extracts of one reader (Seen), broken objects with their reasons, the features
-//   outside --bbox: in the report read_ways returns.
+//   outside --bbox: in the report read_extract returns.
 // Built by hatch_build.py when the project is installed.
 
 #include <pybind11/pybind11.h>
@@ -112,9 +112,9 @@ struct Seen {
     osmium::index::IdSetDense<osmium::unsigned_object_id_type> nodes, ways, relations;
 };
 
-class WaysReader : public osmium::handler::Handler {
+class ExtractReader : public osmium::handler::Handler {
 public:
-    WaysReader(std::map<std::string, Sink>& node_sinks, std::map<std::string, Sink>& sinks,
+    ExtractReader(std::map<std::string, Sink>& node_sinks, std::map<std::string, Sink>& sinks,
                std::optional<std::array<double, 4>> bbox, py::object emit)
         : m_node_sinks(node_sinks), m_sinks(sinks), m_bbox(bbox), m_emit(std::move(emit)) {}
 
@@ -144,7 +144,7 @@ public:
         wanted.erase(std::remove_if(wanted.begin(), wanted.end(),
                                     [&](const auto& feature) { return !m_sinks.count(feature.first); }),
                      wanted.end());
-        if (wanted.empty() || !first_time(m_seen ? m_seen->ways : m_unused, way.id())) return;
+        if (wanted.empty() || !first_time(m_seen ? &m_seen->ways : nullptr, way.id())) return;
         for (const auto& [layer, ring] : wanted) {
             auto sink = m_sinks.find(layer);
             std::string wkb;
@@ -171,7 +171,7 @@ public:
         std::vector<const char*> wanted;
         if (tags.has_key("name") && m_node_sinks.count("pois")) wanted.push_back("pois");
         if (tags.has_key("leisure") && m_node_sinks.count("parks")) wanted.push_back("parks");
-        if (wanted.empty() || !first_time(m_seen ? m_seen->nodes : m_unused, node.id())) return;
+        if (wanted.empty() || !first_time(m_seen ? &m_seen->nodes : nullptr, node.id())) return;
         for (const char* layer : wanted) {
             auto sink = m_node_sinks.find(layer);
             std::string wkb = m_factory.create_point(node);
@@ -212,7 +212,7 @@ public:
             if (layers.empty()) continue;
             int64_t osm_id = area.orig_id();
             m_built_relations.insert(osm_id);
-            if (!first_time(m_seen ? m_seen->relations : m_unused, osm_id)) continue;
+            if (!first_time(m_seen ? &m_seen->relations : nullptr, osm_id)) continue;
             for (const char* layer : layers) {
                 auto sink = m_area_sinks.find(layer);
                 std::string wkb;
@@ -268,11 +268,11 @@ public:
         m_locations = nullptr;
     std::vector<std::string> m_way_keys;  // osm_pbf.WAY_KEYS of the wanted layers
     Seen* m_seen = nullptr;  // several extracts: skip what an earlier one gave
-    osmium::index::IdSetDense<osmium::unsigned_object_id_type> m_unused;  // stands for a set when m_seen is null
     long m_duplicates = 0;
 
-    bool first_time(osmium::index::IdSetDense<osmium::unsigned_object_id_type>& ids, osmium::object_id_type id) {
-        if (!m_seen || ids.check_and_set(static_cast<osmium::unsigned_object_id_type>(id))) return true;
+    // `ids`: one of m_seen's sets, or null when there is no earlier extract to compare with
+    bool first_time(osmium::index::IdSetDense<osmium::unsigned_object_id_type>* ids, osmium::object_id_type id) {
+        if (!ids || ids->check_and_set(static_cast<osmium::unsigned_object_id_type>(id))) return true;
         ++m_duplicates;
         return false;
     }
@@ -462,7 +462,7 @@ struct MemberWays : public osmium::handler::Handler {
     void relation(const osmium::Relation& relation) { manager.handle_relation(relation); }
 };
 
-py::dict read_ways(const std::string& path, const std::string& index_name, const py::dict& node_specs,
+py::dict read_extract(const std::string& path, const std::string& index_name, const py::dict& node_specs,
                    const py::dict& specs, const py::dict& area_specs, std::optional<std::array<double, 4>> bbox,
                    Seen* seen, py::object emit) {
     std::map<std::string, Sink> node_sinks, sinks;
@@ -477,7 +477,7 @@ py::dict read_ways(const std::string& path, const std::string& index_name, const
     std::unique_ptr<Index> index = factory.create_map(index_name);
     osmium::handler::NodeLocationsForWays<Index> locations{*index};
     locations.ignore_errors();
-    WaysReader reader{node_sinks, sinks, bbox, std::move(emit)};
+    ExtractReader reader{node_sinks, sinks, bbox, std::move(emit)};
     osmium::area::Assembler::config_type config;
     osmium::area::MultipolygonManager<osmium::area::Assembler> manager{config};
     for (const auto& [layer, spec] : area_specs) {
@@ -519,5 +519,5 @@ py::dict read_ways(const std::string& path, const std::string& index_name, const
 PYBIND11_MODULE(_osmread, module) {
     module.doc() = "WORK IN PROGRESS: the PBF reader's hot loop (issue #10)";
     py::class_<Seen>(module, "Seen").def(py::init<>());
-    module.def("read_ways", &read_ways);
+    module.def("read_extract", &read_extract);
 }

@@ -456,10 +456,10 @@ def read_natively(plan: ReadPlan, send: Callable[[str, str, tuple], None]) -> Pb
     """A direct load: every extract of the plan read by the native reader (ingest/_osmread.cpp, libosmium),
     which gives the same sources, rows and report as read_features would (compared byte for byte on the
     extracts of tests/data/osm and bench/osm_pbf.py when it was written) in a seventh of the CPU: pyosmium's
-    calls per object were most of a load. Each
-    source's batches go to `send`, then its end; an extract that cannot be read to its end fails its open
-    sources, and the reader goes on with the next one. (--export-geojson reads with pyosmium, so the test
-    that loads a PBF and its exported layers checks the two readers against each other.)"""
+    calls per object were most of a load. Each source's batches go to `send`, then its end; an extract that
+    cannot be read to its end fails its open sources, and the reader goes on with the next one.
+    (--export-geojson reads with pyosmium, so the test that loads a PBF and its exported layers checks the two
+    readers against each other.)"""
     from ingest import _osmread
 
     report = PbfReport(sources=[str(path) for path, _ in plan.extracts], location_index=plan.index)
@@ -486,7 +486,7 @@ def _read_extract(native: Any, path: Path, layers: dict[str, set[str]], plan: Re
 
     specs = [{layer: _native_rules(layer, path) for layer in sorted(layers.get(kind, ()))} for kind in KINDS]
     try:
-        return _native_report(native.read_ways(str(path), plan.index or "flex_mem", *specs, plan.bbox, seen, emit))
+        return _native_report(native.read_extract(str(path), plan.index or "flex_mem", *specs, plan.bbox, seen, emit))
     except RuntimeError as error:  # a damaged block: the extract's open sources fail, the others stand
         for kind, layer in sorted(open_sources):
             send(kind, layer, ("failed", unreadable(path, error)))
