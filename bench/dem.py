@@ -66,9 +66,10 @@ class Sampler(threading.Thread):
         self.server_last: dict[int, int] = dict(self.server_start)
 
     def run(self) -> None:
-        while not self.stop.is_set():
+        while True:
             self.sample()
-            time.sleep(0.1)
+            if self.stop.wait(0.1):  # not time.sleep: stop() returns at once, not up to 100 ms later
+                return
 
     def _server_ticks(self) -> dict[int, int]:
         return {pid: ticks for root in self.postmasters for pid in _tree(root) if (ticks := _cpu_ticks(pid))}

@@ -90,9 +90,9 @@ def one_run(hub: FakeHub, server_dsn: str, work: Path, name: str, number: int) -
     sampler = Sampler(process.pid)
     sampler.start()
     process.wait()
+    wall = time.monotonic() - started
     sampler.stop.set()
     sampler.join()
-    wall = time.monotonic() - started
     if process.returncode:
         raise SystemExit(f"ingest all failed on {name} (exit {process.returncode}); run it by hand to see why")
     with psycopg.connect(dsn) as conn:

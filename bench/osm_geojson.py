@@ -7,7 +7,7 @@ parks and lakes with multipolygons and holes, postal-code polygons; one feature 
 times and alternating which goes first, loads them into one database:
   ogr2ogr -f PostgreSQL PG:<dsn> <file> -nln ogr_<layer> -append -lco GEOMETRY_NAME=geometry
           -lco GEOM_TYPE=geography -lco SPATIAL_INDEX=NONE --config PG_USE_COPY YES      (every file in turn)
-  ingest osm <dir> --replace
+  ingest osm <dir> --replace --no-index
 ogr2ogr applies no loader-1 rule: it keeps every feature and every property (tagsMap as one JSON column).
 For each tool: wall time, client CPU (all client processes), server CPU (all postgres processes), peak
 client memory (largest process RSS; PSS of the process tree), input MB/s, rows/s; then the medians with
@@ -60,7 +60,7 @@ def one_round(folder: Path, dsn: str, mb: float, ingest_first: bool) -> dict[str
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"DROP TABLE IF EXISTS {', '.join(OGR_TABLES)}")
     tools = [("ogr2ogr", ogr2ogr_command(folder, dsn), OGR_TABLES),
-             ("ingest osm", f"{INGEST} osm {folder} --replace --dsn '{dsn}' >/dev/null 2>&1", TABLES)]
+             ("ingest osm", f"{INGEST} osm {folder} --replace --no-index --dsn '{dsn}' >/dev/null 2>&1", TABLES)]
     results = {}
     for tool, command, tables in (tools[::-1] if ingest_first else tools):
         with psycopg.connect(dsn, autocommit=True) as conn:

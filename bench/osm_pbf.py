@@ -9,9 +9,10 @@ pyosmium (write_city): a dense city (--city-side 830: about 1.0 M objects, a thi
 five layers) and a town with buildings (--town-side 600: about 11 M objects, 2% features, as in real data).
 Two comparisons, each round into fresh databases:
   load:  osm2pgsql -O flex -S bench/osm2pgsql_flex.lua --number-processes 2 FILE, tables neither clustered
-         nor indexed (GSQA_BENCH_LOAD_ONLY=1)  |  ingest osm FILE
+         nor indexed (GSQA_BENCH_LOAD_ONLY=1)  |  ingest osm FILE --no-index
   ready: osm2pgsql as it runs by default (tables clustered by geometry, GiST indexes, ANALYZE)
-         |  ingest osm FILE; ingest finalize (GiST indexes, ANALYZE; no clustering: ids stay in load order)
+         |  ingest osm FILE (GiST indexes, ANALYZE, each table as soon as its layer is in; no clustering: ids
+            stay in load order)
 and prints, per tool, wall time, client CPU (the process tree), server CPU (all postgres processes), peak
 client memory (RSS of the largest process, PSS of all), the rows per table side by side, and the wall ratio;
 then, per table, the OSM objects (type, id) that only one tool took (our --export-geojson layers, before
@@ -161,11 +162,12 @@ def timed(command: list[str], env: dict[str, str] | None = None) -> dict:
     sampler = Sampler(process.pid)
     sampler.start()
     process.wait()
+    wall = time.monotonic() - started
     sampler.stop.set()
     sampler.join()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     client_cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return {"wall_s": time.monotonic() - started, "client_cpu_s": client_cpu, "server_cpu_s": sampler.server_cpu_s,
+    return {"wall_s": wall, "client_cpu_s": client_cpu, "server_cpu_s": sampler.server_cpu_s,
             "peak_rss_mb": sampler.peak_rss / 1e6, "peak_pss_mb": sampler.peak_pss / 1e6,
             "returncode": process.returncode}
 
@@ -184,8 +186,7 @@ def one_round(server_dsn: str, source: Path, mode: str) -> dict:
                                                                   if mode == "load" else {})})
     anchor["rows"] = counts(theirs, "bench_")
     ours_dsn = fresh_database(server_dsn, "gsqa_bench_ingest_pbf", initialize=True)
-    load = f"{INGEST} osm {source} --dsn '{ours_dsn}' >/dev/null 2>&1"
-    ours = timed(["bash", "-c", load if mode == "load" else f"{load}; {INGEST} finalize --dsn '{ours_dsn}'"])
+    ours = timed([str(INGEST), "osm", str(source), "--dsn", ours_dsn, *(["--no-index"] if mode == "load" else [])])
     ours["rows"] = counts(ours_dsn, "public.")
     return {"osm2pgsql": anchor, "ingest osm": ours}
 

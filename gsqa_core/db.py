@@ -10,6 +10,8 @@ builds (MAKE_DB_DSN), not libpq's silent choice of a database named after the OS
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Annotated, Any
 
 import psycopg
@@ -106,3 +108,22 @@ def with_user(dsn: str | None, user: str, password: str | None) -> str:
     if password:
         overrides["password"] = password
     return make_conninfo(resolve_dsn(dsn), **overrides)
+
+
+def run_together(tasks: list[Callable[[], None]], connections: list[psycopg.Connection], thread_name: str,
+                 on_failure: Callable[[], None] = lambda: None) -> None:
+    """Each task in its own thread (psycopg releases the GIL while the server works). At the first failure,
+    or Ctrl-C, `on_failure()` runs and the statements in flight on `connections` are cancelled, so that the
+    other tasks stop too; once they have, that failure is raised."""
+    with ThreadPoolExecutor(len(tasks), thread_name_prefix=thread_name) as threads:
+        futures = [threads.submit(task) for task in tasks]
+        try:
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            for future in futures:
+                if future in done and future.exception() is not None:
+                    raise future.exception()
+        except BaseException:
+            on_failure()
+            for conn in connections:
+                conn.cancel_safe()
+            raise

@@ -2,8 +2,8 @@
 
 Column names, order and types follow docs/REFERENCE-DB.md, Tables (the GS-QA schema JSON files, loader 1)
 and "The DEM table" (raster2pgsql -F). Every tag column is VARCHAR(255); only pois and parks carry osm_id.
-Spatial indexes are not created here: they are built after the bulk load (sql/40_post_load_indexes.sql
-and the DEM stage), because building them first makes the load several times slower.
+Spatial indexes are not created here: they are built after the bulk load (ingest/indexes.py and the DEM
+stage), because building them first makes the load several times slower.
 """
 
 from __future__ import annotations
@@ -161,5 +161,6 @@ stage_log = Table(BOOKKEEPING_SCHEMA, "stage_log", (
     Column("report", JSONB),
 ), primary_key=("stage",))
 
-REFERENCE_TABLES = [pois, roads, parks, lakes, regions, dem_us]
+VECTOR_TABLES = [pois, roads, parks, lakes, regions]
+REFERENCE_TABLES = [*VECTOR_TABLES, dem_us]
 ALL_TABLES = sorted([*REFERENCE_TABLES, load_log, pois_stage, stage_log], key=lambda table: table.fullname)

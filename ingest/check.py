@@ -25,6 +25,7 @@ from psycopg import sql
 from gsqa_core import schema
 from gsqa_core.db import connect, identifier, relation_exists, where
 from gsqa_core.reader import reader_dsn, reader_problem
+from ingest import indexes
 from ingest.dem_tiles import Grid
 from ingest.raster_constraints import TileGrid, desired_definitions, existing_definitions
 
@@ -35,7 +36,6 @@ REFERENCE_EXTENT = (-126.000138888889, 23.99986111111112, -65.99986111111112, 50
 REFERENCE_MIN_ROWS = {"pois": 267_609, "roads": 18_491_387, "lakes": 7_919_489, "parks": 5_816_803,
                       "regions": 38_955}
 EXTENT_TOLERANCE = 1e-9
-VECTOR_TABLES = [schema.pois, schema.roads, schema.parks, schema.lakes, schema.regions]
 
 
 @dataclass(frozen=True)
@@ -55,8 +55,8 @@ def run_checks(dsn: str | None, reference: bool = False) -> list[Check]:
             return [Check("schema", False, f"missing tables in {where(conn)}: {', '.join(missing)}; run `ingest init` "
                                            "first")]
         checks = _dem_checks(conn, reference)
-        for table in VECTOR_TABLES:
-            checks += _vector_checks(conn, table.name, reference)
+        for table in schema.VECTOR_TABLES:
+            checks += _vector_checks(conn, table, reference)
         checks += _expected_files(conn)
     checks.append(_reader_check(dsn))
     return checks
@@ -174,8 +174,8 @@ def _dem_index(conn: psycopg.Connection) -> Check:
                  else "dem_us_st_convexhull_idx is missing: rerun `ingest dem`")
 
 
-def _vector_checks(conn: psycopg.Connection, name: str, reference: bool) -> list[Check]:
-    qualified = f"public.{name}"
+def _vector_checks(conn: psycopg.Connection, table: schema.Table, reference: bool) -> list[Check]:
+    name, qualified = table.name, table.fullname
     logged = sum(rows for rows, _ in _logged(conn, qualified).values())
     rows = _count(conn, qualified)
     checks = [Check(f"{name}.rows", rows == logged, f"{rows:,} rows; the load log accounts for {logged:,}")]
@@ -184,11 +184,10 @@ def _vector_checks(conn: psycopg.Connection, name: str, reference: bool) -> list
         checks.append(Check(f"{name}.reference_rows", rows >= bound, f"{rows:,} rows; the reference has at least "
                             f"{bound:,} (the largest id in any stored answer)"))
     if rows:
-        index = relation_exists(conn, f"public.{name}_geometry_gix")
-        checks.append(Check(f"{name}.index", index, f"{name}_geometry_gix present" if index
-                            else f"{name}_geometry_gix is missing: run `ingest finalize`"))
-        analyzed = conn.execute("SELECT coalesce(last_analyze, last_autoanalyze) IS NOT NULL FROM pg_stat_user_tables "
-                                "WHERE relid = %s::regclass", [qualified]).fetchone()[0]
+        index = indexes.has_index(conn, table)
+        checks.append(Check(f"{name}.index", index, f"{indexes.index_name(table)} present" if index
+                            else f"{indexes.index_name(table)} is missing: run `ingest finalize`"))
+        analyzed = indexes.is_analyzed(conn, table)
         checks.append(Check(f"{name}.analyzed", analyzed, "analyzed" if analyzed
                             else "never analyzed: run `ingest finalize`"))
     return checks
@@ -200,7 +199,7 @@ def _expected_files(conn: psycopg.Connection) -> list[Check]:
     rows = conn.execute("SELECT stage, expected FROM gsqa.stage_log WHERE stage IN ('dem', 'osm') "
                         "AND expected IS NOT NULL ORDER BY stage").fetchall()
     for stage, expected in rows:
-        targets = [schema.dem_us.fullname] if stage == "dem" else [table.fullname for table in VECTOR_TABLES]
+        targets = [schema.dem_us.fullname] if stage == "dem" else [table.fullname for table in schema.VECTOR_TABLES]
         loaded = conn.execute("SELECT count(*) FROM gsqa.load_log WHERE target_table = ANY(%s)",
                               [targets]).fetchone()[0]
         checks.append(Check(f"{stage}.files", loaded == expected["files"],

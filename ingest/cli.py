@@ -69,9 +69,10 @@ def init(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
 
 @app.command()
 def finalize(dsn: DsnOption = None) -> None:
-    """Build the post-load GiST indexes on the five vector tables and ANALYZE them
-    (sql/40_post_load_indexes.sql), as many tables at once as the machine has cores. Safe to rerun:
-    existing indexes are kept.
+    """Build the GiST indexes the five vector tables miss (loader 2's names) and ANALYZE every one, as many
+    tables at once as the machine has cores, largest first. `ingest osm` already does both for each table it
+    loads (unless --no-index); this completes a load made with --no-index or one whose layers failed. Safe to
+    rerun: existing indexes are kept.
 
     Example: ingest finalize
 
@@ -235,6 +236,8 @@ def osm_command(
     work: Annotated[Path | None, typer.Option(
         metavar="DIR", help="PBF input over 1 GiB: where the node locations are kept on disk while the "
         "extracts are read [default: beside the first extract].", show_default=False)] = None,
+    no_index: Annotated[bool, typer.Option("--no-index", help="Leave each table without its GiST index and "
+                                           "statistics (`ingest finalize` adds them).")] = False,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -256,7 +259,12 @@ def osm_command(
     only what is missing. An object in several extracts is taken once; what cannot be built (ways with missing
     nodes, broken multipolygons) is listed by OSM type and id. A truncated extract is refused before anything
     starts. `--export-geojson DIR` writes the same features as osmx-style GeoJSON layers instead (loading DIR
-    gives the same rows). Progress goes to stderr; run `ingest finalize` afterwards.
+    gives the same rows). Progress goes to stderr.
+
+    Each table comes out ready to query: as soon as its layer is loaded, while the other layers still load,
+    its GiST index (loader 2's name) is built and the table analyzed, unless a file of the layer failed (the
+    rerun that loads it does it) or --no-index. A table rewritten from its first row (--replace, a changed
+    first file) loses its index first, so the rows are not indexed one by one.
 
     Example: ingest osm /data/osm_extract --dsn postgresql://postgres@localhost:5432/gsqa
     Example: ingest osm new-york.osm.pbf new-jersey.osm.pbf --bbox -74.3,40.5,-73.7,40.9
@@ -276,12 +284,12 @@ def osm_command(
         box = parse_bbox(bbox) if bbox else None
         if not osm_pbf.all_pbf(sources):
             report = osm.load_osm(sources[0], dsn, layers=wanted, workers=workers, replace=replace,
-                                  compression=compression, bbox=box)
+                                  compression=compression, bbox=box, index=not no_index)
         elif export_geojson is not None:
             read = osm_pbf.export(sources, export_geojson, bbox=box)
         else:
             report, read = osm.load_pbf(sources, dsn, layers=wanted, replace=replace, compression=compression,
-                                        bbox=box, work=work)
+                                        bbox=box, work=work, index=not no_index)
     code = max(1 if read and read.broken else 0, report.exit_code if report else 0)
     if as_json:
         typer.echo(json.dumps({**({"pbf": read.as_json()} if read else {}), **(report.as_json() if report else {})}))
@@ -453,7 +461,9 @@ def _print_osm_report(report: OsmLoadReport, listed: int = 20) -> None:
     for layer in report.layers.values():
         typer.echo(f"{layer.table}: loaded {len(layer.loaded)} of {layer.files} files ({layer.rows_written:,} rows "
                    f"from {layer.features_read:,} features); {len(layer.unchanged)} already loaded; "
-                   f"{len(layer.failed)} failed; skipped features: {layer.skipped_count:,}")
+                   f"{len(layer.failed)} failed; skipped features: {layer.skipped_count:,}"
+                   + (f"; indexed and analyzed in {layer.ready_seconds:.1f} s" if layer.ready_seconds is not None
+                      else ""))
         for error in layer.failed.values():  # the message names the file
             typer.echo(f"  failed: {error}")
     skipped = [entry for layer in report.layers.values() for entry in layer.skipped]

@@ -7,9 +7,9 @@ is a conflict that is reported, never altered.
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,10 +17,11 @@ import psycopg
 from psycopg import sql
 
 from gsqa_core import schema
-from gsqa_core.db import connect, relation_exists, where
+from gsqa_core.db import connect, relation_exists, run_together, where
 from gsqa_core.errors import GsqaError, SchemaConflict
 from gsqa_core.reader import READER_PASSWORD_ENV
 from gsqa_core.schema import MIN_POSTGIS
+from ingest import indexes
 
 
 def sql_dir() -> Path:
@@ -161,38 +162,32 @@ def _apply_grants(conn: psycopg.Connection) -> None:
 
 
 def finalize(dsn: str | None, workers: int | None = None) -> None:
-    """Post-load work on the vector tables: GiST indexes and ANALYZE (sql/40_post_load_indexes.sql), each
-    line of the file (one table) on the next free of `workers` connections (default: one per core)."""
+    """Post-load work on the vector tables (indexes.py): each table's GiST index if it is missing, then
+    ANALYZE; the tables largest first, each on the next free of `workers` connections (default: one per core)."""
     with connect(dsn, autocommit=True) as conn:
         missing = [table.fullname for table in schema.REFERENCE_TABLES if not relation_exists(conn, table.fullname)]
         if missing:
             raise GsqaError(f"table {missing[0]} does not exist in {where(conn)}: run `ingest init` first, "
                             "then the load stages")
-    lines = [line for line in (sql_dir() / "40_post_load_indexes.sql").read_text().splitlines()
-             if line.strip() and not line.startswith("--")]
-    pending: queue.SimpleQueue[str] = queue.SimpleQueue()
-    for line in lines:
-        pending.put(line)
-    connections = [connect(dsn, autocommit=True) for _ in range(min(len(lines), workers or os.cpu_count() or 1))]
+        size = {table: conn.execute("SELECT pg_table_size(%s::regclass)", [table.fullname]).fetchone()[0]
+                for table in schema.VECTOR_TABLES}
+    pending: queue.SimpleQueue[schema.Table] = queue.SimpleQueue()
+    for table in sorted(schema.VECTOR_TABLES, key=lambda table: -size[table]):
+        pending.put(table)
+    count = min(len(size), workers or os.cpu_count() or 1)
+    connections = [connect(dsn, autocommit=True) for _ in range(count)]
     try:
-        with ThreadPoolExecutor(len(connections), thread_name_prefix="ingest-finalize") as threads:
-            futures = [threads.submit(_run_pending, conn, pending) for conn in connections]
-            try:
-                for future in futures:
-                    future.result()
-            except BaseException:  # Ctrl-C or a failed statement: the other connections stop too
-                for conn in connections:
-                    conn.cancel_safe()
-                raise
+        run_together([functools.partial(_run_pending, conn, pending) for conn in connections], connections,
+                     "ingest-finalize")
     finally:
         for conn in connections:
             conn.close()
 
 
-def _run_pending(conn: psycopg.Connection, pending: queue.SimpleQueue[str]) -> None:
+def _run_pending(conn: psycopg.Connection, pending: queue.SimpleQueue[schema.Table]) -> None:
     while True:
         try:
-            statements = pending.get_nowait()
+            table = pending.get_nowait()
         except queue.Empty:
             return
-        conn.execute(statements)
+        indexes.make_ready(conn, table)

@@ -20,6 +20,7 @@ name order (loader 1 took the file system's order, which nobody can reproduce), 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -34,9 +35,9 @@ from psycopg import sql
 from tqdm import tqdm
 
 from gsqa_core import schema
-from gsqa_core.db import connect, identifier, relation_exists, where
+from gsqa_core.db import connect, identifier, relation_exists, run_together, where
 from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
-from ingest import osm_pbf
+from ingest import indexes, osm_pbf
 from ingest.load_state import (
     LogEntry,
     file_checksum,
@@ -78,6 +79,7 @@ class LayerReport:
     features_read: int = 0
     skipped: list[dict] = field(default_factory=list)
     skipped_count: int = 0
+    ready_seconds: float | None = None  # building the index and analyzing, when this run did
 
     def add_skipped(self, count: int, listed: list[dict]) -> None:
         self.skipped_count += count
@@ -86,7 +88,9 @@ class LayerReport:
     def as_json(self) -> dict:
         return {"table": self.table, "files": self.files, "loaded": self.loaded, "unchanged": self.unchanged,
                 "failed": self.failed, "rows_written": self.rows_written, "features_read": self.features_read,
-                "skipped_count": self.skipped_count, "skipped": self.skipped}
+                "skipped_count": self.skipped_count, "skipped": self.skipped,
+                "indexed": self.ready_seconds is not None,
+                "index_seconds": None if self.ready_seconds is None else round(self.ready_seconds, 3)}
 
 
 @dataclass
@@ -178,7 +182,7 @@ class _Plan:
 
 def load_osm(source: Path, dsn: str | None = None, *, layers: list[str] | None = None, workers: int | None = None,
              replace: bool = False, compression: str = "lz4", progress: bool = True,
-             bbox: tuple[float, float, float, float] | None = None) -> OsmLoadReport:
+             bbox: tuple[float, float, float, float] | None = None, index: bool = True) -> OsmLoadReport:
     """Load the layers of `source`; see the module docstring. Raises GsqaError before any write when
     nothing can start; problems with files and features end up in the report instead."""
     started = time.monotonic()
@@ -205,14 +209,14 @@ def load_osm(source: Path, dsn: str | None = None, *, layers: list[str] | None =
         writers = [stack.enter_context(connect(dsn, autocommit=True)) for _ in lanes]
         _run_lanes([_Lane(_GeoJsonFeed(pool), writer, [plans[layer.name] for layer in lane], number)
                     for number, (pool, writer, lane) in enumerate(zip(pools, writers, lanes, strict=True))],
-                   report, progress)
+                   report, progress, index)
     report.seconds = time.monotonic() - started
     return report
 
 
 def load_pbf(paths: list[Path], dsn: str | None = None, *, layers: list[str] | None = None, replace: bool = False,
              compression: str = "lz4", progress: bool = True, bbox: tuple[float, float, float, float] | None = None,
-             work: Path | None = None) -> tuple[OsmLoadReport, osm_pbf.PbfReport]:
+             work: Path | None = None, index: bool = True) -> tuple[OsmLoadReport, osm_pbf.PbfReport]:
     """Load OpenStreetMap extracts straight into the tables: the readers of osm_pbf.py stream binary COPY
     rows, one writer connection per layer takes each source (extract x reader) in name order, one
     transaction each with its load_log row, as for GeoJSON files. A rerun skips sources logged with the
@@ -234,7 +238,8 @@ def load_pbf(paths: list[Path], dsn: str | None = None, *, layers: list[str] | N
         writers = [stack.enter_context(connect(dsn, autocommit=True)) for _ in plans]
         with osm_pbf.ReadProgress(readers, progress):
             _run_lanes([_Lane(_PbfFeed(readers), writer, [plan], number)
-                        for number, (writer, plan) in enumerate(zip(writers, plans, strict=True))], report, False)
+                        for number, (writer, plan) in enumerate(zip(writers, plans, strict=True))], report, False,
+                       index)
         read = readers.report(paths)
     report.seconds = read.seconds = time.monotonic() - started
     return report, read
@@ -293,31 +298,39 @@ class _Stopped(Exception):
     """Another lane failed or the user interrupted: roll the file in progress back."""
 
 
-def _run_lanes(lanes: list[_Lane], report: OsmLoadReport, progress: bool) -> None:
+def _run_lanes(lanes: list[_Lane], report: OsmLoadReport, progress: bool, index: bool) -> None:
     """Each lane in its own thread (psycopg and the parsers' pipes release the GIL), so that one lane's
     server backend works while the other's waits for its parsers: two tables fill at once, each in its
     own file order. On Ctrl-C or a failure every lane rolls its current file back before this returns."""
     stop = threading.Event()
-    with ThreadPoolExecutor(len(lanes), thread_name_prefix="ingest-osm-lane") as threads:
-        futures = [threads.submit(_load_lane, lane, report, progress, stop) for lane in lanes]
-        try:
-            for future in futures:
-                future.result()
-        except BaseException:
-            stop.set()
-            for lane in lanes:
-                lane.conn.cancel_safe()
-            raise
+    run_together([functools.partial(_load_lane, lane, report, progress, index, stop) for lane in lanes],
+                 [lane.conn for lane in lanes], "ingest-osm-lane", stop.set)
 
 
-def _load_lane(lane: _Lane, report: OsmLoadReport, progress: bool, stop: threading.Event) -> None:
+def _load_lane(lane: _Lane, report: OsmLoadReport, progress: bool, index: bool, stop: threading.Event) -> None:
     # Every layer's pieces are queued at once, so the parsers work ahead across layer boundaries.
     for plan in lane.plans:
         plan.jobs = {name: lane.feed.jobs(plan, name) for name in plan.todo}
     streams = lane.feed.streams([job for plan in lane.plans for name in plan.todo for job in plan.jobs[name]])
     for plan in lane.plans:
-        _load_layer(lane.conn, streams, plan, report.layers[plan.layer.name], lane.number if progress else False,
-                    stop)
+        layer_report = report.layers[plan.layer.name]
+        _load_layer(lane.conn, streams, plan, layer_report, lane.number if progress else False, stop)
+        if index and not stop.is_set():
+            _make_ready(lane.conn, plan, layer_report)
+
+
+def _make_ready(conn: psycopg.Connection, plan: _Plan, report: LayerReport) -> None:
+    """The table's index and statistics as soon as its layer is in, while the other lanes go on loading;
+    not while a file of the layer failed (the rerun that loads it makes the table ready)."""
+    table = plan.layer.table
+    if report.failed:
+        return
+    if not report.loaded and indexes.has_index(conn, table) and indexes.is_analyzed(conn, table):
+        return
+    started = time.monotonic()
+    log.info("ingest osm: indexing and analyzing %s", table.fullname)
+    indexes.make_ready(conn, table)
+    report.ready_seconds = time.monotonic() - started
 
 
 def _prepare(conn: psycopg.Connection, selected: list[Layer], files: dict[str, dict[str, Path]], replace: bool,
@@ -486,6 +499,8 @@ def _make_room(conn: psycopg.Connection, plan: _Plan, name: str, first_write: bo
     if first_write:
         forget_log(conn, plan.target, from_name=name)
         kept = sum(entry.rows for entry in read_log(conn, plan.target).values())
+        if not kept:
+            indexes.drop_index(conn, plan.layer.table)
         conn.execute(sql.SQL("DELETE FROM {} WHERE id > %s").format(table), [kept])
     conn.execute(sql.SQL("SELECT setval(pg_get_serial_sequence(%s, 'id'), coalesce(max(id), 0) + 1, false) FROM {}")
                  .format(table), [plan.target])
@@ -539,6 +554,7 @@ def _number_pois(conn: psycopg.Connection) -> None:
         return
     columns = sql.SQL(", ").join(map(sql.Identifier, LAYERS["pois"].columns))
     with conn.transaction():
+        indexes.drop_index(conn, schema.pois)
         conn.execute(sql.SQL(_NUMBER_POIS).format(
             pois=identifier(pois), stage=identifier(STAGE), columns=columns, pois_name=sql.Literal(pois),
             stage_name=sql.Literal(STAGE), log=sql.Identifier(schema.BOOKKEEPING_SCHEMA, "load_log")))

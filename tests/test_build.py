@@ -125,8 +125,9 @@ def test_a_tile_the_list_names_but_the_folder_lacks_is_one_line(new_database, la
     assert "1 of the 2 DEM tiles named by" in line and "ASTGTMV003_N40W099_dem.tif" in line
 
 
-# Where the build is caught and killed: a trigger the test adds makes it pause there (after the stage has
-# committed part of its work: one DEM file, one roads file, the first index of finalize).
+# Where the build is caught and killed (in the stage the key starts with): a trigger the test adds makes it
+# pause there, after the stage has committed part of its work: one DEM file, one roads file; the pois index,
+# which the osm stage builds once the pois are in, while other tables are indexed or loaded.
 PAUSE_ON_LOG = ("CREATE TRIGGER test_pause BEFORE INSERT ON gsqa.load_log FOR EACH ROW "
                 "EXECUTE FUNCTION public.test_pause()")
 PAUSE = "CREATE FUNCTION public.test_pause() RETURNS {returns} LANGUAGE plpgsql AS $$ BEGIN IF {condition} THEN " \
@@ -141,11 +142,11 @@ KILL_POINTS = {
                           tail="RETURN NEW;"),
              PAUSE_ON_LOG],
             "INSERT INTO%load_log%", "DROP TRIGGER test_pause ON gsqa.load_log"),
-    "finalize": ([PAUSE.format(returns="event_trigger", tail="", condition="EXISTS (SELECT FROM "
-                               "pg_event_trigger_ddl_commands() WHERE object_identity LIKE '%pois_geometry_gix')"),
-                  "CREATE EVENT TRIGGER test_pause ON ddl_command_end WHEN TAG IN ('CREATE INDEX') "
-                  "EXECUTE FUNCTION public.test_pause()"],
-                 "%pois_geometry_gix%", "DROP EVENT TRIGGER test_pause"),
+    "osm-index": ([PAUSE.format(returns="event_trigger", tail="", condition="EXISTS (SELECT FROM "
+                                "pg_event_trigger_ddl_commands() WHERE object_identity LIKE '%pois_geometry_gix')"),
+                   "CREATE EVENT TRIGGER test_pause ON ddl_command_end WHEN TAG IN ('CREATE INDEX') "
+                   "EXECUTE FUNCTION public.test_pause()"],
+                  "%pois_geometry_gix%", "DROP EVENT TRIGGER test_pause"),
 }
 
 
@@ -171,7 +172,7 @@ def test_kill_9_during_a_stage_then_rerun_gives_the_unbroken_database(new_databa
         conn.execute(teardown)
         conn.execute("DROP FUNCTION public.test_pause()")
     status = json.loads(ingest("status", "--dsn", dsn, "--json").stdout)
-    assert {s["stage"]: s["state"] for s in status["stages"]}[stage] == "interrupted"
+    assert {s["stage"]: s["state"] for s in status["stages"]}[stage.split("-")[0]] == "interrupted"
     rerun = ingest("all", str(layout), "--offline", "--dsn", dsn)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert database_state(dsn) == unbroken

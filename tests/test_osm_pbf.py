@@ -133,6 +133,7 @@ def test_a_pbf_loads_the_same_rows_as_its_exported_layers(new_database, tmp_path
     assert "node locations: flex_mem (in memory)" in result.stderr
     report = json.loads(result.stdout)
     assert report["pbf"]["broken"]["relation"] > 0 and report["layers"]["roads"]["rows_written"] > 3000
+    assert all(layer["indexed"] for layer in report["layers"].values())  # broken objects fail no source
     written = ingest("osm", *map(str, extracts), "--export-geojson", str(tmp_path / "geojson"))
     assert written.returncode == 1 and "could not be built" in written.stdout
     assert ingest("osm", str(tmp_path / "geojson"), "--dsn", exported).returncode == 0
@@ -163,6 +164,24 @@ def test_a_box_keeps_the_same_rows_loaded_directly_as_exported(new_database, tmp
     for table in TABLES:
         assert table_rows(direct, f"public.{table}") == table_rows(exported, f"public.{table}"), table
     assert 0 < len(table_rows(direct, "public.roads")) < len(table_rows(whole, "public.roads"))
+
+
+def test_the_255_character_limit_counts_characters_not_bytes(new_database, tmp_path: Path) -> None:
+    """Loader 1's VARCHAR(255): a name of 255 two-byte letters (510 bytes) loads, one of 256 is skipped and
+    listed, in a direct load (native reader) as in the GeoJSON path."""
+    extract = pbf_from_opl(f"n1 v1 x7.0 y43.0 Tamenity=cafe,name={'%e9%' * 255}\n"
+                           f"n2 v1 x7.1 y43.1 Tamenity=cafe,name={'%e9%' * 256}\n", tmp_path / "names.osm.pbf")
+    direct, exported = new_database("pbf_names_direct", initialized=True), new_database("pbf_names_export",
+                                                                                        initialized=True)
+    result = ingest("osm", str(extract), "--dsn", direct, "--json")
+    assert result.returncode == 1, result.stderr
+    [skipped] = json.loads(result.stdout)["layers"]["pois"]["skipped"]
+    assert skipped["feature"] == 1 and "256 characters" in skipped["reason"], skipped
+    assert ingest("osm", str(extract), "--export-geojson", str(tmp_path / "geojson")).returncode == 0
+    assert ingest("osm", str(tmp_path / "geojson"), "--dsn", exported).returncode == 1
+    assert table_rows(direct, "public.pois") == table_rows(exported, "public.pois")
+    with psycopg.connect(direct) as conn:
+        assert conn.execute("SELECT char_length(poi_name), octet_length(poi_name) FROM pois").fetchall() == [(255, 510)]
 
 
 def test_overlapping_extracts_load_each_object_once(new_database, tmp_path: Path) -> None:
