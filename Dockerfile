@@ -1,8 +1,10 @@
 # The loader: this project's CLIs (`ingest`, `reproduce`) on Debian 12's Python 3.11, in a venv with their
-# wheels (rasterio and osmium ship GDAL and libosmium inside their manylinux wheels); g++, python3-dev and
-# libosmium's headers build the native PBF reader (ingest/_osmread.cpp) when the project is installed. The
-# base image is built locally by `make base-image` where no registry is reachable.
-FROM debian:bookworm-slim
+# wheels (rasterio and osmium ship GDAL and libosmium inside their manylinux wheels). Two stages: the first
+# has g++, python3-dev and libosmium's headers to build the native PBF reader (ingest/_osmread.cpp) while
+# the project is installed; the image keeps only its venv, whose compiled module needs libstdc++ and zlib,
+# both in the base image (one stage with the compiler and headers: 1.26 GB; this: 737 MB). The base image
+# is built locally by `make base-image` where no registry is reachable.
+FROM debian:bookworm-slim AS build
 
 # hadolint ignore=DL3008
 RUN apt-get update \
@@ -16,18 +18,31 @@ RUN update-ca-certificates >/dev/null
 ENV PATH=/opt/venv/bin:$PATH \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
-    SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
-    REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt \
-    PYTHONUNBUFFERED=1
-
+    PIP_CERT=/etc/ssl/certs/ca-certificates.crt
 WORKDIR /opt/gsqa-refdb
 COPY pyproject.toml README.md hatch_build.py ./
 COPY gsqa_core ./gsqa_core
 COPY ingest ./ingest
 COPY reproduce ./reproduce
 COPY sql ./sql
-RUN python3 -m venv /opt/venv && pip install --no-cache-dir . && useradd --create-home --uid 1000 gsqa
+RUN python3 -m venv /opt/venv && pip install --no-cache-dir .
+
+FROM debian:bookworm-slim
+
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates python3 \
+    && rm -rf /var/lib/apt/lists/*
+COPY docker/ca-certificates/ /usr/local/share/ca-certificates/gsqa/
+RUN update-ca-certificates >/dev/null && useradd --create-home --uid 1000 gsqa
+COPY --from=build /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
+    SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
+    REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt \
+    PYTHONUNBUFFERED=1
 # `make db` runs the container as the invoking user (GSQA_UID), so that fetched files belong to them.
 USER 1000
 WORKDIR /data
