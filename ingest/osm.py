@@ -14,7 +14,10 @@ name order (loader 1 took the file system's order, which nobody can reproduce), 
 - pois rows go to gsqa.pois_stage first, one transaction per file, and are then numbered in one
   transaction in loader 1's pass order (pass, file, position in file) into public.pois: the pass order
   spans all files, so ids are known only once every file has been read. A rerun redoes the numbering if
-  the staged files changed; parsing is never repeated for unchanged files.
+  the staged files changed; parsing is never repeated for unchanged files;
+- once a lane has loaded a layer, it builds the table's GiST index and analyzes it (indexes.py) while the
+  other lanes go on loading, unless --no-index or a file of the layer failed; a table rewritten from its
+  first row drops its index in that transaction first, so that its rows are not indexed one by one.
 """
 
 from __future__ import annotations
@@ -321,7 +324,8 @@ def _load_lane(lane: _Lane, report: OsmLoadReport, progress: bool, index: bool, 
 
 def _make_ready(conn: psycopg.Connection, plan: _Plan, report: LayerReport) -> None:
     """The table's index and statistics as soon as its layer is in, while the other lanes go on loading;
-    not while a file of the layer failed (the rerun that loads it makes the table ready)."""
+    not while a file of the layer failed (the rerun that loads it makes the table ready), and not again
+    when nothing changed."""
     table = plan.layer.table
     if report.failed:
         return
