@@ -176,6 +176,7 @@ class _Plan:
     same: set[str] = field(default_factory=set)
     todo: list[str] = field(default_factory=list)
     jobs: dict[str, list[Job]] = field(default_factory=dict)  # the pieces of each file in todo
+    copied: int = 0  # features sent to the server this run, for the progress bar (rolled-back files too)
 
     @property
     def target(self) -> str:
@@ -239,7 +240,7 @@ def load_pbf(paths: list[Path], dsn: str | None = None, *, layers: list[str] | N
         wanted = {plan.layer.folder: set(plan.todo) for plan in plans}
         readers.start(osm_pbf.reader_plans(paths, wanted, work or paths[0].parent, bbox))
         writers = [stack.enter_context(connect(dsn, autocommit=True)) for _ in plans]
-        with osm_pbf.ReadProgress(readers, progress):
+        with osm_pbf.ReadProgress(readers, progress, lambda: sum(plan.copied for plan in plans)):
             _run_lanes([_Lane(_PbfFeed(readers), writer, [plan], number)
                         for number, (writer, plan) in enumerate(zip(writers, plans, strict=True))], report, False,
                        index)
@@ -526,6 +527,7 @@ def _copy_file(conn: psycopg.Connection, plan: _Plan, file_streams: list[tuple[J
                     raise _Stopped
                 copy.write(batch.data)
                 rows, features = rows + batch.rows, features + batch.features
+                plan.copied += batch.features
                 skipped.count += batch.skipped_count
                 skipped.listed += [{"file": job.source_name, "feature": base + index,
                                     "byte": offset if job.layout == "lines" else None, "reason": reason}

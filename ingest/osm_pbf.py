@@ -656,10 +656,11 @@ def _serve_reader(plans: Any, queues: dict[tuple[str, str], Any], reports: Any) 
 
 class ReadProgress:
     """One bar on stderr for the readers: the bytes of the extracts they have read (from /proc/PID/io on
-    Linux; osmium does not say where it is in a file), with the rate and the time left."""
+    Linux; osmium does not say where it is in a file), with the rate and the time left, and the features
+    sent to the tables so far (`features()`)."""
 
-    def __init__(self, readers: Readers, enabled: bool) -> None:
-        self.readers = readers
+    def __init__(self, readers: Readers, enabled: bool, features: Callable[[], int]) -> None:
+        self.readers, self.features = readers, features
         self.bar = tqdm(total=sum(readers.sizes.values()), unit="B", unit_scale=True, disable=not enabled,
                         desc="ingest osm: reading the extracts")
         self.stop = threading.Event()
@@ -679,6 +680,7 @@ class ReadProgress:
         if self.thread.is_alive():
             self.thread.join()
         if exc_info[0] is None:
+            self.bar.set_postfix_str(f"{self.features():,} features", refresh=False)
             self.bar.update(self.bar.total - self.bar.n)
         self.bar.close()
 
@@ -687,6 +689,7 @@ class ReadProgress:
         while not self.stop.wait(0.5):
             for reader, limit in self.readers.sizes.items():
                 read[reader] = max(read[reader], min(limit, _bytes_read(self.readers.pids[reader])))
+            self.bar.set_postfix_str(f"{self.features():,} features", refresh=False)
             self.bar.update(sum(read.values()) - self.bar.n)
 
 

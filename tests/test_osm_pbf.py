@@ -131,6 +131,8 @@ def test_a_pbf_loads_the_same_rows_as_its_exported_layers(new_database, tmp_path
     result = ingest("osm", *map(str, extracts), "--dsn", direct, "--json")
     assert result.returncode == 1, result.stderr  # Monaco's extract cuts French boundary relations
     assert "node locations: flex_mem (in memory)" in result.stderr
+    sent = sum(layer["features_read"] for layer in json.loads(result.stdout)["layers"].values())
+    assert f"B/s, {sent:,} features]" in result.stderr  # the bar: bytes read, rate, features sent
     report = json.loads(result.stdout)
     assert report["pbf"]["broken"]["relation"] > 0 and report["layers"]["roads"]["rows_written"] > 3000
     assert all(layer["indexed"] for layer in report["layers"].values())  # broken objects fail no source
