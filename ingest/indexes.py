@@ -30,8 +30,9 @@ def is_analyzed(conn: psycopg.Connection, table: schema.Table) -> bool:
 
 
 def make_ready(conn: psycopg.Connection, table: schema.Table) -> None:
-    """The table's GiST index if it is missing, then ANALYZE (of a geography column about as slow as the
-    index). Each statement commits on its own: an interrupted build leaves no index, and a rerun builds it."""
+    """The table's GiST index if it is missing, then ANALYZE (on the dense city of docs/PERFORMANCE.md, a
+    third to three quarters of the index's time). Each statement commits on its own: an interrupted build
+    leaves no index, and a rerun builds it."""
     conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING GIST (geometry)").format(
         sql.Identifier(index_name(table)), identifier(table.fullname)))
     conn.execute(sql.SQL("ANALYZE {}").format(identifier(table.fullname)))
