@@ -1,8 +1,11 @@
-"""Shared by the loader tests that interrupt a load: watch the server for a moment, then act."""
+"""Shared by the loader tests: run `ingest` as a user does; for those that interrupt a load, watch the server
+for a moment, then act."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +15,14 @@ from dem_helpers import table_state
 from loader1 import table_rows
 
 from ingest.fetch import STAGING
+
+BIN = Path(sys.executable).parent  # the venv's console scripts (ingest, reproduce)
+
+
+def ingest(*argv: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`ingest ARGV...` in its own process, as a user runs it, with its output captured."""
+    return subprocess.run([str(BIN / "ingest"), *argv], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
 
 
 def wait_for(predicate: Callable[[], bool], process: subprocess.Popen, seconds: float = 120) -> bool:

@@ -3,30 +3,26 @@ and the rerun that continues, and kill -9 at every stage converging to the datab
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import load_helpers
 import psycopg
 import pytest
 from conftest import drop_database, make_scratch_database
 from layout_helpers import write_published_layout
-from load_helpers import database_state, end_sessions, partial_download, paused, wait_for
+from load_helpers import BIN, database_state, end_sessions, partial_download, paused, wait_for
 from osm_helpers import feature, write_layer
 
 from bench.local_hub import FakeHub, repository_files
 from ingest import fetch
 
-BIN = Path(sys.executable).parent
-
-
-def ingest(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "ingest"), *argv], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **(env or {})})
+ingest = functools.partial(load_helpers.ingest, timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psycopg
 import pytest
 from dem_helpers import load_with_raster2pgsql, table_state, tile_size_census, with_nodata_tile, write_neighbours
-from load_helpers import end_sessions, logged_files, query_active, wait_for
+from load_helpers import BIN, end_sessions, ingest, logged_files, query_active, wait_for
 
 from gsqa_core.db import with_user
 from gsqa_core.errors import GsqaError
@@ -21,8 +19,6 @@ from gsqa_core.schema import READER_ROLE
 from ingest.aster_synth import cheap_terrain, write_aster_tile
 from ingest.dem import Target, load_dem
 from ingest.diskspace import NotEnoughDisk, check_room
-
-BIN = Path(sys.executable).parent
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +31,6 @@ def full_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 def reference(initialized_dsn: str, full_files: list[Path]) -> dict:
     load_with_raster2pgsql(initialized_dsn, "public.ref_full", full_files)
     return table_state(initialized_dsn, "public.ref_full")
-
-
-def ingest(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "ingest"), *argv], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, **(env or {})})
 
 
 def stages_left(dsn: str, table: str) -> list[str]:

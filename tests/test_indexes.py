@@ -5,19 +5,13 @@ left to the rerun that loads it; --no-index leaves all of it to `ingest finalize
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import psycopg
+from load_helpers import ingest
 from osm_helpers import feature, point, write_layer, write_rule_layers
 
-BIN = Path(sys.executable).parent
 TABLES = ["pois", "roads", "parks", "lakes", "regions"]
-
-
-def ingest(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "ingest"), *argv], capture_output=True, text=True, timeout=300)
 
 
 def load(source: Path, dsn: str, *options: str) -> dict:

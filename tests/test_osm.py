@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from conftest import drop_database, make_scratch_database
-from load_helpers import logged_files, query_active, wait_for
+from load_helpers import BIN, ingest, logged_files, query_active, wait_for
 from loader1 import load_reference, table_rows
 from osm_helpers import PRECISE, feature, point, write_layer, write_rule_layers
 
@@ -22,12 +21,7 @@ from ingest.initdb import initialize
 from ingest.osm import load_osm
 from ingest.osm_rules import POI_PASSES
 
-BIN = Path(sys.executable).parent
 TABLES = ["pois", "roads", "parks", "lakes", "regions"]
-
-
-def ingest(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "ingest"), *argv], capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")

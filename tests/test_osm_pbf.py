@@ -3,24 +3,24 @@ overlap taken once, the same rows as the PBF's own --export-geojson output, and 
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
+import load_helpers
 import osmium
 import psycopg
 import pytest
 from conftest import DATA
-from load_helpers import end_sessions, paused, wait_for
+from load_helpers import BIN, end_sessions, paused, wait_for
 from loader1 import table_rows
 
 from ingest import osm_pbf
 from ingest.osm import load_pbf
 
-BIN = Path(sys.executable).parent
 TABLES = ["pois", "roads", "parks", "lakes", "regions"]
 LONG = "x" * 300
 
@@ -60,8 +60,7 @@ def pbf_from_opl(text: str, path: Path) -> Path:
     return path
 
 
-def ingest(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "ingest"), *argv], capture_output=True, text=True, timeout=300)
+ingest = functools.partial(load_helpers.ingest, timeout=300)
 
 
 def features(folder: Path, layer: str) -> list[dict]:
