@@ -50,7 +50,6 @@ SHELL = '"$@" >/dev/null 2>&1'
 
 INGEST = Path(sys.executable).parent / "ingest"
 STYLE = ROOT / "bench" / "osm2pgsql_flex.lua"
-OURS = {"pois": "pois", "roads": "roads", "parks": "parks", "lakes": "lakes", "regions": "regions"}
 LAYER_TABLES = {"pois": "pois", "roads": "roads", "parks": "parks", "lakes": "lakes", "postal_codes": "regions"}
 OSM_TYPES = {"nodes": "N", "ways": "W", "areas": "R"}  # osm2pgsql's osm_type of each kind of our sources
 
@@ -174,8 +173,8 @@ def timed(command: list[str], env: dict[str, str] | None = None) -> dict:
 
 def counts(dsn: str, prefix: str) -> dict[str, int]:
     with psycopg.connect(dsn) as conn:
-        return {layer: conn.execute(f"SELECT count(*) FROM {prefix}{table}").fetchone()[0]
-                for layer, table in OURS.items()}
+        return {table: conn.execute(f"SELECT count(*) FROM {prefix}{table}").fetchone()[0]
+                for table in LAYER_TABLES.values()}
 
 
 def one_round(server_dsn: str, source: Path, mode: str) -> dict:
