@@ -34,6 +34,7 @@
 #include <osmium/visitor.hpp>
 
 #include <algorithm>
+#include <array>
 #include <arpa/inet.h>
 #include <cstring>
 #include <map>
@@ -48,10 +49,46 @@ namespace py = pybind11;
 
 namespace {
 
-constexpr std::size_t BATCH_BYTES = 1 << 20;
-constexpr std::size_t VARCHAR_LIMIT = 255;
-constexpr std::size_t MAX_REPORTED = 1000;
-constexpr std::size_t LISTED_BROKEN = 50;
+// Loader 1's column limit and the batch and report bounds, from Python (osm_pbf._native_limits), so that each
+// is declared once and both readers give the same batches and reports.
+struct Limits {
+    std::size_t varchar = 0;  // characters a tag value may have (ingest/osm_rules.VARCHAR_LIMIT)
+    std::size_t batch_bytes = 0;  // a batch is sent once it holds this much (ingest/osm_geojson.BATCH_BYTES)
+    std::size_t reported = 0;  // skipped features listed per batch (ingest/osm_geojson.MAX_REPORTED_PER_JOB)
+    std::size_t listed_broken = 0;  // objects that could not be built, listed (ingest/osm_pbf.LISTED_BROKEN)
+};
+
+Limits limits_from(const py::dict& spec) {
+    return {spec["varchar"].cast<std::size_t>(), spec["batch_bytes"].cast<std::size_t>(),
+            spec["reported"].cast<std::size_t>(), spec["listed_broken"].cast<std::size_t>()};
+}
+
+using Envelope = std::array<double, 4>;  // west, south, east, north
+
+Envelope envelope_of(const osmium::Location& location) {
+    return {location.lon(), location.lat(), location.lon(), location.lat()};
+}
+
+Envelope envelope_of(const osmium::NodeRefList& nodes) {
+    Envelope envelope{1e9, 1e9, -1e9, -1e9};
+    for (const auto& node : nodes) {
+        envelope[0] = std::min(envelope[0], node.location().lon());
+        envelope[1] = std::min(envelope[1], node.location().lat());
+        envelope[2] = std::max(envelope[2], node.location().lon());
+        envelope[3] = std::max(envelope[3], node.location().lat());
+    }
+    return envelope;
+}
+
+Envelope envelope_of(const osmium::Area& area) {  // of its outer rings
+    Envelope envelope{1e9, 1e9, -1e9, -1e9};
+    for (const auto& ring : area.outer_rings()) {
+        const Envelope of_ring = envelope_of(ring);
+        envelope = {std::min(envelope[0], of_ring[0]), std::min(envelope[1], of_ring[1]),
+                    std::max(envelope[2], of_ring[2]), std::max(envelope[3], of_ring[3])};
+    }
+    return envelope;
+}
 
 void put16(std::string& out, int16_t value) { uint16_t n = htons(static_cast<uint16_t>(value)); out.append(reinterpret_cast<const char*>(&n), 2); }
 void put32(std::string& out, int32_t value) { uint32_t n = htonl(static_cast<uint32_t>(value)); out.append(reinterpret_cast<const char*>(&n), 4); }
@@ -115,8 +152,8 @@ struct Seen {
 class ExtractReader : public osmium::handler::Handler {
 public:
     ExtractReader(std::map<std::string, Sink>& node_sinks, std::map<std::string, Sink>& sinks,
-               std::optional<std::array<double, 4>> bbox, py::object emit)
-        : m_node_sinks(node_sinks), m_sinks(sinks), m_bbox(bbox), m_emit(std::move(emit)) {}
+               std::optional<Envelope> bbox, const Limits& limits, py::object emit)
+        : m_node_sinks(node_sinks), m_sinks(sinks), m_bbox(bbox), m_limits(limits), m_emit(std::move(emit)) {}
 
     // The ways of the wanted layers get their node locations; the others (buildings: most ways of an
     // extract) are dropped before the lookups, as the KeyFilter of osm_pbf._objects does.
@@ -158,7 +195,7 @@ public:
                 break;
             }
             if (ring) wkb = polygon_of_one_ring(wkb);
-            if (m_bbox && !overlaps(way)) { ++m_outside; continue; }
+            if (m_bbox && !overlaps(envelope_of(way.nodes()))) { ++m_outside; continue; }
             ++m_features[layer];
             add(sink->first, sink->second, way, way.id(), wkb, "way");
         }
@@ -175,11 +212,7 @@ public:
         for (const char* layer : wanted) {
             auto sink = m_node_sinks.find(layer);
             std::string wkb = m_factory.create_point(node);
-            if (m_bbox) {
-                const auto& box = *m_bbox;
-                double lon = node.location().lon(), lat = node.location().lat();
-                if (!(lon <= box[2] && lon >= box[0] && lat <= box[3] && lat >= box[1])) { ++m_outside; continue; }
-            }
+            if (m_bbox && !overlaps(envelope_of(node.location()))) { ++m_outside; continue; }
             ++m_features[layer];
             add(sink->first, sink->second, node, node.id(), wkb, "node");
         }
@@ -225,7 +258,7 @@ public:
                 uint32_t polygons;
                 std::memcpy(&polygons, wkb.data() + 5, 4);
                 if (polygons == 1) wkb = wkb.substr(9);
-                if (m_bbox && !area_overlaps(area)) { ++m_outside; continue; }
+                if (m_bbox && !overlaps(envelope_of(area))) { ++m_outside; continue; }
                 ++m_features[layer];
                 add(sink->first, sink->second, area, osm_id, wkb, "area");
             }
@@ -280,7 +313,8 @@ public:
 private:
     std::map<std::string, Sink>& m_node_sinks;
     std::map<std::string, Sink>& m_sinks;
-    std::optional<std::array<double, 4>> m_bbox;
+    std::optional<Envelope> m_bbox;
+    Limits m_limits;
     py::object m_emit;
     osmium::geom::WKBFactory<> m_factory{osmium::geom::wkb_type::wkb, osmium::geom::out_type::binary};
     std::map<std::string, long> m_features;
@@ -308,36 +342,20 @@ private:
         return std::string(head, 9) + line.substr(5);
     }
 
-    bool overlaps(const osmium::Way& way) const {
-        double west = 1e9, south = 1e9, east = -1e9, north = -1e9;
-        for (const auto& node : way.nodes()) {
-            west = std::min(west, node.location().lon()); east = std::max(east, node.location().lon());
-            south = std::min(south, node.location().lat()); north = std::max(north, node.location().lat());
-        }
+    // Whether a feature's envelope overlaps --bbox, as ingest.osm_features.envelope_overlaps decides.
+    bool overlaps(const Envelope& envelope) const {
         const auto& box = *m_bbox;
-        return west <= box[2] && east >= box[0] && south <= box[3] && north >= box[1];
+        return envelope[0] <= box[2] && envelope[2] >= box[0] && envelope[1] <= box[3] && envelope[3] >= box[1];
     }
 
     void note_broken_relation(int64_t osm_id, const std::string& what) {
         ++m_broken_relations;
-        if (m_listed.size() < LISTED_BROKEN) m_listed.push_back("relation " + std::to_string(osm_id) + ": " + what);
-    }
-
-    bool area_overlaps(const osmium::Area& area) const {
-        double west = 1e9, south = 1e9, east = -1e9, north = -1e9;
-        for (const auto& ring : area.outer_rings()) {
-            for (const auto& node : ring) {
-                west = std::min(west, node.location().lon()); east = std::max(east, node.location().lon());
-                south = std::min(south, node.location().lat()); north = std::max(north, node.location().lat());
-            }
-        }
-        const auto& box = *m_bbox;
-        return west <= box[2] && east >= box[0] && south <= box[3] && north >= box[1];
+        if (m_listed.size() < m_limits.listed_broken) m_listed.push_back("relation " + std::to_string(osm_id) + ": " + what);
     }
 
     void note_broken(const osmium::Way& way, const std::string& what) {
         ++m_broken;
-        if (m_listed.size() >= LISTED_BROKEN) return;
+        if (m_listed.size() >= m_limits.listed_broken) return;
         std::string reason = what;
         for (const auto& node : way.nodes()) {
             if (!node.location().valid()) {
@@ -364,14 +382,15 @@ private:
     }
 
     // loader 1's rows for the feature (ingest/osm_rules.rows_of, osm_features.row_packer), or BadFeature
-    static std::string rows(const Rules& rules, const osmium::OSMObject& object, int64_t osm_id,
-                            const std::string& wkb, const std::vector<int>& passes, long position) {
+    std::string rows(const Rules& rules, const osmium::OSMObject& object, int64_t osm_id,
+                     const std::string& wkb, const std::vector<int>& passes, long position) const {
         std::vector<const char*> values(rules.attributes, nullptr);
         auto text = [&](const char* key, const char* value) -> const char* {
             std::size_t length = code_points(value);
-            if (length > VARCHAR_LIMIT) {
+            if (length > m_limits.varchar) {
                 throw BadFeature{"tag " + py::repr(py::str(key)).cast<std::string>() + " is " + std::to_string(length)
-                                 + " characters long; " + rules.table + " columns hold 255"};
+                                 + " characters long; " + rules.table + " columns hold "
+                                 + std::to_string(m_limits.varchar)};
             }
             return value;
         };
@@ -424,13 +443,13 @@ private:
             }
         } catch (const BadFeature& bad) {
             ++batch.skipped_count;
-            if (py::len(batch.skipped) < MAX_REPORTED) {
+            if (py::len(batch.skipped) < m_limits.reported) {
                 batch.skipped.append(py::make_tuple(batch.features, osm_id,
                                                     std::string(kind) + " " + std::to_string(osm_id) + ": " + bad.reason));
             }
         }
         ++batch.features;
-        if (batch.data.size() >= BATCH_BYTES) send(layer, sink, false);
+        if (batch.data.size() >= m_limits.batch_bytes) send(layer, sink, false);
     }
 
     void send(const std::string& layer, Sink& sink, bool done) {
@@ -463,8 +482,8 @@ struct MemberWays : public osmium::handler::Handler {
 };
 
 py::dict read_extract(const std::string& path, const std::string& index_name, const py::dict& node_specs,
-                   const py::dict& specs, const py::dict& area_specs, std::optional<std::array<double, 4>> bbox,
-                   Seen* seen, py::object emit) {
+                   const py::dict& specs, const py::dict& area_specs, std::optional<Envelope> bbox,
+                   const py::dict& limits, Seen* seen, py::object emit) {
     std::map<std::string, Sink> node_sinks, sinks;
     for (const auto& [layer, spec] : node_specs) {
         node_sinks[layer.cast<std::string>()].rules = rules_from(spec.cast<py::dict>());
@@ -477,7 +496,7 @@ py::dict read_extract(const std::string& path, const std::string& index_name, co
     std::unique_ptr<Index> index = factory.create_map(index_name);
     osmium::handler::NodeLocationsForWays<Index> locations{*index};
     locations.ignore_errors();
-    ExtractReader reader{node_sinks, sinks, bbox, std::move(emit)};
+    ExtractReader reader{node_sinks, sinks, bbox, limits_from(limits), std::move(emit)};
     osmium::area::Assembler::config_type config;
     osmium::area::MultipolygonManager<osmium::area::Assembler> manager{config};
     for (const auto& [layer, spec] : area_specs) {
@@ -517,7 +536,8 @@ py::dict read_extract(const std::string& path, const std::string& index_name, co
 }  // namespace
 
 PYBIND11_MODULE(_osmread, module) {
-    module.doc() = "WORK IN PROGRESS: the PBF reader's hot loop (issue #10)";
+    module.doc() = "The native PBF reader of a direct load (ingest/osm_pbf.read_natively): loader 1's rows as "
+                   "binary COPY batches, straight from libosmium";
     py::class_<Seen>(module, "Seen").def(py::init<>());
     module.def("read_extract", &read_extract);
 }

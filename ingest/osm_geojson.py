@@ -36,7 +36,7 @@ RANGE_BYTES = 8 << 20
 BATCH_BYTES = 1 << 20
 _CLOSE = ord("]")
 _FEATURES_START = re.compile(rb'"features"\s*:\s*\[')
-_MAX_REPORTED_PER_JOB = 1000  # skipped features are counted without limit; their details up to this
+MAX_REPORTED_PER_JOB = 1000  # skipped features are counted without limit; their details up to this
 
 
 class SourceError(Exception):
@@ -133,7 +133,7 @@ class Batcher:
 
     def skip(self, offset: int, reason: str) -> None:
         self.skipped_count += 1
-        if len(self.skipped) < _MAX_REPORTED_PER_JOB:
+        if len(self.skipped) < MAX_REPORTED_PER_JOB:
             self.skipped.append((self.features, offset, reason))
         self.features += 1
 

@@ -486,7 +486,8 @@ def _read_extract(native: Any, path: Path, layers: dict[str, set[str]], plan: Re
 
     specs = [{layer: _native_rules(layer, path) for layer in sorted(layers.get(kind, ()))} for kind in KINDS]
     try:
-        return _native_report(native.read_extract(str(path), plan.index or "flex_mem", *specs, plan.bbox, seen, emit))
+        return _native_report(native.read_extract(str(path), plan.index or "flex_mem", *specs, plan.bbox,
+                                                  _native_limits(), seen, emit))
     except RuntimeError as error:  # a damaged block: the extract's open sources fail, the others stand
         for kind, layer in sorted(open_sources):
             send(kind, layer, ("failed", unreadable(path, error)))
@@ -505,6 +506,15 @@ def _native_rules(folder: str, path: Path) -> dict[str, Any]:
         rules["staged_as"] = source_name(path, "nodes")  # the pois staging rows carry their source
         rules["passes"] = [(key, list(values)) for key, values in POI_PASSES]
     return rules
+
+
+def _native_limits() -> dict[str, int]:
+    """Loader 1's column limit and the batch and report bounds of the Python side, for the native reader."""
+    from ingest.osm_geojson import BATCH_BYTES, MAX_REPORTED_PER_JOB
+    from ingest.osm_rules import VARCHAR_LIMIT
+
+    return {"varchar": VARCHAR_LIMIT, "batch_bytes": BATCH_BYTES, "reported": MAX_REPORTED_PER_JOB,
+            "listed_broken": LISTED_BROKEN}
 
 
 def _native_report(found: dict[str, Any]) -> PbfReport:
@@ -680,8 +690,7 @@ class ReadProgress:
         if self.thread.is_alive():
             self.thread.join()
         if exc_info[0] is None:
-            self.bar.set_postfix_str(f"{self.features():,} features", refresh=False)
-            self.bar.update(self.bar.total - self.bar.n)
+            self._advance_to(self.bar.total)
         self.bar.close()
 
     def _poll(self) -> None:
@@ -689,8 +698,11 @@ class ReadProgress:
         while not self.stop.wait(0.5):
             for reader, limit in self.readers.sizes.items():
                 read[reader] = max(read[reader], min(limit, _bytes_read(self.readers.pids[reader])))
-            self.bar.set_postfix_str(f"{self.features():,} features", refresh=False)
-            self.bar.update(sum(read.values()) - self.bar.n)
+            self._advance_to(sum(read.values()))
+
+    def _advance_to(self, bytes_read: int) -> None:
+        self.bar.set_postfix_str(f"{self.features():,} features", refresh=False)
+        self.bar.update(bytes_read - self.bar.n)
 
 
 def _bytes_read(pid: int | None) -> int:
