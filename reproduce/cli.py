@@ -255,6 +255,96 @@ def rebase(
 
 
 @app.command()
+def score(
+    prediction: Annotated[list[Path], typer.Argument(metavar="PRED", help="One run of one model and method: a file "
+                                                     "or a folder of predictions (JSON Lines, or the GS-QA2 runs' "
+                                                     "files).", show_default=False)] = [],  # noqa: B006
+    name: Annotated[list[str], typer.Option("--name", metavar="NAME", help="A name for each PRED, in order "
+                                            "(default: its file or folder name).")] = [],  # noqa: B006
+    gold: Annotated[bool, typer.Option("--gold", help="Also score the dataset's own SQL as a run named gold "
+                                       "(it scores as `verify` verifies).")] = False,
+    config: Annotated[ConfigName, typer.Option("--config", help="Which part of the benchmark.")] = "all",
+    template: Annotated[list[str], typer.Option("--template", metavar="ID",
+                                                help="Template id or stem (repeatable).")] = [],  # noqa: B006
+    question: Annotated[list[str], typer.Option("--id", metavar="ID",
+                                                help="Question id (repeatable).")] = [],  # noqa: B006
+    data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
+    replica: Annotated[list[str], typer.Option("--replica", metavar="DSN", help="Another server holding the same "
+                                               "database (repeatable).")] = [],  # noqa: B006
+    workers: Annotated[int, typer.Option("--workers", metavar="N", min=1, help="Parallel connections (default: cores).",
+                                         show_default=False)] = os.cpu_count() or 1,
+    timeout: TimeoutOption = 120,
+    resume: ResumeOption = None,
+    force: ForceOption = False,
+    json_out: Annotated[Path | None, typer.Option("--json-out", metavar="FILE", help="Every question of every run "
+                                                  "as JSON.", show_default=False, dir_okay=False)] = None,
+    csv_out: Annotated[Path | None, typer.Option("--csv-out", metavar="FILE", help="The figures in long format "
+                                                 "(run, model, method, config, template, metric, value).",
+                                                 show_default=False, dir_okay=False)] = None,
+    html: Annotated[Path | None, typer.Option("--html", metavar="FILE", help="One self-contained HTML page.",
+                                              show_default=False, dir_okay=False)] = None,
+    junit: Annotated[Path | None, typer.Option("--junit", metavar="FILE", help="JUnit XML (a testsuite per run).",
+                                               show_default=False, dir_okay=False)] = None,
+    max_rows: Annotated[int, typer.Option("--max-rows", metavar="N", min=1,
+                                          help="A result with more rows is an error.")] = MAX_ROWS,
+) -> None:
+    """Score a model's predictions: each PRED is one run (one model, one method), a file or a folder.
+    Predictions are JSON Lines, one a line: {"id": "raster_only/aspect+poi/0", "sql": "SELECT ..."} or
+    {"id": ..., "answer": [{"aspect_degrees": 182.5}]} (rows like the stored answers, or a bare value),
+    optionally with "model", "method", "seconds", "tokens". Also read, detected from their content: the GS-QA2
+    raster text-to-SQL runner's per-question files and the GS-QA vector runs' sql_generate.json and
+    *_json_parse.json (docs/BENCHMARK-FORMAT.md, Predictions); ids in any of the three schemes (2100,
+    aspect+poi-0, raster_only:aspect+poi:0) mean the same question.
+
+    SQL runs exactly as `verify` runs gold SQL: as gsqa_reader, one statement in its own read-only
+    transaction, server-side timeout, rows capped, rolled back; with several ```sql blocks in a model's text
+    they run in order and the first that runs without an error is the answer. Answers are judged directly;
+    when every prediction is an answer no database is needed. A location given only as an address is never
+    geocoded: it is `unscorable`.
+
+    Statuses: pass, mismatch, empty, sql_error, timeout, no_prediction (counted as wrong), unreadable (the
+    line could not be read), unscorable. The headline is the paper's verdict (`paper %`, with a 95% Wilson
+    interval), the strict verdict beside it. Prints per run one column group and per template, config and
+    in all a line; for two or more runs an exact McNemar test per template for each pair of runs.
+
+    Example: reproduce score gpt4o.jsonl sonnet.jsonl --config raster_only --csv-out scores.csv
+
+    Exit codes: 0 scored (whatever the accuracy); 1 scored, but some predictions could not be read (listed
+    with file and line); 2 nothing scored (no readable prediction, usage error, unreadable data, an
+    unreachable database when SQL must run, failed preflight); 130 interrupted (the --resume file flushed:
+    the same command scores the rest).
+    """
+    from reproduce import score as scoring
+    from reproduce import score_report
+
+    if not prediction and not gold:
+        raise typer.BadParameter("give at least one PRED (a predictions file or folder), or --gold",
+                                 param_hint="PRED")
+    request = scoring.ScoreRequest(prediction, name, gold, ConfigName(config).value, template, question, data, dsn,
+                                   reader_dsn, replica, workers, timeout, resume, force, max_rows=max_rows)
+    with reported_as_exit_code():
+        report.check_writable([json_out, csv_out, html, junit, resume])
+        try:
+            scored = scoring.score(request)
+        except KeyboardInterrupt:
+            kept = f"; scored questions are in {resume}, the same command scores the rest" if resume else ""
+            print(f"interrupted: running queries were cancelled{kept}", file=sys.stderr)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+    typer.echo(score_report.runs_text(scored) + "\n\n" + score_report.table(scored))
+    if len(scored.runs) > 1:
+        typer.echo("\n" + score_report.pairs_text(scored))
+    if problems := score_report.problems_text(scored):
+        typer.echo("\n" + problems)
+    if scored.skipped:
+        typer.echo(f"\n{len(scored.skipped)} questions not in the data, not scored (see --json-out)")
+    for path, render in ((json_out, score_report.as_json), (csv_out, score_report.csv_long),
+                         (html, score_report.html_page), (junit, score_report.junit)):
+        if path:
+            report.write_atomically(path, render(scored))
+    raise typer.Exit(EXIT_SOME_FAILED if scored.problems else EXIT_OK)
+
+
+@app.command()
 def show(
     question: Annotated[str, typer.Argument(help="Question id, e.g. raster_only/elevation+poi/0.")],
     data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None, timeout: TimeoutOption = 120,

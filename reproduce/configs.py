@@ -17,6 +17,11 @@ intersects:area_max+name intersects:length_max+name range+loc range:non_spat_fil
 range:towards+loc knn+loc knn:non_spat_filter+loc knn:direction+loc knn:towards+loc range+angle knn+angle
 range+count intersects+count range+distance knn+distance intersects:area_total+area
 intersects:length_total+length""".split()
+# The GS-QA vector records' integer `id` (question.json) runs in a block of 100 per template, not in template
+# order: V<k>'s question n (0-based) has the id VECTOR_ID_BLOCKS[k - 1] + n. The authors' vector runs key
+# their predictions on it (docs/BENCHMARK-FORMAT.md, Question ids).
+VECTOR_ID_BLOCKS = [800, 500, 2600, 1600, 200, 600, 900, 2700, 2500, 100, 1900, 1700, 2000, 400, 0, 1200, 1800,
+                    300, 1100, 1300, 1000, 1400, 2200, 2300, 700, 2400, 2100, 1500]
 
 RASTER_ONLY = """elevation+poi elevation_compare+two_pois elevation_diff+two_pois elevation_threshold+poi
 slope+poi aspect+poi ruggedness+poi nearest_high_terrain+poi nearest_low_terrain+poi slope+route
@@ -40,6 +45,7 @@ class Template:
     stem: str  # raw file name without .jsonl; for vector the GS-QA `type`
     questions: int  # records per template in a complete release
     canonical: bool = True
+    first_raw_id: int | None = None  # vector only: the integer id of question 0 (VECTOR_ID_BLOCKS)
 
     @property
     def number(self) -> int:
@@ -49,7 +55,8 @@ class Template:
 
 def _build() -> dict[str, list[Template]]:
     groups = {
-        "vector": [Template(f"V{k}", "vector", stem, 100) for k, stem in enumerate(VECTOR_TYPES, 1)],
+        "vector": [Template(f"V{k}", "vector", stem, 100, first_raw_id=block)
+                   for k, (stem, block) in enumerate(zip(VECTOR_TYPES, VECTOR_ID_BLOCKS, strict=True), 1)],
         "raster_only": [Template(f"R{k}", "raster_only", stem, 20) for k, stem in enumerate(RASTER_ONLY, 1)],
         "extended": [Template(f"VR{k}", "extended", stem, 20) for k, stem in enumerate(EXTENDED, 1)],
         "raster_vector": [
@@ -99,3 +106,16 @@ def select(config: str, names: list[str]) -> list[Template]:
 
 def by_group_and_stem(group: str, stem: str) -> Template | None:
     return next((t for t in _GROUPS.get(group, []) if t.stem == stem), None)
+
+
+def by_stem(stem: str) -> Template | None:
+    """The template of a stem in any group (stems are unique across groups)."""
+    return next((t for t in TEMPLATES if t.stem == stem), None)
+
+
+def by_raw_vector_id(raw_id: int) -> tuple[Template, int] | None:
+    """The vector template and 0-based question number of a GS-QA integer id, if it is one."""
+    for chosen in _GROUPS["vector"]:
+        if chosen.first_raw_id <= raw_id < chosen.first_raw_id + chosen.questions:
+            return chosen, raw_id - chosen.first_raw_id
+    return None

@@ -42,6 +42,11 @@ class Record:
     answers: list[dict[str, Any]]
     question_entities: dict[str, Any]
 
+    @property
+    def statements(self) -> tuple[str, ...]:
+        """What the runner runs for this question: its gold SQL."""
+        return (self.sql,)
+
 
 @dataclass(frozen=True)
 class Skip:

@@ -22,12 +22,13 @@ FORMAT = "gsqa-reproduce-resume/1"
 
 
 class ResumeFile:
-    """`entry` reads a line back (an object with `id` and `as_dict()`); `format` and `command` name the file."""
+    """`entry` reads a line back (an object with `as_dict()`), `key` says which question it is (its `id`);
+    `format` and `command` name the file."""
 
     def __init__(self, path: Path, header: dict[str, Any], force: bool,
                  entry: Callable[[dict[str, Any]], Any] = Result.from_dict, format: str = FORMAT,
-                 command: str = "reproduce verify") -> None:
-        self.path, self.entry, self.format, self.command = path, entry, format, command
+                 command: str = "reproduce verify", key: Callable[[Any], Any] = lambda entry: entry.id) -> None:
+        self.path, self.entry, self.format, self.command, self.key = path, entry, format, command, key
         self.done: dict[str, Any] = {}
         existing = self._read() if path.exists() and path.stat().st_size else None
         if existing is not None:
@@ -52,7 +53,7 @@ class ResumeFile:
                 if number == len(lines):
                     break  # the last line was cut short by a kill: that question runs again
                 raise GsqaError(f"--resume {self.path}:{number}: not a result line") from None
-            self.done[result.id] = result
+            self.done[self.key(result)] = result
         return header
 
     def _check(self, existing: dict[str, Any], header: dict[str, Any], force: bool) -> None:

@@ -67,6 +67,7 @@ class Outcome:
     error: str = ""
     retried: str = ""  # why the question ran a second time, if it did
     server: str = ""  # the name of the server that answered (Server.name)
+    candidate: int = 0  # which of the question's statements gave this outcome (0: the first)
 
 
 class ResultTooLarge(Exception):
@@ -124,6 +125,18 @@ class Session:
                                    connect_timeout=10)
         except psycopg.OperationalError as error:
             raise ServerLost(f"the reader role cannot connect: {' '.join(str(error).split())}") from None
+
+    def run_first(self, statements: Sequence[str]) -> Outcome:
+        """Run the statements in order, each as `run` runs one, until one does not fail with an error: a
+        model's text may hold several SQL blocks, and the first that runs is its answer. A timeout ends the
+        attempts (the question's time is spent)."""
+        outcome, spent = Outcome("error", 0.0, error="no SQL to run"), 0.0
+        for number, statement in enumerate(statements):
+            outcome = replace(self.run(statement), candidate=number)
+            spent += outcome.seconds
+            if outcome.kind != "error":
+                break
+        return replace(outcome, seconds=spent)
 
     def run(self, statement: str) -> Outcome:
         """Run one question's SQL and roll back, whatever it did; once more if its connection was ended from
@@ -311,7 +324,7 @@ class Runner:
             if record is None:
                 return
             try:
-                outcome = replace(session.run(record.sql), server=server)
+                outcome = replace(session.run_first(record.statements), server=server)
             except ServerLost as error:
                 self._lose(server, str(error))
                 tasks.give_back(record)

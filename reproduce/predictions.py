@@ -1,0 +1,345 @@
+"""A model's predictions, from any layout it comes in, as one model: per question its SQL or its answer.
+
+A run (PRED) is a file or a folder; each file's layout is detected from its content (docs/BENCHMARK-FORMAT.md,
+Predictions):
+- JSON Lines, one prediction a line: {"id", "sql"} or {"id", "answer"} (the canonical form), optional
+  "model", "method", "seconds", "tokens";
+- the GS-QA2 raster text-to-SQL runner's files, one JSON object per question (`predicted_sql`, `source_stem`);
+- the GS-QA vector runs' arrays of {"id", "content"}: `sql_generate.json` (model text with ```sql blocks) and
+  `*_json_parse.json` (the parser model's text with ```json answers).
+Every id scheme maps to the canonical `<group>/<template>/<n>` (`canonical_id`). A line or file that cannot
+be read is a Problem (where and why), never an exception: the rest of the run is still scored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gsqa_core.errors import GsqaError
+from reproduce import configs
+from reproduce.compare import LOCATION, components_of
+
+_SQL_BLOCK = re.compile(r"```[ \t]*sql\b(.*?)```", re.S | re.I)
+_JSON_BLOCK = re.compile(r"```[ \t]*json\b(.*?)```", re.S | re.I)
+_RUNNER_ID = re.compile(r"^(?P<stem>.+)-(?P<n>\d+)$")
+# The authors' parsed vector answers name some fields their own way; the stored answers' names are on the right.
+AUTHORS_FIELDS = {"azimuth_angle": "angle"}
+RUNNER_FILES_SKIPPED = {"summary.json", "run_summary.json"}
+NON_PREDICTION_STEPS = {  # the vector runs' other steps: what they hold, and what to score instead
+    "sql_exec": "rows the authors' runner got from the model's SQL; score sql_generate.json (the SQL itself)",
+    "sql_answer": "free text written from rows; score sql_json_parse.json",
+    "direct_answer": "free text; score direct_json_parse.json",
+    "rag_answer": "free text; score rag_json_parse.json",
+}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One question's prediction: SQL candidates to run in order, or an answer as rows."""
+
+    id: str
+    where: str  # file:line, or the file
+    statements: tuple[str, ...] = ()
+    answer: list[dict[str, Any]] | None = None
+    unscorable: str = ""  # why this answer cannot be judged offline (a location given only as an address)
+    meta: dict[str, Any] = field(default_factory=dict)  # seconds, tokens, model, method as the prediction gave them
+
+    @property
+    def kind(self) -> str:
+        return "answer" if self.answer is not None or self.unscorable else "sql"
+
+
+@dataclass(frozen=True)
+class Problem:
+    where: str
+    why: str
+    id: str = ""  # the question, when the line named a known one (it is then `unreadable`, not `no_prediction`)
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.why}"
+
+
+@dataclass
+class PredictionRun:
+    name: str
+    source: str
+    model: str = ""
+    method: str = ""
+    predictions: dict[str, Prediction] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    digests: dict[str, str] = field(default_factory=dict)  # file -> sha256, for the --resume header
+    outside: int = 0  # predictions of benchmark questions outside the selected config/templates/ids
+    _seen: dict[str, str] = field(default_factory=dict, repr=False)  # question -> where it was first predicted
+
+    def add(self, prediction: Prediction, selected: set[str]) -> None:
+        if self._first_time(prediction.id, prediction.where, selected):
+            self.predictions[prediction.id] = prediction
+
+    def refuse(self, where: str, why: str, question: str = "", selected: frozenset | set = frozenset()) -> None:
+        """A line that cannot be scored; with the id of a selected question, that question is `unreadable`."""
+        known = question if question in selected else ""
+        if known and not self._first_time(question, where, selected):
+            return  # a second line for the question: both refused as duplicates
+        self.problems.append(Problem(where, why, known))
+
+    def _first_time(self, question: str, where: str, selected: set[str]) -> bool:
+        """Whether this is the first line of a selected question; a second one refuses both."""
+        if question not in selected:
+            self.outside += 1
+            return False
+        earlier = self._seen.setdefault(question, where)
+        if earlier == where:
+            return True
+        if self.predictions.pop(question, None) is not None or not self._refused_twice(question):
+            self.problems.append(Problem(where, f"{question} is predicted twice (also at {earlier}); both refused",
+                                         question))
+        return False
+
+    def _refused_twice(self, question: str) -> bool:
+        return any(problem.id == question and "predicted twice" in problem.why for problem in self.problems)
+
+def canonical_id(raw: Any) -> str:
+    """`<group>/<template>/<n>` from any of the three schemes: a GS-QA vector integer id (2100), the raster
+    runner's `<stem>-<n>`, `<group>:<stem>:<n>`, or the canonical form itself. GsqaError if it is none."""
+    text = str(raw).strip()
+    if isinstance(raw, int) and not isinstance(raw, bool) or text.isdigit():
+        found = configs.by_raw_vector_id(int(text))
+        if found is None:
+            raise GsqaError(f"id {raw!r} is not a GS-QA vector question (0-2799)")
+        chosen, number = found
+        return f"vector/{chosen.stem}/{number}"
+    if text.count(":") >= 2 and "/" not in text:
+        group, rest = text.split(":", 1)
+        stem, number = rest.rsplit(":", 1)
+        return _checked(configs.by_group_and_stem(group, stem), number, raw)
+    if "/" in text:
+        group, rest = text.split("/", 1)
+        stem, _, number = rest.rpartition("/")
+        return _checked(configs.by_group_and_stem(group, stem), number, raw)
+    match = _RUNNER_ID.match(text)
+    if match:
+        return _checked(configs.by_stem(match["stem"]), match["n"], raw)
+    raise GsqaError(f"id {raw!r} is in no known scheme (vector/range+name/0, 2100, aspect+poi-0, "
+                    "raster_only:aspect+poi:0)")
+
+
+def _checked(chosen: configs.Template | None, number: str, raw: Any) -> str:
+    if chosen is None or not number.isdigit() or int(number) >= chosen.questions:
+        raise GsqaError(f"id {raw!r} names no benchmark question")
+    return f"{chosen.group}/{chosen.stem}/{int(number)}"
+
+
+def read_run(path: Path, name: str, selected: set[str]) -> PredictionRun:
+    """Every prediction of one run (a file or a folder) for the `selected` question ids."""
+    if not path.exists():
+        raise GsqaError(f"{path}: no such file or folder (expected predictions: JSON Lines or the GS-QA2 runs' files)")
+    files = _prediction_files(path)
+    run = PredictionRun(name, str(path))
+    for file in files:
+        content = file.read_bytes()
+        run.digests[str(file)] = hashlib.sha256(content).hexdigest()
+        _read_file(run, file, content, selected)
+    if not files:
+        run.refuse(str(path), "a folder with no predictions (*.jsonl, or the GS-QA2 runs' *.json)")
+    return run
+
+
+def _prediction_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    found = [p for p in sorted(path.rglob("*")) if p.is_file() and p.suffix in (".jsonl", ".json")
+             and p.name not in RUNNER_FILES_SKIPPED and not any(part.startswith(".") for part in p.parts)]
+    return found
+
+
+def _read_file(run: PredictionRun, file: Path, content: bytes, selected: set[str]) -> None:
+    if not content.strip():
+        run.refuse(str(file), "an empty file (expected one prediction per line)")
+        return
+    head = content.lstrip()[:1]
+    whole = _whole_json(content) if head in (b"[", b"{") else None
+    if isinstance(whole, dict) and ("predicted_sql" in whole or "source_stem" in whole):
+        _read_runner_file(run, file, whole, selected)
+    elif isinstance(whole, list):
+        _read_vector_array(run, file, whole, selected)
+    else:
+        _read_lines(run, file, content, selected)
+
+
+def _whole_json(content: bytes) -> Any:
+    try:
+        return json.loads(content)
+    except ValueError:
+        return None  # JSON Lines (or broken): read line by line, each line judged on its own
+
+
+def _read_lines(run: PredictionRun, file: Path, content: bytes, selected: set[str]) -> None:
+    for number, raw in enumerate(content.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        where = f"{file}:{number}"
+        try:
+            line = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as error:
+            run.refuse(where, f"not UTF-8 (byte {error.start + 1} of the line)")
+            continue
+        except ValueError as error:
+            run.refuse(where, f"not JSON ({error})")
+            continue
+        _read_line(run, where, line, selected)
+
+
+def _read_line(run: PredictionRun, where: str, line: Any, selected: set[str]) -> None:
+    if not isinstance(line, dict) or "id" not in line:
+        run.refuse(where, 'not a prediction (expected {"id": ..., "sql": ...} or {"id": ..., '
+                                    '"answer": ...})')
+        return
+    try:
+        question = canonical_id(line["id"])
+    except GsqaError as error:
+        run.refuse(where, f"{error}; not scored")
+        return
+    has_sql, has_answer = "sql" in line, "answer" in line
+    if has_sql == has_answer:
+        which = "both" if has_sql else "neither"
+        run.refuse(where, f"{question} has {which} of 'sql' and 'answer' (expected one)", question, selected)
+        return
+    meta = {key: line[key] for key in ("model", "method", "seconds", "tokens") if key in line}
+    run.model = run.model or str(meta.get("model", ""))
+    run.method = run.method or str(meta.get("method", ""))
+    if has_sql:
+        sql = line["sql"]
+        statements = (sql,) if isinstance(sql, str) and sql.strip() else ()
+        run.add(Prediction(question, where, statements, meta=meta), selected)
+    else:
+        _add_answer(run, Prediction(question, where, meta=meta), line["answer"], selected)
+
+
+def _add_answer(run: PredictionRun, prediction: Prediction, answer: Any, selected: set[str]) -> None:
+    template_id = configs.template(prediction.id.split("/")[1]).id
+    try:
+        rows = answer_rows(template_id, answer)
+    except ValueError as error:
+        run.refuse(prediction.where, f"{prediction.id}: {error}", prediction.id, selected)
+        return
+    why = address_only(template_id, rows)
+    run.add(Prediction(prediction.id, prediction.where, answer=rows, unscorable=why, meta=prediction.meta), selected)
+
+
+def answer_rows(template_id: str, answer: Any) -> list[dict[str, Any]]:
+    """An answer as rows like the stored answers: a list of row objects as they are (the authors' field names
+    mapped, nested objects flattened), a scalar (or a list of scalars) as the template's first component."""
+    if answer is None:
+        raise ValueError("the answer is null (expected rows, a value or a list of values)")
+    items = answer if isinstance(answer, list) else [answer]
+    key = components_of(template_id)[0].keys[0]
+    return [_row(item) if isinstance(item, dict) else {key: item} for item in items]
+
+
+def _row(item: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {}
+    for name, value in item.items():
+        if isinstance(value, dict):
+            row.update({AUTHORS_FIELDS.get(k, k): v for k, v in value.items() if not isinstance(v, (dict, list))})
+        else:
+            row[AUTHORS_FIELDS.get(name, name)] = value
+    return row
+
+
+def address_only(template_id: str, rows: list[dict[str, Any]]) -> str:
+    """Why a location answer cannot be scored offline: rows with an address but no geometry (the authors
+    geocoded addresses live; we never do, so the score stays reproducible)."""
+    if components_of(template_id)[0].metric is not LOCATION:
+        return ""
+    if rows and all("geometry" not in row for row in rows) and any("address" in row for row in rows):
+        return "a location given only as an address: not geocoded over the network (docs/BENCHMARK-FORMAT.md)"
+    return ""
+
+
+def sql_blocks(text: str) -> tuple[str, ...]:
+    """The fenced ```sql blocks of a model's text, in order (empty ones dropped)."""
+    return tuple(block.strip() for block in _SQL_BLOCK.findall(text or "") if block.strip())
+
+
+# --- the GS-QA2 raster runner: one JSON object per question ---------------------------------------------
+
+
+def _read_runner_file(run: PredictionRun, file: Path, record: dict[str, Any], selected: set[str]) -> None:
+    where = str(file)
+    try:
+        question = canonical_id(record.get("id") or f"{record.get('source_stem')}-{file.stem.rsplit('-', 1)[-1]}")
+    except GsqaError as error:
+        run.refuse(where, f"{error}; not scored")
+        return
+    candidates = [c for c in record.get("predicted_sql_candidates") or [] if isinstance(c, str) and c.strip()]
+    if not candidates and isinstance(record.get("predicted_sql"), str) and record["predicted_sql"].strip():
+        candidates = [record["predicted_sql"]]
+    statements = tuple(candidates) or sql_blocks(str(record.get("model_output") or ""))
+    folder = file.parent.parent.name  # <provider>_<query_type>/<stem>/<stem>-<n>.json
+    run.model = run.model or folder.split("_", 1)[0]
+    run.method = run.method or "text2sql"
+    meta = {key: record[key] for key in ("timing", "usage", "generation_error") if record.get(key)}
+    run.add(Prediction(question, where, statements, meta=meta), selected)
+
+
+# --- the GS-QA vector runs: one JSON array per step --------------------------------------------------------
+
+
+def _read_vector_array(run: PredictionRun, file: Path, entries: list[Any], selected: set[str]) -> None:
+    step = file.stem
+    if step in NON_PREDICTION_STEPS:
+        run.refuse(str(file), f"{file.name} holds {NON_PREDICTION_STEPS[step]}")
+        return
+    answers = step.endswith("json_parse")
+    run.model = run.model or file.parent.name
+    run.method = run.method or ("text2sql" if step.startswith("sql") else step.split("_", 1)[0])
+    for number, entry in enumerate(entries):
+        where = f"{file}[{number}]"
+        if not isinstance(entry, dict) or "id" not in entry:
+            run.refuse(where, 'not a prediction (expected {"id": ..., "content": ...})')
+            continue
+        try:
+            question = canonical_id(entry["id"])
+        except GsqaError as error:
+            run.refuse(where, f"{error}; not scored")
+            continue
+        text = _text(entry.get("content"))
+        meta = {"seconds": entry["run_seconds"]} if "run_seconds" in entry else {}
+        if answers:
+            _add_answer(run, Prediction(question, where, meta=meta), _json_blocks(text), selected)
+        else:
+            run.add(Prediction(question, where, sql_blocks(text), meta=meta), selected)
+
+
+def _text(content: Any) -> str:
+    """Model content as text: a string, or a list of parts with text (as LangChain stores some replies)."""
+    if isinstance(content, list):
+        return "\n".join(str(part.get("text", "")) if isinstance(part, dict) else str(part) for part in content)
+    return "" if content is None else str(content)
+
+
+def _json_blocks(text: str) -> list[Any]:
+    """The objects of the ```json blocks of the parser model's text (lists flattened); blocks that are not
+    JSON are left out, as the authors' pipeline leaves them out."""
+    found: list[Any] = []
+    for block in _JSON_BLOCK.findall(text):
+        try:
+            value = json.loads(block)
+        except ValueError:
+            continue
+        found += _flattened(value)
+    return found
+
+
+def _flattened(value: Any) -> Iterator[Any]:
+    if isinstance(value, list):
+        for item in value:
+            yield from _flattened(item)
+    else:
+        yield value

@@ -1,0 +1,346 @@
+"""`reproduce score` as a library call: a model's predictions judged against the stored answers.
+
+Each run (one model and method: a file or a folder of predictions, reproduce/predictions.py) is paired with
+the benchmark questions by id. SQL predictions run exactly as `verify` runs gold SQL (the same Runner: the
+reader role, one statement, server-side timeout, capped rows), all runs' SQL on one queue; answer
+predictions are judged directly, so a run of answers needs no database. Every question of every run gets
+one result, with the paper's verdict (the headline) and the strict one beside it; a question a run did not
+predict counts as wrong, as in the paper.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from importlib.metadata import version as package_version
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from gsqa_core.db import describe_target, resolve_dsn
+from gsqa_core.errors import GsqaError
+from reproduce import compare, readiness, schedule, servers, verify
+from reproduce.dataset import Record, Skip, tables_needed
+from reproduce.paper import paper_verdict
+from reproduce.predictions import Prediction, PredictionRun, Problem, read_run
+from reproduce.resume import ResumeFile
+from reproduce.runner import MAX_ROWS, Outcome, Runner
+
+STATUSES = ("pass", "mismatch", "empty", "sql_error", "timeout", "no_prediction", "unreadable", "unscorable")
+ANSWERED = frozenset({"pass", "mismatch", "empty"})  # a result was judged: the SQL ran, or an answer was given
+NOT_PREDICTED = frozenset({"no_prediction", "unreadable"})
+RESUME_FORMAT = "gsqa-reproduce-score/1"
+ROWS_KEPT = 10  # returned rows kept per result for the reports (values clipped as everywhere)
+GOLD_RUN = "gold"
+
+
+@dataclass
+class ScoreRequest:
+    predictions: list[Path] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    gold: bool = False  # score the dataset's own SQL as a run named "gold"
+    config: str = "all"
+    templates: list[str] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    data: Path | None = None
+    dsn: str | None = None
+    reader_dsn: str | None = None
+    replicas: list[str] = field(default_factory=list)
+    workers: int = 1
+    timeout: float = 120.0
+    resume: Path | None = None
+    force: bool = False
+    progress: bool = True
+    max_rows: int = MAX_ROWS
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One question of one run."""
+
+    run: str
+    id: str
+    template_id: str
+    status: str  # one of STATUSES
+    paper: str  # the paper's verdict, the headline: pass or fail
+    paper_reason: str
+    strict: str  # the strict verdict (compare.judge): pass or fail
+    strict_reason: str
+    seconds: float = 0.0
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def group(self) -> str:
+        return self.id.split("/", 1)[0]
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.run, self.id
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Scored:
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
+
+
+@dataclass
+class Scoring:
+    provenance: dict[str, Any]
+    runs: list[PredictionRun]
+    results: list[Scored]  # run by run, each in dataset order
+    records: dict[str, Record]
+    skipped: list[Skip]
+
+    @property
+    def problems(self) -> list[Problem]:
+        return [problem for run in self.runs for problem in run.problems]
+
+
+@dataclass(frozen=True)
+class SqlJob:
+    """One run's SQL for one question, as the Runner takes it."""
+
+    run: str
+    record: Record
+    prediction: Prediction
+
+    @property
+    def statements(self) -> tuple[str, ...]:
+        return self.prediction.statements
+
+
+def score(request: ScoreRequest) -> Scoring:
+    """Every selected question of every run, judged; GsqaError before anything runs if nothing can be."""
+    started = time.perf_counter()
+    data = verify.load_selected(_verify_request(request))
+    records = data.records
+    selected = {record.id for record in records}
+    runs = [gold_run(records)] if request.gold else []
+    runs += [read_run(path, name, selected) for path, name in zip(request.predictions, run_names(request),
+                                                                    strict=True)]
+    if not any(run.predictions or any(p.id for p in run.problems) for run in runs):
+        first = "; ".join(str(problem) for run in runs for problem in run.problems[:3])
+        raise GsqaError(f"nothing to score: no readable prediction of the {len(records)} selected questions"
+                        + (f" ({first})" if first else ""))
+    jobs = [SqlJob(run.name, record, run.predictions[record.id]) for run in runs for record in records
+            if record.id in run.predictions and run.predictions[record.id].kind == "sql"
+            and run.predictions[record.id].statements]
+    provenance, replicas = _provenance(request, data, runs, jobs)
+    resume = ResumeFile(request.resume, _resume_header(provenance, runs), request.force, entry=Scored.from_dict,
+                        format=RESUME_FORMAT, command="reproduce score",
+                        key=lambda result: result.key) if request.resume else None
+    done = dict(resume.done) if resume else {}
+    try:
+        results = _judge_directly(runs, records, done, resume)
+        results.update(_run_sql(request, [job for job in jobs if (job.run, job.record.id) not in done], resume,
+                                provenance, replicas))
+    finally:
+        if resume:
+            resume.close()
+    results.update(done)
+    provenance["seconds"] = round(time.perf_counter() - started, 3)
+    ordered = [results[(run.name, record.id)] for run in runs for record in records]
+    return Scoring(provenance, runs, ordered, {record.id: record for record in records}, data.skipped)
+
+
+def _verify_request(request: ScoreRequest) -> verify.Request:
+    return verify.Request(request.config, request.data, request.dsn, request.reader_dsn, request.timeout,
+                          request.workers, request.templates, request.ids, force=request.force,
+                          progress=request.progress, max_rows=request.max_rows, replicas=request.replicas)
+
+
+def run_names(request: ScoreRequest) -> list[str]:
+    """--name for each PRED in order, else the file or folder name; made unique with #2, #3."""
+    if len(request.names) > len(request.predictions):
+        raise GsqaError(f"{len(request.names)} --name for {len(request.predictions)} PRED: give at most one per PRED")
+    names = [*request.names, *(path.stem if path.is_file() else path.name
+                               for path in request.predictions[len(request.names):])]
+    taken = {GOLD_RUN} if request.gold else set()
+    unique = []
+    for name in names:
+        candidate, n = name, 1
+        while candidate in taken:
+            n += 1
+            candidate = f"{name}#{n}"
+        taken.add(candidate)
+        unique.append(candidate)
+    return unique
+
+
+def gold_run(records: list[Record]) -> PredictionRun:
+    """The dataset's own SQL as a prediction run (`--gold`): it must score as `verify` does."""
+    run = PredictionRun(GOLD_RUN, "the dataset's gold SQL", model="gold", method="gold SQL")
+    for record in records:
+        run.predictions[record.id] = Prediction(record.id, record.id, (record.sql,))
+    return run
+
+
+def _judge_directly(runs: list[PredictionRun], records: list[Record], done: dict, resume: ResumeFile | None
+                    ) -> dict[tuple[str, str], Scored]:
+    """Every result that needs no database: answers, missing and unreadable predictions, SQL-less text."""
+    results = {}
+    for run in runs:
+        unreadable = {problem.id: problem for problem in run.problems if problem.id}
+        for record in records:
+            if (run.name, record.id) in done:
+                continue
+            prediction = run.predictions.get(record.id)
+            if prediction is not None and prediction.kind == "sql" and prediction.statements:
+                continue  # run on the database
+            result = _without_database(run.name, record, prediction, unreadable.get(record.id))
+            results[result.key] = result
+            if resume and result.status not in NOT_PREDICTED:  # a rerun with the line fixed scores it
+                resume.add(result)
+    return results
+
+
+def _without_database(run: str, record: Record, prediction: Prediction | None, problem: Problem | None) -> Scored:
+    if prediction is None:
+        status, why = ("unreadable", str(problem)) if problem else ("no_prediction", "the run has no prediction")
+        return _unjudged(run, record, status, why)
+    if prediction.unscorable:
+        return _unjudged(run, record, "unscorable", prediction.unscorable, prediction)
+    if prediction.answer is None:
+        return _unjudged(run, record, "sql_error", "no SQL in the prediction (no ```sql block in the model's text)",
+                         prediction)
+    return judged(run, record, prediction, prediction.answer, 0.0, {})
+
+
+def _unjudged(run: str, record: Record, status: str, why: str, prediction: Prediction | None = None) -> Scored:
+    return Scored(run, record.id, record.template_id, status, "fail", why, "fail", why, 0.0,
+                  _detail(record, prediction))
+
+
+def judged(run: str, record: Record, prediction: Prediction, rows: list[dict[str, Any]], seconds: float,
+           extra: dict[str, Any]) -> Scored:
+    """Both verdicts on the rows a prediction gave (its SQL's result, or its answer)."""
+    paper = paper_verdict(record.template_id, record.answers, rows)
+    strict = compare.judge(record.template_id, record.answers, rows)
+    if not rows and record.answers:
+        status = "empty"
+    else:
+        status = "pass" if paper.status == "pass" else "mismatch"
+    failure = strict.first_failure
+    strict_reason = "every component passes" if failure is None else _described(failure)
+    if strict.status == "empty":
+        strict_reason = "no rows (the stored answer has some)"
+    detail = {**_detail(record, prediction), **extra, "rows": verify.clipped(rows[:ROWS_KEPT]),
+              "rows_total": len(rows)}
+    return Scored(run, record.id, record.template_id, status, "pass" if paper.status == "pass" else "fail",
+                  verify.clipped(paper.reason), "pass" if strict.status == "pass" else "fail",
+                  verify.clipped(strict_reason), round(seconds, 4), detail)
+
+
+def _described(check: compare.Check) -> str:
+    value = "" if check.value == float("inf") else f", {check.metric} {check.value:.4g} vs {check.threshold}"
+    return f"{check.component}: stored {check.expected!r}, got {check.actual!r}{value}"
+
+
+def _detail(record: Record, prediction: Prediction | None) -> dict[str, Any]:
+    detail: dict[str, Any] = {}
+    if flags := compare.instability(record.template_id, record.sql):
+        detail["unstable"] = flags
+    if prediction is None:
+        return detail
+    detail["where"] = prediction.where
+    if prediction.kind == "sql":
+        detail["sql"] = verify.clipped(list(prediction.statements))
+    else:
+        detail["answer"] = verify.clipped(prediction.answer[:ROWS_KEPT] if prediction.answer else [])
+    if prediction.meta:
+        detail["meta"] = verify.clipped(prediction.meta)
+    return detail
+
+
+def _run_sql(request: ScoreRequest, jobs: list[SqlJob], resume: ResumeFile | None, provenance: dict[str, Any],
+             replicas: list[servers.Checked]) -> dict[tuple[str, str], Scored]:
+    if not jobs:
+        return {}
+    estimate = schedule.estimator({}, provenance["database"].get("row_counts") or {})
+    jobs = sorted(jobs, key=lambda job: estimate(job.record), reverse=True)
+    runner = Runner(readiness.reader_dsn(request.dsn, request.reader_dsn), request.timeout, request.workers,
+                    resolve_dsn(request.dsn), request.max_rows, [replica.server for replica in replicas],
+                    provenance["servers"][0]["name"])
+    provenance["lost"] = runner.lost
+    results = {}
+    with tqdm(total=len(jobs), desc="score", unit="q", file=sys.stderr, disable=not request.progress) as bar:
+        for job, outcome in runner.run(jobs):
+            result = evaluate(job, outcome)
+            results[result.key] = result
+            if resume:
+                resume.add(result)
+            bar.update()
+    return results
+
+
+def evaluate(job: SqlJob, outcome: Outcome) -> Scored:
+    """The result of one run's SQL for one question."""
+    extra: dict[str, Any] = {"server": outcome.server} if outcome.server else {}
+    if len(job.statements) > 1:
+        extra["candidate"] = f"{outcome.candidate + 1} of {len(job.statements)}"
+    if outcome.retried:
+        extra["retried"] = outcome.retried
+    if outcome.kind != "rows":
+        status = "timeout" if outcome.kind == "timeout" else "sql_error"
+        result = _unjudged(job.run, job.record, status, verify.clipped(f"{status}: {outcome.error}"), job.prediction)
+        return Scored(**{**result.as_dict(), "seconds": round(outcome.seconds, 4),
+                         "detail": {**result.detail, **extra, "error": verify.clipped(outcome.error)}})
+    return judged(job.run, job.record, job.prediction, outcome.rows, outcome.seconds, extra)
+
+
+def _provenance(request: ScoreRequest, data: Any, runs: list[PredictionRun], jobs: list[SqlJob]
+                ) -> tuple[dict[str, Any], list[servers.Checked]]:
+    """What the scores depend on; the database part only when some SQL must run (then preflighted here, with
+    the replicas checked, which are returned)."""
+    provenance: dict[str, Any] = {
+        "tool": "gsqa-refdb", "tool_version": package_version("gsqa-refdb"), "command": "reproduce score",
+        "started_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "config": request.config, "templates": request.templates, "ids": request.ids,
+        "dataset": {"source": data.source, "checksum": data.checksum, "records": len(data.records),
+                    "skipped": len(data.skipped)},
+        "runs": [{"name": run.name, "source": run.source, "model": run.model, "method": run.method,
+                  "predictions": len(run.predictions), "problems": len(run.problems), "outside": run.outside}
+                 for run in runs],
+        "timeout": request.timeout, "database": {}, "servers": [], "lost": {},
+    }
+    checked: list[servers.Checked] = []
+    if jobs:
+        records = list({job.record.id: job.record for job in jobs}.values())
+        verify.preflight_records(_verify_request(request), records)
+        checked = servers.replicas(request.dsn, request.replicas, tables_needed(records), request.force)
+        provenance["database"] = {"target": describe_target(resolve_dsn(request.dsn)),
+                                  **readiness.database_facts(request.dsn)}
+        provenance["servers"] = [{"name": servers.name_of(request.dsn), "role": "primary"},
+                                 *({"name": c.server.name, "role": c.role} for c in checked)]
+        provenance["workers"] = request.workers
+    return provenance, checked
+
+
+def _resume_header(provenance: dict[str, Any], runs: list[PredictionRun]) -> dict[str, Any]:
+    predictions = {run.name: hashlib.sha256("".join(f"{path}\0{digest}\n" for path, digest in
+                                                    sorted(run.digests.items())).encode()).hexdigest()
+                   for run in runs}
+    return {"dataset": provenance["dataset"]["checksum"], "predictions": predictions,
+            "database": provenance["database"].get("row_counts"), "timeout": provenance["timeout"]}
+
+
+# --- summaries ------------------------------------------------------------------------------------------
+
+
+def summarize(results: Iterable[Scored]) -> dict[str, int]:
+    """Counts of one group of results: questions, predicted, answered, both verdicts' passes, per status."""
+    results = list(results)
+    counts = {status: 0 for status in STATUSES}
+    for result in results:
+        counts[result.status] += 1
+    return {"questions": len(results), "predicted": len(results) - counts["no_prediction"] - counts["unreadable"],
+            "answered": sum(counts[status] for status in ANSWERED),
+            "paper_passed": sum(result.paper == "pass" for result in results),
+            "strict_passed": sum(result.strict == "pass" for result in results), **counts}

@@ -1,0 +1,302 @@
+"""Reports of `reproduce score`: the console table per run and template, the paired tests between runs, the
+problems, and the files (--csv-out long format, --json-out per question, --junit, --html).
+
+Every report derives from the same results and the same counts (score.summarize); rates are of all the
+questions of a template (a question a run did not predict counts as wrong, as in the paper).
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import itertools
+import json
+import math
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from reproduce import compare, verify
+from reproduce.compare import LOCATION, as_geometry, components_of, haversine_m
+from reproduce.score import ROWS_KEPT, STATUSES, Scored, Scoring, summarize
+from reproduce.stats import mcnemar_exact, wilson
+
+RUN_COLUMNS = ("predicted %", "executed %", "paper %", "95% CI", "strict %", "timeout", "error")
+PROBLEMS_LISTED = 20  # per run, on the console; --json-out has them all
+
+
+def _by_run(results: Iterable[Scored]) -> dict[str, list[Scored]]:
+    runs: dict[str, list[Scored]] = defaultdict(list)
+    for result in results:
+        runs[result.run].append(result)
+    return runs
+
+
+def rows_of_table(results: list[Scored]) -> list[tuple[str, str, list[Scored]]]:
+    """(config, template, results) per template in dataset order, then `all` per config, then the total."""
+    groups: dict[tuple[str, str], list[Scored]] = defaultdict(list)
+    configs: dict[str, list[Scored]] = defaultdict(list)
+    for result in results:
+        groups[(result.group, result.template_id)].append(result)
+        configs[result.group].append(result)
+    rows = [(config, template, found) for (config, template), found in groups.items()]
+    rows += [(config, "all", found) for config, found in configs.items()]
+    return [*rows, ("total", "", list(results))]
+
+
+def _rate(count: int, total: int) -> str:
+    return f"{100 * count / total:.1f}" if total else "-"
+
+
+def run_cells(results: list[Scored]) -> list[str]:
+    counts = summarize(results)
+    total = counts["questions"]
+    low, high = wilson(counts["paper_passed"], total)
+    return [_rate(counts["predicted"], total), _rate(counts["answered"], total), _rate(counts["paper_passed"], total),
+            f"{100 * low:.1f}-{100 * high:.1f}" if total else "-", _rate(counts["strict_passed"], total),
+            str(counts["timeout"]), str(counts["sql_error"])]
+
+
+def table(scoring: Scoring) -> str:
+    """One line per template, config and overall; one column group per run (its name above it)."""
+    runs = _by_run(scoring.results)
+    names = list(runs)
+    header = ["config", "template", "questions", *(column for _ in names for column in RUN_COLUMNS)]
+    lines = []
+    per_template = {name: rows_of_table(found) for name, found in runs.items()}
+    for index, (config, template, found) in enumerate(per_template[names[0]]):
+        cells = [config, template, str(len(found))]
+        for name in names:
+            cells += run_cells(per_template[name][index][2])
+        lines.append(cells)
+    widths = [max(len(cells[i]) for cells in [header, *lines]) for i in range(len(header))]
+    group_line = " " * (sum(widths[:3]) + 6)
+    for number, name in enumerate(names):
+        span = sum(widths[3 + number * len(RUN_COLUMNS):3 + (number + 1) * len(RUN_COLUMNS)]) + 2 * len(RUN_COLUMNS)
+        group_line += f"  {name}"[:span].ljust(span)
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(cell.ljust(w) if i < 2 else cell.rjust(w)
+                         for i, (cell, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+    return "\n".join([group_line.rstrip(), line(header), *(line(cells) for cells in lines)])
+
+
+def runs_text(scoring: Scoring) -> str:
+    """What each run is: where it came from, how many predictions, how many lines could not be read."""
+    lines = []
+    for run in scoring.provenance["runs"]:
+        who = ", ".join(part for part in (run["model"], run["method"]) if part)
+        lines.append(f"run {run['name']}: {run['predictions']} predictions from {run['source']}"
+                     + (f" ({who})" if who else "") + (f"; {run['problems']} not read" if run["problems"] else "")
+                     + (f"; {run['outside']} outside the selection" if run["outside"] else ""))
+    return "\n".join(lines)
+
+
+def pairs(scoring: Scoring) -> list[dict[str, Any]]:
+    """For each pair of runs and each line of the table: the exact McNemar test on the paper verdict."""
+    runs = _by_run(scoring.results)
+    found = []
+    for first, second in itertools.combinations(runs, 2):
+        for (config, template, left), (_, _, right) in zip(rows_of_table(runs[first]), rows_of_table(runs[second]),
+                                                           strict=True):
+            passed = {r.id: r.paper == "pass" for r in right}
+            both = sum(r.paper == "pass" and passed[r.id] for r in left)
+            only_first = sum(r.paper == "pass" and not passed[r.id] for r in left)
+            only_second = sum(r.paper != "pass" and passed[r.id] for r in left)
+            found.append({"first": first, "second": second, "config": config, "template": template,
+                          "questions": len(left), "both": both, "only_first": only_first,
+                          "only_second": only_second, "p": mcnemar_exact(only_first, only_second)})
+    return found
+
+
+def pairs_text(scoring: Scoring) -> str:
+    """Per pair of runs: per template, the questions only one of them passed and the test's p-value."""
+    blocks = []
+    for (first, second), found in itertools.groupby(pairs(scoring), key=lambda p: (p["first"], p["second"])):
+        lines = [f"{first} vs {second}: exact McNemar test on the paper verdict (paired by question)",
+                 f"{'config':12} {'template':9} {'questions':>9} {'both pass':>9} {'only ' + first:>14} "
+                 f"{'only ' + second:>14} {'p':>8}"]
+        lines += [f"{p['config']:12} {p['template']:9} {p['questions']:>9} {p['both']:>9} {p['only_first']:>14} "
+                  f"{p['only_second']:>14} {_p_value(p['p']):>8}" for p in found]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def _p_value(p: float) -> str:
+    return "1" if p >= 1 else f"{p:.3g}"
+
+
+def problems_text(scoring: Scoring) -> str:
+    """The prediction lines that could not be read, with file and line, per run (the first PROBLEMS_LISTED)."""
+    lines = []
+    for run in scoring.runs:
+        lines += [f"not read: {problem}" for problem in run.problems[:PROBLEMS_LISTED]]
+        if len(run.problems) > PROBLEMS_LISTED:
+            lines.append(f"... and {len(run.problems) - PROBLEMS_LISTED} more in run {run.name} (see --json-out)")
+    return "\n".join(lines)
+
+
+# --- files ----------------------------------------------------------------------------------------------
+
+
+def csv_long(scoring: Scoring) -> str:
+    """run, model, method, config, template, metric, value: one line per figure, for plotting."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["run", "model", "method", "config", "template", "metric", "value"])
+    about = {run["name"]: run for run in scoring.provenance["runs"]}
+    for name, found in _by_run(scoring.results).items():
+        run = about[name]
+        for config, template, results in rows_of_table(found):
+            for metric, value in _metrics(results).items():
+                writer.writerow([name, run["model"], run["method"], config, template or "all", metric, value])
+    return out.getvalue()
+
+
+def _metrics(results: list[Scored]) -> dict[str, Any]:
+    counts = summarize(results)
+    total = counts["questions"]
+    low, high = wilson(counts["paper_passed"], total)
+    def share(count: int) -> float | str:
+        return round(100 * count / total, 2) if total else ""
+    return {"questions": total, "predicted_pct": share(counts["predicted"]),
+            "executed_pct": share(counts["answered"]), "paper_pct": share(counts["paper_passed"]),
+            "paper_ci95_low": round(100 * low, 2), "paper_ci95_high": round(100 * high, 2),
+            "strict_pct": share(counts["strict_passed"]), **{status: counts[status] for status in STATUSES}}
+
+
+def as_json(scoring: Scoring) -> str:
+    """{provenance, runs, summary, pairs, results}: every question of every run with its gold answer."""
+    summary = {name: {f"{config}/{template or 'all'}": _metrics(results)
+                      for config, template, results in rows_of_table(found)}
+               for name, found in _by_run(scoring.results).items()}
+    runs = [{**about, "problems": [{"where": p.where, "why": p.why, "id": p.id} for p in run.problems]}
+            for about, run in zip(scoring.provenance["runs"], scoring.runs, strict=True)]
+    document = {"provenance": scoring.provenance, "runs": runs, "summary": summary, "pairs": pairs(scoring),
+                "skipped": [{"id": skip.id, "template_id": skip.template_id, "reason": skip.reason}
+                            for skip in scoring.skipped],
+                "results": [{**result.as_dict(), "gold": _gold(scoring, result.id)} for result in scoring.results]}
+    return json.dumps(document, indent=1, default=str)
+
+
+def _gold(scoring: Scoring, record_id: str) -> dict[str, Any]:
+    record = scoring.records[record_id]
+    return {"sql": record.sql, "answer_rows": len(record.answers),
+            "answers": verify.clipped(record.answers[:ROWS_KEPT])}
+
+
+def junit(scoring: Scoring) -> str:
+    """One testsuite per run, one testcase per question; a question that does not pass the paper verdict fails."""
+    suites = ET.Element("testsuites", name="reproduce score")
+    for name, found in _by_run(scoring.results).items():
+        failed = sum(result.paper != "pass" for result in found)
+        suite = ET.SubElement(suites, "testsuite", name=name, tests=str(len(found)), failures=str(failed))
+        for result in found:
+            case = ET.SubElement(suite, "testcase", classname=f"{name}.{result.template_id}", name=result.id,
+                                 time=f"{result.seconds:.3f}")
+            properties = ET.SubElement(case, "properties")
+            for key in ("status", "strict", "strict_reason"):
+                ET.SubElement(properties, "property", name=key, value=str(getattr(result, key)))
+            if result.paper != "pass":
+                ET.SubElement(case, "failure", message=f"{result.status}: {result.paper_reason}"[:500])
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True)
+
+
+# --- HTML -----------------------------------------------------------------------------------------------
+
+_STYLE = """body{font:14px/1.4 sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse}
+td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child,td:nth-child(2){text-align:left}
+.card{border:1px solid #ddd;margin:.4em 0;padding:.4em .8em}.pass{border-left:5px solid #2a2}
+.mismatch,.empty{border-left:5px solid #d80}.sql_error,.timeout,.unreadable,.unscorable,.no_prediction
+{border-left:5px solid #c22}.sides{display:grid;grid-template-columns:1fr 1fr;gap:1em}
+pre{white-space:pre-wrap;background:#f6f6f6;padding:.4em;margin:.2em 0}.filters select{margin-right:1em}"""
+_SCRIPT = """function filterCards(){const f={};for(const s of document.querySelectorAll('.filters select'))
+f[s.name]=s.value;let shown=0;for(const c of document.querySelectorAll('.card')){const ok=Object.keys(f)
+.every(k=>!f[k]||c.dataset[k]===f[k]);c.style.display=ok?'':'none';shown+=ok}
+document.getElementById('shown').textContent=shown}"""
+
+
+def html_page(scoring: Scoring) -> str:
+    """One self-contained page: the table per run, filters by run, template and status, and every question
+    with both verdicts, the predicted and the gold SQL side by side, and for a location a small map."""
+    provenance = scoring.provenance
+    options = {"run": list(dict.fromkeys(r.run for r in scoring.results)),
+               "template": list(dict.fromkeys(r.template_id for r in scoring.results)),
+               "status": [s for s in STATUSES if any(r.status == s for r in scoring.results)]}
+    filters = "".join(f'<label>{key} <select name="{key}" onchange="filterCards()"><option value="">all</option>'
+                      + "".join(f"<option>{html.escape(v)}</option>" for v in values) + "</select></label>"
+                      for key, values in options.items())
+    cards = "\n".join(_card(scoring, result) for result in scoring.results)
+    database = provenance["database"].get("target", "none (answers only)")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>reproduce score</title>"
+            f"<style>{_STYLE}</style><script>{_SCRIPT}</script></head><body>"
+            f"<h1>reproduce score</h1><p>{html.escape(provenance['started_at'])}; dataset "
+            f"{html.escape(str(provenance['dataset']['source']))}; database {html.escape(str(database))}</p>"
+            f"<pre>{html.escape(runs_text(scoring))}</pre><pre>{html.escape(table(scoring))}</pre>"
+            f"<h2>Questions</h2><p class='filters'>{filters} <span id='shown'>{len(scoring.results)}</span> "
+            f"shown</p>{cards}</body></html>")
+
+
+def _card(scoring: Scoring, result: Scored) -> str:
+    record = scoring.records[result.id]
+    detail = result.detail
+    head = (f"<b>{html.escape(result.id)}</b> [{result.template_id}] run <b>{html.escape(result.run)}</b>: "
+            f"{result.status}; paper {result.paper}: {html.escape(result.paper_reason)}; strict {result.strict}: "
+            f"{html.escape(result.strict_reason)}")
+    if detail.get("unstable"):
+        head += f"<br><i>gold answer may legitimately vary: {html.escape('; '.join(detail['unstable']))}</i>"
+    attributes = f'class="card {result.status}" data-run="{html.escape(result.run)}" ' \
+                 f'data-template="{result.template_id}" data-status="{result.status}"'
+    if result.status == "pass":
+        return f"<div {attributes}>{head}</div>"
+    predicted = "\n\n".join(detail.get("sql", [])) or json.dumps(detail.get("answer", "(no prediction)"), indent=1,
+                                                                default=str)
+    got = json.dumps(detail.get("rows", detail.get("error", "")), default=str)[:1500]
+    used = f" ({detail['candidate']} used)" if "candidate" in detail else ""
+    sides = (f"<div class='sides'><div>predicted{used}<pre>{html.escape(predicted)}</pre>"
+             f"returned<pre>{html.escape(got)}</pre></div>"
+             f"<div>gold<pre>{html.escape(record.sql)}</pre>stored answer<pre>"
+             f"{html.escape(json.dumps(record.answers[:ROWS_KEPT], default=str)[:1500])}</pre></div></div>")
+    return (f"<div {attributes}>{head}<p>{html.escape(record.question)}</p>{sides}"
+            f"{location_map(result, record)}</div>")
+
+
+def location_map(result: Scored, record: Any, width: int = 320, height: int = 200) -> str:
+    """An inline SVG of the predicted (red) and stored (green) points of a location answer, with the distance
+    between the nearest pair; no tiles, no network. Empty for other templates."""
+    component = components_of(result.template_id)[0]
+    if component.metric is not LOCATION:
+        return ""
+    rows = result.detail.get("rows") or result.detail.get("answer") or []
+    predicted = _points(rows, component.keys)
+    stored = _points(record.answers, component.keys)
+    if not predicted or not stored:
+        return ""
+    distance = min(haversine_m(p.wkt, s.wkt) for p in predicted for s in stored)
+    xs = [p.x for p in predicted + stored]
+    ys = [p.y for p in predicted + stored]
+    span = max(max(xs) - min(xs), max(ys) - min(ys), 1e-6) * 1.2
+    cx, cy = (max(xs) + min(xs)) / 2, (max(ys) + min(ys)) / 2
+    def at(point: Any) -> tuple[float, float]:
+        return (width / 2 + (point.x - cx) / span * (height - 20),
+                height / 2 - (point.y - cy) / span * (height - 20))
+    marks = [f"<circle cx='{x:.1f}' cy='{y:.1f}' r='5' fill='#2a2'/>" for x, y in map(at, stored)]
+    marks += [f"<path d='M{x - 5:.1f},{y - 5:.1f}L{x + 5:.1f},{y + 5:.1f}M{x - 5:.1f},{y + 5:.1f}L{x + 5:.1f},"
+              f"{y - 5:.1f}' stroke='#c22' stroke-width='2'/>" for x, y in map(at, predicted)]
+    label = f"nearest predicted to stored: {distance:,.1f} m (tolerance {LOCATION.threshold:g} m)"
+    return (f"<svg class='map' width='{width}' height='{height + 20}' viewBox='0 0 {width} {height + 20}' "
+            f"role='img' aria-label='{label}'><rect width='{width}' height='{height}' fill='#f4f8fb' "
+            f"stroke='#ccc'/>{''.join(marks)}<text x='4' y='{height + 15}' font-size='12'>{label}</text></svg>")
+
+
+def _points(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[Any]:
+    points = []
+    for row in rows[:ROWS_KEPT] if isinstance(rows, list) else []:
+        geometry = as_geometry(compare.lookup(row, keys, True)) if isinstance(row, dict) else None
+        if geometry is not None and not geometry.is_empty:
+            point = geometry if geometry.geom_type == "Point" else geometry.centroid
+            if math.isfinite(point.x) and math.isfinite(point.y):
+                points.append(point)
+    return points
