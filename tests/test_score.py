@@ -1,0 +1,266 @@
+"""`reproduce score` on real records (tests/data/benchmark) with predictions written here, against a fixture
+database in which the stored answers of R1-R4 and VR1-VR3 hold (tests/refdb_fixtures.py)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import psycopg
+import pytest
+from conftest import DATA
+from refdb_fixtures import load_stored_answers
+from test_runner import running_reader_queries
+
+from reproduce import configs, dataset
+from reproduce.score import ScoreRequest, score
+from reproduce.verify import Request, verify
+
+BIN = Path(sys.executable).parent
+BENCHMARK = DATA / "benchmark"
+UNREACHABLE = "postgresql://nobody@127.0.0.1:1/gsqa_nowhere"
+TEMPLATES = ["R1", "R2", "R3", "R4", "VR1", "VR2", "VR3"]
+R1 = "raster_only/elevation+poi"
+METRE_OF_LATITUDE = 1 / 111_195.08  # degrees, on the verdicts' sphere (radius 6,371,008.8 m)
+
+
+@pytest.fixture(scope="module")
+def stored_db(initialized_dsn: str) -> str:
+    records = dataset.load(BENCHMARK, [configs.template(t) for t in TEMPLATES]).records
+    with psycopg.connect(initialized_dsn) as conn:
+        load_stored_answers(conn, records)
+    return initialized_dsn
+
+
+def records_of(template: str) -> list[dataset.Record]:
+    return dataset.load(BENCHMARK, [configs.template(template)]).records
+
+
+def reproduce(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "reproduce"), *argv], capture_output=True, text=True, timeout=timeout)
+
+
+def write_jsonl(path: Path, lines: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_gold_sql_scores_as_verify_verifies(stored_db: str) -> None:
+    verified = {r.id: r for r in verify(Request("all", BENCHMARK, stored_db, None, 5.0, 2, TEMPLATES,
+                                                progress=False)).results}
+    scored = score(ScoreRequest(gold=True, templates=TEMPLATES, data=BENCHMARK, dsn=stored_db, workers=2,
+                                timeout=5.0, progress=False))
+    assert [r.id for r in scored.results] == list(verified) and len(verified) == 140
+    for result in scored.results:
+        expected = verified[result.id]
+        assert result.run == "gold"
+        assert result.paper == ("pass" if expected.paper_status == "pass" else "fail"), result.id
+        assert result.strict == ("pass" if expected.status == "pass" else "fail"), result.id
+        assert result.status == {"error": "sql_error"}.get(expected.status, expected.status) \
+            if expected.status != "pass" or expected.paper_status == "pass" else "mismatch"
+
+
+def sql_predictions() -> tuple[list[dict], dict[str, str]]:
+    """R1 questions predicted with SQL, each with the status it must get."""
+    gold = {r.id: r.sql for r in records_of("R1")}
+    cases = {
+        "pass": gold[f"{R1}/0"],
+        "mismatch": gold[f"{R1}/1"].replace("AS elevation", "+ 30 AS elevation"),
+        "wrong columns": "SELECT 'x' AS poi_name, 5 AS other FROM public.dem_us LIMIT 1",
+        "syntax error": "SELEC elevation FROM public.dem_us",
+        "timeout": "SELECT pg_sleep(10)::text AS nap, 1 AS elevation",
+        "write": "DELETE FROM public.dem_us RETURNING 1 AS elevation",
+        "two statements": "SELECT 1 AS elevation; DELETE FROM public.dem_us",
+        "signal": "SELECT pg_terminate_backend(pid) AS elevation FROM pg_stat_activity",
+        "empty": "SELECT 1 AS elevation FROM public.dem_us WHERE false",
+        "set role": "SET ROLE postgres",
+    }
+    statuses = {"pass": "pass", "mismatch": "mismatch", "wrong columns": "mismatch", "syntax error": "sql_error",
+                "timeout": "timeout", "write": "sql_error", "two statements": "sql_error", "signal": "sql_error",
+                "empty": "empty", "set role": "sql_error"}
+    lines = [{"id": f"{R1}/{n}", "sql": sql} for n, sql in enumerate(cases.values())]
+    expected = {f"{R1}/{n}": statuses[case] for n, case in enumerate(cases)}
+    expected.update({f"{R1}/{n}": "no_prediction" for n in range(len(cases), 20)})
+    return lines, expected
+
+
+def test_sql_predictions_run_in_the_sandbox(stored_db: str, tmp_path: Path) -> None:
+    lines, expected = sql_predictions()
+    with psycopg.connect(stored_db) as conn:
+        tiles = conn.execute("SELECT count(*) FROM dem_us").fetchone()[0]
+    out = tmp_path / "scores.json"
+    result = reproduce("score", str(write_jsonl(tmp_path / "model.jsonl", lines)), "--config", "raster_only",
+                       "--template", "R1", "--data", str(BENCHMARK), "--dsn", stored_db, "--timeout", "1",
+                       "--json-out", str(out))
+    assert result.returncode == 0, result.stderr
+    results = {r["id"]: r for r in json.loads(out.read_text())["results"]}
+    assert {key: r["status"] for key, r in results.items()} == expected
+    assert results[f"{R1}/3"]["paper_reason"].startswith("sql_error: syntax error at or near")
+    assert "cannot insert multiple commands" in results[f"{R1}/6"]["detail"]["error"]
+    with psycopg.connect(stored_db) as conn:  # nothing a prediction did stayed
+        assert conn.execute("SELECT count(*) FROM dem_us").fetchone()[0] == tiles
+    line = next(line for line in result.stdout.splitlines() if line.startswith("raster_only  R1"))
+    # predicted 10 of 20, executed (answered) 4, paper 1 (5.0 %, Wilson 0.9-23.6), strict 1, 1 timeout, 5 errors
+    assert line.split()[2:] == ["20", "50.0", "20.0", "5.0", "0.9-23.6", "5.0", "1", "5"]
+
+
+def test_candidates_run_in_order_and_the_first_that_runs_counts(stored_db: str, tmp_path: Path) -> None:
+    gold = records_of("R1")[0]
+    folder = tmp_path / "gpt4o_raster_only" / "elevation+poi"
+    folder.mkdir(parents=True)
+    (folder / "elevation+poi-0.json").write_text(json.dumps({
+        "id": "elevation+poi-0", "source_stem": "elevation+poi", "predicted_sql": "SELEC 1",
+        "predicted_sql_candidates": ["SELEC 1", gold.sql, "SELECT 1 AS elevation"]}))
+    scored = score(ScoreRequest([tmp_path / "gpt4o_raster_only"], ids=[gold.id], config="raster_only",
+                                data=BENCHMARK, dsn=stored_db, progress=False))
+    [result] = scored.results
+    assert (result.status, result.detail["candidate"], scored.runs[0].model) == ("pass", "2 of 3", "gpt4o")
+
+
+def answer(record_id: str, value: object) -> dict:
+    return {"id": record_id, "answer": value}
+
+
+def shifted_north(wkt: str, metres: float) -> str:
+    x, y = wkt.removeprefix("POINT (").removesuffix(")").split()
+    return f"POINT ({x} {float(y) + metres * METRE_OF_LATITUDE})"
+
+
+def test_answers_are_judged_without_a_database(tmp_path: Path) -> None:
+    vr2 = records_of("VR2")[3].answers[0]["geometry"]
+    lines = [
+        answer("raster_only/elevation_compare+two_pois/0", "Diamond Mill OHV Staging Area, WA"),  # F1 10/12
+        answer("raster_only/elevation_compare+two_pois/1", "Sushi Nakazawa, Washington, WA"),  # F1 6/8
+        answer("raster_only/aspect+poi/12", 359.5),  # stored 3.81: 4.31 degrees across north
+        answer("raster_only/aspect+poi/13", 26.9),  # stored 32.01: 5.11 degrees
+        answer("extended/knn+distance+slope/0", [{"road_name": "Northwest 26th Street", "dist_m": 36.3,
+                                                  "slope_deg": 0.84}]),
+        answer("extended/knn+distance+slope/1", [{"road_name": "Heritage Parkway", "dist_m": 337.3,
+                                                  "slope_deg": 12.8}]),  # slope 6.06 degrees off
+        answer("extended/range+loc+elevation_condition/3", [{"geometry": shifted_north(vr2, 4)}]),
+        answer("extended/range+loc+elevation_condition/4", [{"geometry": shifted_north(vr2, 6)}]),
+        answer("extended/range+loc+elevation_condition/5", [{"address": "1 Main Street"}]),
+    ]
+    out = tmp_path / "scores.json"
+    result = reproduce("score", str(write_jsonl(tmp_path / "answers.jsonl", lines)), "--data", str(BENCHMARK),
+                       "--dsn", UNREACHABLE, "--template", "R2", "--template", "R6", "--template", "VR2",
+                       "--template", "VR5", "--json-out", str(out))
+    assert result.returncode == 0, result.stderr
+    got = {r["id"]: (r["status"], r["paper"]) for r in json.loads(out.read_text())["results"]
+           if r["status"] != "no_prediction"}
+    assert got == {
+        "raster_only/elevation_compare+two_pois/0": ("pass", "pass"),
+        "raster_only/elevation_compare+two_pois/1": ("mismatch", "fail"),
+        "raster_only/aspect+poi/12": ("pass", "pass"), "raster_only/aspect+poi/13": ("mismatch", "fail"),
+        "extended/knn+distance+slope/0": ("pass", "pass"), "extended/knn+distance+slope/1": ("mismatch", "fail"),
+        "extended/range+loc+elevation_condition/3": ("pass", "pass"),
+        "extended/range+loc+elevation_condition/4": ("mismatch", "fail"),
+        "extended/range+loc+elevation_condition/5": ("unscorable", "fail"),
+    }
+
+
+def test_two_runs_side_by_side_with_a_paired_test(tmp_path: Path) -> None:
+    stored = {r.id: r.answers[0]["elevation"] for r in records_of("R1")}
+    def run(passing: set[int]) -> list[dict]:
+        return [answer(f"{R1}/{n}", stored[f"{R1}/{n}"] + (0 if n in passing else 50)) for n in range(20)]
+    first = write_jsonl(tmp_path / "a.jsonl", run(set(range(16))))  # passes 0-15
+    second = write_jsonl(tmp_path / "b.jsonl", run({0, 1, 2, 3, 4, 5, 16, 17}))  # 6 shared, 2 its own
+    out, table = tmp_path / "s.json", tmp_path / "s.csv"
+    result = reproduce("score", str(first), str(second), "--name", "model-A", "--config", "raster_only",
+                       "--template", "R1", "--data", str(BENCHMARK), "--json-out", str(out), "--csv-out", str(table),
+                       "--junit", str(tmp_path / "s.xml"))
+    assert result.returncode == 0, result.stderr
+    pair = next(p for p in json.loads(out.read_text())["pairs"] if p["template"] == "R1")
+    # 10 questions only A passed, 2 only B: p = 2 * (C(12,0) + C(12,1) + C(12,2)) / 2^12
+    assert (pair["first"], pair["second"], pair["both"], pair["only_first"], pair["only_second"]) == \
+        ("model-A", "b", 6, 10, 2)
+    assert math.isclose(pair["p"], 2 * 79 / 4096)
+    paired = [line.split() for line in result.stdout.split("model-A vs b:")[1].splitlines()]
+    assert ["raster_only", "R1", "20", "6", "10", "2", "0.0386"] in paired
+    rows = list(csv.DictReader(io.StringIO(table.read_text())))
+    assert {(r["run"], r["template"], r["value"]) for r in rows if r["metric"] == "paper_pct"
+            and r["config"] == "raster_only"} == {("model-A", "R1", "80.0"), ("model-A", "all", "80.0"),
+                                                  ("b", "R1", "40.0"), ("b", "all", "40.0")}
+    suites = ET.parse(tmp_path / "s.xml").getroot()
+    assert [(s.get("name"), s.get("tests"), s.get("failures")) for s in suites] == [("model-A", "20", "4"),
+                                                                                    ("b", "20", "12")]
+
+
+@pytest.mark.parametrize("content, code, message", [
+    ("", 2, "an empty file (expected one prediction per line)"),
+    ("not json\n", 2, "not JSON"),
+    ('{"id": "raster_only/elevation+poi/99", "answer": 1}\n', 2, "names no benchmark question"),
+    ('{"id": "raster_only/elevation+poi/0", "answer": 1}\nnot json\n', 1, "not read: {file}:2: not JSON"),
+    ('{"id": "raster_only/elevation+poi/0", "answer": 1}\n{"id": "elevation+poi-0", "answer": 2}\n', 1,
+     "not read: {file}:2: raster_only/elevation+poi/0 is predicted twice (also at {file}:1); both refused"),
+])
+def test_bad_predictions_are_named_with_file_and_line(tmp_path: Path, content: str, code: int, message: str) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_text(content)
+    result = reproduce("score", str(path), "--config", "raster_only", "--template", "R1", "--data", str(BENCHMARK))
+    assert result.returncode == code, result.stdout + result.stderr
+    assert message.format(file=path) in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_folder_without_predictions_scores_nothing(tmp_path: Path) -> None:
+    result = reproduce("score", str(tmp_path), "--config", "raster_only", "--data", str(BENCHMARK))
+    assert result.returncode == 2
+    assert result.stderr == (f"error: nothing to score: no readable prediction of the 220 selected questions "
+                             f"({tmp_path}: a folder with no predictions (*.jsonl, or the GS-QA2 runs' *.json))\n")
+
+
+def test_ctrl_c_then_the_same_command_scores_only_the_rest(stored_db: str, tmp_path: Path) -> None:
+    stored = {r.id: r.answers[0]["elevation"] for r in records_of("R1")}
+    lines = [{"id": f"{R1}/0", "sql": f"SELECT pg_sleep(2)::text AS nap, {stored[f'{R1}/0']} AS elevation"}]
+    lines += [answer(f"{R1}/{n}", stored[f"{R1}/{n}"]) for n in range(1, 20)]
+    predictions, resume = write_jsonl(tmp_path / "p.jsonl", lines), tmp_path / "resume.jsonl"
+    command = [str(BIN / "reproduce"), "score", str(predictions), "--config", "raster_only", "--template", "R1",
+               "--data", str(BENCHMARK), "--dsn", stored_db, "--resume", str(resume)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while not running_reader_queries(stored_db) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=15)
+    assert process.returncode == 130 and "interrupted" in stderr and "Traceback" not in stderr
+    assert len(resume.read_text().splitlines()) == 1 + 19  # the header and the answers judged before the SQL
+    rerun = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert rerun.returncode == 0, rerun.stderr
+    assert len(resume.read_text().splitlines()) == 1 + 20
+    assert next(line for line in rerun.stdout.splitlines() if line.startswith("raster_only  R1")).split()[5] == "100.0"
+
+
+def test_html_report_with_filters_and_a_map_renders_in_a_browser(tmp_path: Path) -> None:
+    vr2 = records_of("VR2")[3].answers[0]["geometry"]
+    predictions = write_jsonl(tmp_path / "p.jsonl", [
+        answer("extended/range+loc+elevation_condition/3", [{"geometry": shifted_north(vr2, 6)}]),
+        answer(f"{R1}/0", 1.0)])
+    page = tmp_path / "score.html"
+    result = reproduce("score", str(predictions), "--template", "VR2", "--template", "R1", "--data", str(BENCHMARK),
+                       "--html", str(page))
+    assert result.returncode == 0, result.stderr
+    text = page.read_text()
+    assert "nearest predicted to stored: 6.0 m (tolerance 5 m)" in text
+    assert '<select name="status" onchange="filterCards()">' in text and "<option>no_prediction</option>" in text
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        if os.environ.get("GSQA_REQUIRE_TOOLS") == "1":
+            pytest.fail("GSQA_REQUIRE_TOOLS=1 but chromium is not installed")
+        pytest.skip("NO CHROMIUM: apt-get install chromium to render the HTML report in a browser")
+    shot = tmp_path / "score.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                    "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+                    f"--screenshot={shot}", "--window-size=1200,900", page.as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
