@@ -9,14 +9,20 @@
 3. Judging: the verdict and the strict diff of every real record in --data (default: the repository's
    copy, tests/data/benchmark; a full copy of the benchmark gives the figure for all of it) against its
    own stored answer, per question (runs in the main thread while the workers query).
-4. Replicas (--replicas): the same questions, CPU-bound and sleep-bound, on one server and on a primary
+4. Predictions (--predictions): `reproduce score` as a user runs it. a) Answer-only: a benchmark of the full
+   size (3,300 questions: the real records of --data, repeated to each template's count, synthetic rows for the
+   templates without a copy) and 4 runs of answers (two thirds the stored answers, a third perturbed), scored
+   with every report: wall, CPU and peak memory of the command (median of --runs; target < 10 s). b) SQL: the
+   R1 questions as predictions through score's path (Runner + both verdicts) against verify's path on the same
+   fixture: the difference per question (target: none beyond verify's overhead).
+5. Replicas (--replicas): the same questions, CPU-bound and sleep-bound, on one server and on a primary
    plus a hot standby (pg_basebackup -R, tests/standby_helpers.py), --max-workers per server: wall times
    and the speed-up. Then the scheduling model: the makespan of file order against longest first for
    several servers x workers, by list scheduling of the durations of a recorded run (--durations: a
    `reproduce verify --json-out` report or --resume file), or of a synthetic heavy-tailed mix.
 
 Usage: .venv/bin/python bench/reproduce.py [--repeat 15] [--cpu-questions 12] [--max-workers 2] [--keep]
-       [--data DIR] [--replicas [--durations FILE]]
+       [--data DIR] [--replicas [--durations FILE]] [--predictions [--runs 3]]
 Needs the local PostgreSQL (as for the tests); creates and drops the database gsqa_bench_reproduce (--keep
 leaves it, with the R1-R4 and VR1-VR3 fixture in which the stored answers hold, to try `reproduce` on).
 """
@@ -25,8 +31,11 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import json
 import os
 import random
+import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,10 +55,13 @@ from standby_helpers import primary_and_standby  # noqa: E402
 
 from gsqa_core.db import with_user  # noqa: E402
 from ingest.initdb import initialize  # noqa: E402
-from reproduce import configs, dataset  # noqa: E402
+from reproduce import compare, configs, dataset  # noqa: E402
 from reproduce.dataset import Record  # noqa: E402
+from reproduce.predictions import Prediction  # noqa: E402
 from reproduce.runner import Outcome, Runner, Server  # noqa: E402
 from reproduce.schedule import earlier_durations  # noqa: E402
+from reproduce.score import SqlJob  # noqa: E402
+from reproduce.score import evaluate as evaluate_prediction  # noqa: E402
 from reproduce.verify import evaluate  # noqa: E402
 
 DATABASE = "gsqa_bench_reproduce"
@@ -142,6 +154,117 @@ def replicas(questions: int, max_workers: int, rows: int) -> None:
                   f"{one:.2f} s, primary + standby {two:.2f} s, {one / two:.2f}x")
 
 
+def full_size_dataset(data: Path, folder: Path) -> list[Record]:
+    """Every canonical template at its full count in the raw layouts: real records of `data` repeated, and for
+    a template with no copy a synthetic record whose answer has each component's first key."""
+    real = dataset.load(data, configs.templates_of("all")).records
+    records = []
+    for template in configs.templates_of("all"):
+        found = [record for record in real if record.template_id == template.id] or [_synthetic(template, real[0])]
+        records += [found[n % len(found)] for n in range(template.questions)]
+        if template.group == "vector":
+            for n in range(template.questions):
+                target = folder / "vector" / f"T{template.number}" / f"{n + 1:03d}" / "question.json"
+                target.parent.mkdir(parents=True)
+                target.write_text(json.dumps(_raw(found[n % len(found)]) | {"type": template.stem}))
+        else:
+            target = folder / "qa2" / template.group / f"{template.stem}.jsonl"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text("".join(json.dumps(_raw(found[n % len(found)])) + "\n"
+                                      for n in range(template.questions)))
+    return dataset.load(folder, configs.templates_of("all")).records
+
+
+def _raw(record: Record) -> dict:
+    return {"question": record.question, "sql": record.sql, "answers": record.answers,
+            "answer_type": record.answer_type, "question_entities": record.question_entities}
+
+
+def _synthetic(template: configs.Template, like: Record) -> Record:
+    row = {component.keys[0]: "Fixture Name" if component.metric is compare.NAME else 100.0
+           for component in compare.components_of(template.id)}
+    return Record("", template.id, template.group, template.stem, "?", like.sql, "", [row], {})
+
+
+def _perturbed(value: object) -> object:
+    if isinstance(value, dict):
+        return {key: _perturbed(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_perturbed(item) for item in value]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value * 1.5 + 11
+    return "nothing alike" if isinstance(value, str) else value
+
+
+def predictions(data: Path, runs: int) -> None:
+    """a) answer-only scoring of 4 runs x 3,300 questions as a subprocess, `runs` times."""
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        records = full_size_dataset(data, folder / "data")
+        files = []
+        for run in range(4):
+            lines = [{"id": record.id, "answer": record.answers if (n + run) % 3 else _perturbed(record.answers)}
+                     for n, record in enumerate(records)]
+            files.append(folder / f"run{run}.jsonl")
+            files[-1].write_text("".join(json.dumps(line) + "\n" for line in lines))
+        size = sum(path.stat().st_size for path in files) / 1e6
+        command = [str(Path(sys.executable).parent / "reproduce"), "score", *map(str, files), "--data",
+                   str(folder / "data"), "--json-out", str(folder / "s.json"), "--csv-out", str(folder / "s.csv"),
+                   "--html", str(folder / "s.html"), "--junit", str(folder / "s.xml")]
+        walls, cpus, peaks = [], [], []
+        for _ in range(runs):
+            wall, cpu, peak = timed_command(command)
+            walls.append(wall)
+            cpus.append(cpu)
+            peaks.append(peak)
+        print(f"score, answers only: 4 runs x {len(records):,} questions ({size:.0f} MB of predictions), every "
+              f"report: wall {_spread(walls, 's')}, CPU {_spread(cpus, 's')}, peak memory {_spread(peaks, 'MB')} "
+              f"(median [min-max] of {runs}; target < 10 s)")
+
+
+def timed_command(command: list[str]) -> tuple[float, float, float]:
+    """Wall and CPU seconds and peak resident MB of one command (a fresh process for each, so ru_maxrss of
+    the children is this one's: measured in a forked child that waits for it)."""
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(read)
+        start = time.perf_counter()
+        done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        report = f"{time.perf_counter() - start} {usage.ru_utime + usage.ru_stime} {usage.ru_maxrss / 1024} " \
+                 f"{done.returncode}"
+        os.write(write, report.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        wall, cpu, peak, code = pipe.read().split()
+    os.waitpid(child, 0)
+    if code != "0":
+        raise SystemExit(f"{' '.join(command[:3])} ... exited {code}")
+    return float(wall), float(cpu), float(peak)
+
+
+def _spread(values: list[float], unit: str) -> str:
+    return f"{statistics.median(values):.2f} {unit} [{min(values):.2f}-{max(values):.2f}]"
+
+
+def sql_scoring(dsn: str, reader: str, repeat: int) -> None:
+    """b) the R1 SQL as predictions through score's path against verify's, interleaved, per question."""
+    r1 = [record for record in dataset.load(BENCHMARK, [configs.template("R1")]).records] * repeat
+    jobs = [SqlJob("bench", record, Prediction(record.id, "bench", (record.sql,))) for record in r1]
+    verify_s, score_s = [], []
+    for _ in range(3):
+        verify_s.append(timed_harness(reader, r1, 1))
+        start = time.perf_counter()
+        for job, outcome in Runner(reader, 120.0, 1).run(jobs):
+            evaluate_prediction(job, outcome)
+        score_s.append(time.perf_counter() - start)
+    per = [(s - v) / len(r1) * 1000 for s, v in zip(score_s, verify_s, strict=True)]
+    print(f"score, SQL: {len(r1)} R1 questions, 1 worker: verify {_spread(verify_s, 's')}, score "
+          f"{_spread(score_s, 's')}; score minus verify {_spread(per, 'ms/question')}")
+
+
 def synthetic_durations(seed: int = 7) -> list[float]:
     """3,300 questions in 33 templates of 100, in template order: 21 light templates (median 0.3 s), 8 medium
     (5 s), 4 heavy (60 s, capped at the 120 s timeout), lognormal within a template."""
@@ -181,7 +304,19 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=BENCHMARK, help="records to judge (default: %(default)s)")
     parser.add_argument("--replicas", action="store_true", help="only case 4: a primary and a standby, the model")
     parser.add_argument("--durations", type=Path, help="a recorded run for the scheduling model")
+    parser.add_argument("--predictions", action="store_true", help="only case 4: `reproduce score`")
+    parser.add_argument("--runs", type=int, default=3, help="repetitions of the answer-only scoring")
     args = parser.parse_args()
+    if args.predictions:
+        predictions(args.data, args.runs)
+        dsn = create_database()
+        try:
+            with psycopg.connect(dsn) as conn:
+                load_stored_answers(conn, dataset.load(BENCHMARK, [configs.template(n) for n in STORED]).records)
+            sql_scoring(dsn, with_user(dsn, "gsqa_reader", os.environ.get("GSQA_READER_PASSWORD")), args.repeat)
+        finally:
+            drop_database()
+        return
     if args.replicas:
         replicas(args.cpu_questions, args.max_workers, args.cpu_rows)
         durations = earlier_durations(args.durations) if args.durations else None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,22 +75,26 @@ class PredictionRun:
     problems: list[Problem] = field(default_factory=list)
     digests: dict[str, str] = field(default_factory=dict)  # file -> sha256, for the --resume header
     outside: int = 0  # predictions of benchmark questions outside the selected config/templates/ids
+    selected: frozenset[str] = frozenset()  # the question ids being scored
+    # What is kept of each prediction (score judges an answer as it is read and keeps only the verdict, so
+    # that the memory of a run does not grow with its answers).
+    keep: Callable[[Prediction], Prediction] = field(default=lambda prediction: prediction, repr=False)
     _seen: dict[str, str] = field(default_factory=dict, repr=False)  # question -> where it was first predicted
 
-    def add(self, prediction: Prediction, selected: set[str]) -> None:
-        if self._first_time(prediction.id, prediction.where, selected):
-            self.predictions[prediction.id] = prediction
+    def add(self, prediction: Prediction) -> None:
+        if self._first_time(prediction.id, prediction.where):
+            self.predictions[prediction.id] = self.keep(prediction)
 
-    def refuse(self, where: str, why: str, question: str = "", selected: frozenset | set = frozenset()) -> None:
+    def refuse(self, where: str, why: str, question: str = "") -> None:
         """A line that cannot be scored; with the id of a selected question, that question is `unreadable`."""
-        known = question if question in selected else ""
-        if known and not self._first_time(question, where, selected):
+        known = question if question in self.selected else ""
+        if known and not self._first_time(question, where):
             return  # a second line for the question: both refused as duplicates
         self.problems.append(Problem(where, why, known))
 
-    def _first_time(self, question: str, where: str, selected: set[str]) -> bool:
+    def _first_time(self, question: str, where: str) -> bool:
         """Whether this is the first line of a selected question; a second one refuses both."""
-        if question not in selected:
+        if question not in self.selected:
             self.outside += 1
             return False
         earlier = self._seen.setdefault(question, where)
@@ -135,16 +139,18 @@ def _checked(chosen: configs.Template | None, number: str, raw: Any) -> str:
     return f"{chosen.group}/{chosen.stem}/{int(number)}"
 
 
-def read_run(path: Path, name: str, selected: set[str]) -> PredictionRun:
-    """Every prediction of one run (a file or a folder) for the `selected` question ids."""
+def read_run(path: Path, name: str, selected: set[str] | frozenset[str],
+             keep: Callable[[Prediction], Prediction] | None = None) -> PredictionRun:
+    """Every prediction of one run (a file or a folder) for the `selected` question ids; `keep` says what is
+    kept of each (default: all of it)."""
     if not path.exists():
         raise GsqaError(f"{path}: no such file or folder (expected predictions: JSON Lines or the GS-QA2 runs' files)")
     files = _prediction_files(path)
-    run = PredictionRun(name, str(path))
+    run = PredictionRun(name, str(path), selected=frozenset(selected), **({"keep": keep} if keep else {}))
     for file in files:
         content = file.read_bytes()
         run.digests[str(file)] = hashlib.sha256(content).hexdigest()
-        _read_file(run, file, content, selected)
+        _read_file(run, file, content)
     if not files:
         run.refuse(str(path), "a folder with no predictions (*.jsonl, or the GS-QA2 runs' *.json)")
     return run
@@ -158,18 +164,18 @@ def _prediction_files(path: Path) -> list[Path]:
     return found
 
 
-def _read_file(run: PredictionRun, file: Path, content: bytes, selected: set[str]) -> None:
+def _read_file(run: PredictionRun, file: Path, content: bytes) -> None:
     if not content.strip():
         run.refuse(str(file), "an empty file (expected one prediction per line)")
         return
     head = content.lstrip()[:1]
     whole = _whole_json(content) if head in (b"[", b"{") else None
     if isinstance(whole, dict) and ("predicted_sql" in whole or "source_stem" in whole):
-        _read_runner_file(run, file, whole, selected)
+        _read_runner_file(run, file, whole)
     elif isinstance(whole, list):
-        _read_vector_array(run, file, whole, selected)
+        _read_vector_array(run, file, whole)
     else:
-        _read_lines(run, file, content, selected)
+        _read_lines(run, file, content)
 
 
 def _whole_json(content: bytes) -> Any:
@@ -179,7 +185,7 @@ def _whole_json(content: bytes) -> Any:
         return None  # JSON Lines (or broken): read line by line, each line judged on its own
 
 
-def _read_lines(run: PredictionRun, file: Path, content: bytes, selected: set[str]) -> None:
+def _read_lines(run: PredictionRun, file: Path, content: bytes) -> None:
     for number, raw in enumerate(content.split(b"\n"), start=1):
         if not raw.strip():
             continue
@@ -192,10 +198,10 @@ def _read_lines(run: PredictionRun, file: Path, content: bytes, selected: set[st
         except ValueError as error:
             run.refuse(where, f"not JSON ({error})")
             continue
-        _read_line(run, where, line, selected)
+        _read_line(run, where, line)
 
 
-def _read_line(run: PredictionRun, where: str, line: Any, selected: set[str]) -> None:
+def _read_line(run: PredictionRun, where: str, line: Any) -> None:
     if not isinstance(line, dict) or "id" not in line:
         run.refuse(where, 'not a prediction (expected {"id": ..., "sql": ...} or {"id": ..., '
                                     '"answer": ...})')
@@ -208,7 +214,7 @@ def _read_line(run: PredictionRun, where: str, line: Any, selected: set[str]) ->
     has_sql, has_answer = "sql" in line, "answer" in line
     if has_sql == has_answer:
         which = "both" if has_sql else "neither"
-        run.refuse(where, f"{question} has {which} of 'sql' and 'answer' (expected one)", question, selected)
+        run.refuse(where, f"{question} has {which} of 'sql' and 'answer' (expected one)", question)
         return
     meta = {key: line[key] for key in ("model", "method", "seconds", "tokens") if key in line}
     run.model = run.model or str(meta.get("model", ""))
@@ -216,20 +222,20 @@ def _read_line(run: PredictionRun, where: str, line: Any, selected: set[str]) ->
     if has_sql:
         sql = line["sql"]
         statements = (sql,) if isinstance(sql, str) and sql.strip() else ()
-        run.add(Prediction(question, where, statements, meta=meta), selected)
+        run.add(Prediction(question, where, statements, meta=meta))
     else:
-        _add_answer(run, Prediction(question, where, meta=meta), line["answer"], selected)
+        _add_answer(run, Prediction(question, where, meta=meta), line["answer"])
 
 
-def _add_answer(run: PredictionRun, prediction: Prediction, answer: Any, selected: set[str]) -> None:
+def _add_answer(run: PredictionRun, prediction: Prediction, answer: Any) -> None:
     template_id = configs.template(prediction.id.split("/")[1]).id
     try:
         rows = answer_rows(template_id, answer)
     except ValueError as error:
-        run.refuse(prediction.where, f"{prediction.id}: {error}", prediction.id, selected)
+        run.refuse(prediction.where, f"{prediction.id}: {error}", prediction.id)
         return
     why = address_only(template_id, rows)
-    run.add(Prediction(prediction.id, prediction.where, answer=rows, unscorable=why, meta=prediction.meta), selected)
+    run.add(Prediction(prediction.id, prediction.where, answer=rows, unscorable=why, meta=prediction.meta))
 
 
 def answer_rows(template_id: str, answer: Any) -> list[dict[str, Any]]:
@@ -270,7 +276,7 @@ def sql_blocks(text: str) -> tuple[str, ...]:
 # --- the GS-QA2 raster runner: one JSON object per question ---------------------------------------------
 
 
-def _read_runner_file(run: PredictionRun, file: Path, record: dict[str, Any], selected: set[str]) -> None:
+def _read_runner_file(run: PredictionRun, file: Path, record: dict[str, Any]) -> None:
     where = str(file)
     try:
         question = canonical_id(record.get("id") or f"{record.get('source_stem')}-{file.stem.rsplit('-', 1)[-1]}")
@@ -285,13 +291,13 @@ def _read_runner_file(run: PredictionRun, file: Path, record: dict[str, Any], se
     run.model = run.model or folder.split("_", 1)[0]
     run.method = run.method or "text2sql"
     meta = {key: record[key] for key in ("timing", "usage", "generation_error") if record.get(key)}
-    run.add(Prediction(question, where, statements, meta=meta), selected)
+    run.add(Prediction(question, where, statements, meta=meta))
 
 
 # --- the GS-QA vector runs: one JSON array per step --------------------------------------------------------
 
 
-def _read_vector_array(run: PredictionRun, file: Path, entries: list[Any], selected: set[str]) -> None:
+def _read_vector_array(run: PredictionRun, file: Path, entries: list[Any]) -> None:
     step = file.stem
     if step in NON_PREDICTION_STEPS:
         run.refuse(str(file), f"{file.name} holds {NON_PREDICTION_STEPS[step]}")
@@ -312,9 +318,9 @@ def _read_vector_array(run: PredictionRun, file: Path, entries: list[Any], selec
         text = _text(entry.get("content"))
         meta = {"seconds": entry["run_seconds"]} if "run_seconds" in entry else {}
         if answers:
-            _add_answer(run, Prediction(question, where, meta=meta), _json_blocks(text), selected)
+            _add_answer(run, Prediction(question, where, meta=meta), _json_blocks(text))
         else:
-            run.add(Prediction(question, where, sql_blocks(text), meta=meta), selected)
+            run.add(Prediction(question, where, sql_blocks(text), meta=meta))
 
 
 def _text(content: Any) -> str:

@@ -14,8 +14,8 @@ import datetime
 import hashlib
 import sys
 import time
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field, replace
 from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
@@ -121,10 +121,11 @@ def score(request: ScoreRequest) -> Scoring:
     started = time.perf_counter()
     data = verify.load_selected(_verify_request(request))
     records = data.records
-    selected = {record.id for record in records}
+    by_id = {record.id: record for record in records}
+    answered: dict[tuple[str, str], Scored] = {}
     runs = [gold_run(records)] if request.gold else []
-    runs += [read_run(path, name, selected) for path, name in zip(request.predictions, run_names(request),
-                                                                    strict=True)]
+    runs += [read_run(path, name, set(by_id), _judging_answers(name, by_id, answered))
+             for path, name in zip(request.predictions, run_names(request), strict=True)]
     if not any(run.predictions or any(p.id for p in run.problems) for run in runs):
         first = "; ".join(str(problem) for run in runs for problem in run.problems[:3])
         raise GsqaError(f"nothing to score: no readable prediction of the {len(records)} selected questions"
@@ -138,7 +139,7 @@ def score(request: ScoreRequest) -> Scoring:
                         key=lambda result: result.key) if request.resume else None
     done = dict(resume.done) if resume else {}
     try:
-        results = _judge_directly(runs, records, done, resume)
+        results = _judge_directly(runs, records, done, answered, resume)
         results.update(_run_sql(request, [job for job in jobs if (job.run, job.record.id) not in done], resume,
                                 provenance, replicas))
     finally:
@@ -182,9 +183,23 @@ def gold_run(records: list[Record]) -> PredictionRun:
     return run
 
 
-def _judge_directly(runs: list[PredictionRun], records: list[Record], done: dict, resume: ResumeFile | None
+def _judging_answers(run: str, records: dict[str, Record], answered: dict[tuple[str, str], Scored]
+                     ) -> Callable[[Prediction], Prediction]:
+    """What read_run keeps of a prediction: an answer is judged as it is read and only its verdict is kept
+    (in `answered`), so that a run's memory does not grow with its answers; SQL is kept to be run."""
+    def keep(prediction: Prediction) -> Prediction:
+        if prediction.kind == "sql":
+            return prediction
+        answered[(run, prediction.id)] = _without_database(run, records[prediction.id], prediction, None)
+        return replace(prediction, answer=[] if prediction.answer is not None else None)
+    return keep
+
+
+def _judge_directly(runs: list[PredictionRun], records: list[Record], done: dict,
+                    answered: dict[tuple[str, str], Scored], resume: ResumeFile | None
                     ) -> dict[tuple[str, str], Scored]:
-    """Every result that needs no database: answers, missing and unreadable predictions, SQL-less text."""
+    """Every result that needs no database: answers (judged as they were read), missing and unreadable
+    predictions, SQL-less text."""
     results = {}
     for run in runs:
         unreadable = {problem.id: problem for problem in run.problems if problem.id}
@@ -194,7 +209,8 @@ def _judge_directly(runs: list[PredictionRun], records: list[Record], done: dict
             prediction = run.predictions.get(record.id)
             if prediction is not None and prediction.kind == "sql" and prediction.statements:
                 continue  # run on the database
-            result = _without_database(run.name, record, prediction, unreadable.get(record.id))
+            result = answered.get((run.name, record.id)) if prediction is not None and prediction.kind == "answer" \
+                else _without_database(run.name, record, prediction, unreadable.get(record.id))
             results[result.key] = result
             if resume and result.status not in NOT_PREDICTED:  # a rerun with the line fixed scores it
                 resume.add(result)
