@@ -211,7 +211,8 @@ td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child,td:n
 .card{border:1px solid #ddd;margin:.4em 0;padding:.4em .8em}.pass{border-left:5px solid #2a2}
 .mismatch,.empty{border-left:5px solid #d80}.sql_error,.timeout,.unreadable,.unscorable,.no_prediction
 {border-left:5px solid #c22}.sides{display:grid;grid-template-columns:1fr 1fr;gap:1em}
-pre{white-space:pre-wrap;background:#f6f6f6;padding:.4em;margin:.2em 0}.filters select{margin-right:1em}"""
+pre{white-space:pre-wrap;background:#f6f6f6;padding:.4em;margin:.2em 0}pre.table{white-space:pre;overflow-x:auto}
+.filters select{margin-right:1em}"""
 _SCRIPT = """function filterCards(){const f={};for(const s of document.querySelectorAll('.filters select'))
 f[s.name]=s.value;let shown=0;for(const c of document.querySelectorAll('.card')){const ok=Object.keys(f)
 .every(k=>!f[k]||c.dataset[k]===f[k]);c.style.display=ok?'':'none';shown+=ok}
@@ -234,7 +235,7 @@ def html_page(scoring: Scoring) -> str:
             f"<style>{_STYLE}</style><script>{_SCRIPT}</script></head><body>"
             f"<h1>reproduce score</h1><p>{html.escape(provenance['started_at'])}; dataset "
             f"{html.escape(str(provenance['dataset']['source']))}; database {html.escape(str(database))}</p>"
-            f"<pre>{html.escape(runs_text(scoring))}</pre><pre>{html.escape(table(scoring))}</pre>"
+            f"<pre>{html.escape(runs_text(scoring))}</pre><pre class='table'>{html.escape(table(scoring))}</pre>"
             f"<h2>Questions</h2><p class='filters'>{filters} <span id='shown'>{len(scoring.results)}</span> "
             f"shown</p>{cards}</body></html>")
 
@@ -249,7 +250,7 @@ def _card(scoring: Scoring, result: Scored) -> str:
         head += f"<br><i>gold answer may legitimately vary: {html.escape('; '.join(detail['unstable']))}</i>"
     attributes = f'class="card {result.status}" data-run="{html.escape(result.run)}" ' \
                  f'data-template="{result.template_id}" data-status="{result.status}"'
-    if result.status == "pass":
+    if result.status in ("pass", "no_prediction"):  # nothing to compare: one line keeps the page small
         return f"<div {attributes}>{head}</div>"
     predicted = "\n\n".join(detail.get("sql", [])) or json.dumps(detail.get("answer", "(no prediction)"), indent=1,
                                                                 default=str)
