@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -80,6 +82,16 @@ def _describe_rows(rows: int | None, how: str) -> str:
         return "empty"
     return {"exact": f"{rows:,} rows", "estimate": f"~{rows:,} rows (planner estimate)",
             "more than": f"more than {rows:,} rows (not analyzed)"}[how]
+
+
+@contextlib.contextmanager
+def _exit_130_on_ctrl_c(kept: str) -> Iterator[None]:
+    """Ctrl-C during a run: the runner has cancelled the running queries; say so (and what was kept), exit 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        print(f"interrupted: running queries were cancelled{kept}", file=sys.stderr)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 # The choices come from the registry, so the help and the error for an unknown name list the real names.
@@ -161,12 +173,8 @@ def verify(
     with reported_as_exit_code():
         report.check_writable([json_out, junit, html, resume])
         previous = report.read_baseline(baseline) if baseline else None
-        try:
+        with _exit_130_on_ctrl_c(f"; finished questions are in {resume}" if resume else ""):
             run = verification.verify(request)
-        except KeyboardInterrupt:
-            kept = f"; finished questions are in {resume}" if resume else ""
-            print(f"interrupted: running queries were cancelled{kept}", file=sys.stderr)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
     _print_run(run, previous)
     for path, render in ((json_out, lambda: report.as_json(run.provenance, run.results)),
                          (junit, lambda: report.junit(run.results)),
@@ -235,12 +243,9 @@ def rebase(
     request = Request(ConfigName(config).value, data, dsn, reader_dsn, timeout, workers, template, [],
                       resume, force, max_rows=max_rows)
     with reported_as_exit_code():
-        try:
+        kept = f"; finished questions are in {resume}, run the same command to go on" if resume else ""
+        with _exit_130_on_ctrl_c(f", nothing was written to --out{kept}"):
             report = rebasing.rebase(request, out, keep_failed, layout)
-        except KeyboardInterrupt:
-            kept = f"; finished questions are in {resume}, run the same command to go on" if resume else ""
-            print(f"interrupted: running queries were cancelled, nothing was written to --out{kept}", file=sys.stderr)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
     table = report.per_template()
     if as_json:
         typer.echo(json.dumps({"out": report.out, "templates": table}))
@@ -324,12 +329,9 @@ def score(
                                    reader_dsn, replica, workers, timeout, resume, force, max_rows=max_rows)
     with reported_as_exit_code():
         report.check_writable([json_out, csv_out, html, junit, resume])
-        try:
+        kept = f"; scored questions are in {resume}, the same command scores the rest" if resume else ""
+        with _exit_130_on_ctrl_c(kept):
             scored = scoring.score(request)
-        except KeyboardInterrupt:
-            kept = f"; scored questions are in {resume}, the same command scores the rest" if resume else ""
-            print(f"interrupted: running queries were cancelled{kept}", file=sys.stderr)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
     typer.echo(score_report.runs_text(scored) + "\n\n" + score_report.table(scored))
     if len(scored.runs) > 1:
         typer.echo("\n" + score_report.pairs_text(scored))

@@ -201,15 +201,21 @@ def _read_lines(run: PredictionRun, file: Path, content: bytes) -> None:
         _read_line(run, where, line)
 
 
-def _read_line(run: PredictionRun, where: str, line: Any) -> None:
-    if not isinstance(line, dict) or "id" not in line:
-        run.refuse(where, 'not a prediction (expected {"id": ..., "sql": ...} or {"id": ..., '
-                                    '"answer": ...})')
-        return
+def _question_of(run: PredictionRun, where: str, entry: Any, expected: str) -> str | None:
+    """The canonical id of an entry that names one, else None with the entry refused."""
+    if not isinstance(entry, dict) or "id" not in entry:
+        run.refuse(where, f"not a prediction (expected {expected})")
+        return None
     try:
-        question = canonical_id(line["id"])
+        return canonical_id(entry["id"])
     except GsqaError as error:
         run.refuse(where, f"{error}; not scored")
+        return None
+
+
+def _read_line(run: PredictionRun, where: str, line: Any) -> None:
+    question = _question_of(run, where, line, '{"id": ..., "sql": ...} or {"id": ..., "answer": ...}')
+    if question is None:
         return
     has_sql, has_answer = "sql" in line, "answer" in line
     if has_sql == has_answer:
@@ -307,13 +313,8 @@ def _read_vector_array(run: PredictionRun, file: Path, entries: list[Any]) -> No
     run.method = run.method or ("text2sql" if step.startswith("sql") else step.split("_", 1)[0])
     for number, entry in enumerate(entries):
         where = f"{file}[{number}]"
-        if not isinstance(entry, dict) or "id" not in entry:
-            run.refuse(where, 'not a prediction (expected {"id": ..., "content": ...})')
-            continue
-        try:
-            question = canonical_id(entry["id"])
-        except GsqaError as error:
-            run.refuse(where, f"{error}; not scored")
+        question = _question_of(run, where, entry, '{"id": ..., "content": ...}')
+        if question is None:
             continue
         text = _text(entry.get("content"))
         meta = {"seconds": entry["run_seconds"]} if "run_seconds" in entry else {}
