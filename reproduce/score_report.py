@@ -168,7 +168,8 @@ def _metrics(results: list[Scored]) -> dict[str, Any]:
 
 
 def as_json(scoring: Scoring) -> str:
-    """{provenance, runs, summary, pairs, results}: every question of every run with its gold answer."""
+    """{provenance, runs, summary, pairs, skipped, questions, results}: every question once with its gold SQL and
+    answer, every question of every run with its result."""
     summary = {name: {f"{config}/{template or 'all'}": _metrics(results)
                       for config, template, results in rows_of_table(found)}
                for name, found in _by_run(scoring.results).items()}
@@ -177,13 +178,14 @@ def as_json(scoring: Scoring) -> str:
     document = {"provenance": scoring.provenance, "runs": runs, "summary": summary, "pairs": pairs(scoring),
                 "skipped": [{"id": skip.id, "template_id": skip.template_id, "reason": skip.reason}
                             for skip in scoring.skipped],
-                "results": [{**result.as_dict(), "gold": _gold(scoring, result.id)} for result in scoring.results]}
+                "questions": {record_id: _gold(record) for record_id, record in scoring.records.items()},
+                "results": [result.as_dict() for result in scoring.results]}
     return json.dumps(document, indent=1, default=str)
 
 
-def _gold(scoring: Scoring, record_id: str) -> dict[str, Any]:
-    record = scoring.records[record_id]
-    return {"sql": record.sql, "answer_rows": len(record.answers),
+def _gold(record: Any) -> dict[str, Any]:
+    return {"template_id": record.template_id, "question": record.question, "sql": record.sql,
+            "answer_rows": len(record.answers),
             "answers": verify.clipped(record.answers[:ROWS_KEPT])}
 
 

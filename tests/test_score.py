@@ -103,8 +103,12 @@ def test_sql_predictions_run_in_the_sandbox(stored_db: str, tmp_path: Path) -> N
                        "--template", "R1", "--data", str(BENCHMARK), "--dsn", stored_db, "--timeout", "1",
                        "--json-out", str(out))
     assert result.returncode == 0, result.stderr
-    results = {r["id"]: r for r in json.loads(out.read_text())["results"]}
+    document = json.loads(out.read_text())
+    results = {r["id"]: r for r in document["results"]}
     assert {key: r["status"] for key, r in results.items()} == expected
+    assert document["questions"][f"{R1}/1"]["sql"] == records_of("R1")[1].sql
+    assert results[f"{R1}/1"]["detail"]["sql"] == [lines[1]["sql"]]
+    assert results[f"{R1}/1"]["detail"]["rows"] == [{"elevation": records_of("R1")[1].answers[0]["elevation"] + 30}]
     assert results[f"{R1}/3"]["paper_reason"].startswith("sql_error: syntax error at or near")
     assert "cannot insert multiple commands" in results[f"{R1}/6"]["detail"]["error"]
     with psycopg.connect(stored_db) as conn:  # nothing a prediction did stayed
