@@ -8,6 +8,7 @@ relative, geometries within 1e-6 degrees, the serial id and V7's Wikipedia keys 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import Counter, defaultdict
@@ -62,7 +63,7 @@ def haversine_m(actual: Any, gold: Any) -> float:
 
 def angle_error(actual: Any, gold: Any) -> float:
     """Circular difference in degrees: min(e, 360 - e) with e = |p - g| mod 360."""
-    p, g = _number(actual), _number(gold)
+    p, g = as_number(actual), as_number(gold)
     if p is None or g is None:
         return math.inf
     e = abs(p - g) % 360
@@ -71,7 +72,7 @@ def angle_error(actual: Any, gold: Any) -> float:
 
 def aspect_error(actual: Any, gold: Any) -> float:
     """As angle_error, but a negative aspect means flat: both flat is 0, one flat is a failure."""
-    p, g = _number(actual), _number(gold)
+    p, g = as_number(actual), as_number(gold)
     if p is None or g is None:
         return math.inf
     if p < 0 or g < 0:
@@ -80,13 +81,13 @@ def aspect_error(actual: Any, gold: Any) -> float:
 
 
 def absolute_error(actual: Any, gold: Any) -> float:
-    p, g = _number(actual), _number(gold)
+    p, g = as_number(actual), as_number(gold)
     return math.inf if p is None or g is None else abs(p - g)
 
 
 def relative_error(actual: Any, gold: Any) -> float:
     """|p - g| / |g|; with gold 0 only 0 passes."""
-    p, g = _number(actual), _number(gold)
+    p, g = as_number(actual), as_number(gold)
     if p is None or g is None:
         return math.inf
     if g == 0:
@@ -109,6 +110,7 @@ class Metric:
     threshold: float
     measure: Callable[[Any, Any], float]
     higher_is_better: bool = False  # token F1 is a score, everything else an error
+    single_value_fallback: bool = True  # a row of one value answers for the key (names: never)
 
     def passes(self, value: float) -> bool:
         return value >= self.threshold if self.higher_is_better else value <= self.threshold
@@ -120,7 +122,7 @@ class Metric:
         return value / self.threshold if self.threshold else (0.0 if value == 0 else math.inf)
 
 
-NAME = Metric("token F1", 0.8, token_f1, higher_is_better=True)
+NAME = Metric("token F1", 0.8, token_f1, higher_is_better=True, single_value_fallback=False)
 LOCATION = Metric("location (m)", 5.0, haversine_m)
 ANGLE = Metric("angle (deg)", 5.0, angle_error)
 ASPECT = Metric("aspect (deg)", 5.0, aspect_error)
@@ -189,16 +191,13 @@ TEMPLATE_CAVEATS = {
     "VR11": "ties at the N-th elevation swap set members", "VR14": "ties at the N-th slope swap set members",
     "V11": "the stored answer may hold the same row twice; the verdict counts it once",
 }
-# T11/T12 stored answers sometimes hold one row twice (the same serial id) although their SQL returns one row
-# (docs/BENCHMARK-FORMAT.md, Answers): the verdict counts such a row once (on both sides, so the stored answer
-# judged against itself still passes); `exact` still reports the duplicate.
-DUPLICATED_STORED_ROWS = frozenset({"V11", "V12"})
 
 
 # --- values ---------------------------------------------------------------------------------------------
 
 
-def _number(value: Any) -> float | None:
+def as_number(value: Any) -> float | None:
+    """The value as a float; NULL, booleans, NaN and text that is no number: None."""
     if value is None or isinstance(value, bool):
         return None
     try:
@@ -294,26 +293,44 @@ def judge(template_id: str, gold: list[dict[str, Any]], actual: list[dict[str, A
         return Verdict("pass" if not gold else "empty")
     if not gold:
         return Verdict("mismatch", [_row_count_check(gold, actual)])
-    if template_id in DUPLICATED_STORED_ROWS:
-        gold, actual = _distinct(gold), _distinct(actual)
-    checks = [_joined_check(c, gold, actual) for c in components if c.joined]
+    gold, actual = one_row_per_feature(gold), one_row_per_feature(actual)
+    checks = [joined_check(c, gold, actual) for c in components if c.joined]
     per_row = [c for c in components if not c.joined]
     if per_row:
         checks += _best_single(per_row, gold[0], actual) if len(gold) == 1 else _paired(per_row, gold, actual)
     return Verdict("pass" if all(check.passed for check in checks) else "mismatch", checks)
 
 
-def _distinct(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows without exact repeats (every key, the serial id included), in their order."""
-    distinct: list[dict[str, Any]] = []
+def one_row_per_feature(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with each feature's twins left out, in their order (docs/BENCHMARK-FORMAT.md, Tolerances).
+
+    Twins are rows of one feature: the same osm_id and every other value equal but the serial id (loader 1
+    inserts a POI of two category lists twice), or the same row twice, serial id included (stored T11/T12
+    answers). Rows that differ in another value, or carry neither key, are separate answers and all count.
+    """
+    seen: set[str] = set()
+    kept = []
     for row in rows:
-        if row not in distinct:
-            distinct.append(row)
-    return distinct
+        key = _feature(row)
+        if key is None or key not in seen:
+            kept.append(row)
+        if key is not None:
+            seen.add(key)
+    return kept
+
+
+def _feature(row: dict[str, Any]) -> str | None:
+    if row.get("osm_id") is not None:
+        values = {key: value for key, value in row.items() if key not in IGNORED_KEYS}
+    elif row.get("id") is not None:
+        values = row
+    else:
+        return None
+    return json.dumps(values, sort_keys=True, default=str)
 
 
 def check_component(component: Component, gold_row: dict[str, Any], actual_row: dict[str, Any]) -> Check:
-    single = component.metric is not NAME
+    single = component.metric.single_value_fallback
     expected = lookup(gold_row, component.keys, single)
     got = lookup(actual_row, component.keys, single)
     value = component.metric.measure(got, expected)
@@ -321,7 +338,8 @@ def check_component(component: Component, gold_row: dict[str, Any], actual_row: 
                  component.metric.passes(value))
 
 
-def _joined_check(component: Component, gold: list[dict[str, Any]], actual: list[dict[str, Any]]) -> Check:
+def joined_check(component: Component, gold: list[dict[str, Any]], actual: list[dict[str, Any]]) -> Check:
+    """Set-valued names: every row's name joined into one text on each side, then one measure."""
     def bag(rows: Iterable[dict[str, Any]]) -> str:
         names = (lookup(row, component.keys, False) for row in rows)
         return "\n".join(str(name) for name in names if name is not None)
@@ -416,7 +434,7 @@ def values_equal(a: Any, b: Any) -> bool:
     exactly."""
     if _is_int(a) and _is_int(b):  # counts and ids: 1e-6 relative of 10^6 would be one off
         return a == b
-    x, y = _number(a), _number(b)
+    x, y = as_number(a), as_number(b)
     if x is not None and y is not None and not (isinstance(a, str) and isinstance(b, str)):
         return math.isclose(x, y, rel_tol=EXACT_REL_TOL, abs_tol=1e-9)
     ga, gb = as_geometry(a), as_geometry(b)

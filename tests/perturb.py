@@ -64,10 +64,13 @@ def perturbed(rows: list[dict[str, Any]], key: str, metric: str, inside: bool) -
     rows = copy.deepcopy(rows)
     if metric in ("name", "names"):
         present = [row for row in rows if _key_of(row, key)]
-        total = sum(_tokens(row[_key_of(row, key)]) for row in present)
+        features = {row.get("osm_id", index): row for index, row in enumerate(present)}  # twins count once
+        total = sum(_tokens(row[_key_of(row, key)]) for row in features.values())
         extra = total // 2 + (0 if inside else 1)  # F1 = 2n / (2n + k) >= 0.8  <=>  k <= n / 2
-        row = present[0]
-        row[_key_of(row, key)] = f"{row[_key_of(row, key)]} " + " ".join(["qqq"] * extra)
+        first = present[0]
+        for row in present:  # the first feature renamed in every row of it, so that its twins stay twins
+            if row is first or ("osm_id" in first and row.get("osm_id") == first["osm_id"]):
+                row[_key_of(row, key)] = f"{row[_key_of(row, key)]} " + " ".join(["qqq"] * extra)
         return rows
     if metric == "yesno":
         for row in rows:
