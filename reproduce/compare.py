@@ -54,7 +54,12 @@ def haversine_m(actual: Any, gold: Any) -> float:
     a, b = as_geometry(actual), as_geometry(gold)
     if a is None or b is None or a.is_empty or b.is_empty:
         return math.inf
-    (lon1, lat1), (lon2, lat2) = _point(a), _point(b)
+    return great_circle_m(_point(a), _point(b))
+
+
+def great_circle_m(first: tuple[float, float], second: tuple[float, float]) -> float:
+    """Haversine distance in metres between two (lon, lat) points on the sphere of EARTH_RADIUS_M."""
+    (lon1, lat1), (lon2, lat2) = first, second
     phi1, phi2 = math.radians(lat1), math.radians(lat2)
     dphi, dlambda = phi2 - phi1, math.radians(lon2 - lon1)
     h = math.sin(dphi / 2) ** 2 + math.cos(phi1) * math.cos(phi2) * math.sin(dlambda / 2) ** 2
@@ -220,6 +225,12 @@ def _parse_geometry(text: str) -> BaseGeometry | None:
 def as_geometry(value: Any) -> BaseGeometry | None:
     """A geometry from WKT (optionally SRID=...;) or hex EWKB text, else None."""
     return _parse_geometry(value.strip()) if isinstance(value, str) and value else None
+
+
+def point_of(value: Any) -> tuple[float, float] | None:
+    """(lon, lat) of a geometry value (its centroid unless a point), None if it is not one."""
+    geometry = as_geometry(value)
+    return None if geometry is None or geometry.is_empty else _point(geometry)
 
 
 def _point(geometry: BaseGeometry) -> tuple[float, float]:

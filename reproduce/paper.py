@@ -13,8 +13,9 @@ compare.COMPONENTS'; the token F1 is computed in the authors' float steps and a 
 In both verdicts, twin rows of one feature count once (compare.one_row_per_feature). The rules kept that are
 not the authors' arithmetic are listed, with their reasons, in docs/BENCHMARK-FORMAT.md ("Where the paper's
 scoring is not the authors' arithmetic").
-Large answers (thousands of rows on both sides) are searched through an index on the first component instead
-of every pair, so the verdict stays proportional to the rows.
+The best pair of a one-component template (all the templates with large answers) is found through an index on
+that component (the stored names sharing a token, the nearest values, the nearest points), exactly and in time
+proportional to the rows rather than to their product; several components are tried pair by pair.
 """
 
 from __future__ import annotations
@@ -24,31 +25,34 @@ import dataclasses
 import enum
 import math
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from reproduce.compare import (
     ANGLE,
+    EARTH_RADIUS_M,
     LOCATION,
     NAME,
+    YES_NO,
     Check,
     Component,
     angle_error,
-    as_geometry,
     as_number,
     badness,
     check_component,
     components_of,
+    great_circle_m,
     identity,
     joined_check,
     lookup,
     one_row_per_feature,
+    point_of,
     tokens,
 )
 from reproduce.configs import EXPLORATORY
 
 ALL_PAIRS_UP_TO = 100_000  # pairs of rows tried one by one; above, candidates come from an index
-NAME_CANDIDATES = 50  # stored names tried per returned name, found through the tokens they share
 
 
 class Scoring(enum.Enum):
@@ -99,7 +103,10 @@ AUTHORS_SCORING: dict[str, Scoring] = {
 def token_f1_as_the_authors(actual: Any, gold: Any) -> float:
     """compare.token_f1 in the authors' float steps, P and R first, then 2PR/(P+R): 6 of 7 returned tokens
     matching 8 stored gives 0.7999999999999999, which fails their threshold of 0.8, as it did for the paper."""
-    pred, ref = tokens(actual), tokens(gold)
+    return _f1_of_bags(tokens(actual), tokens(gold))
+
+
+def _f1_of_bags(pred: Counter, ref: Counter) -> float:
     common = sum((pred & ref).values())
     if not common:
         return 0.0
@@ -141,7 +148,7 @@ def paper_verdict(template_id: str, gold: list[dict[str, Any]], actual: list[dic
     scoped = [("all names", joined_check(c, gold, actual)) for c in components if c.joined]
     per_pair = [c for c in components if not c.joined]
     if per_pair:
-        best = min((_checks(per_pair, g, a) for g, a in _candidate_pairs(per_pair, gold, actual)),
+        best = min((pair_checks(per_pair, g, a) for g, a in candidate_pairs(per_pair, gold, actual)),
                    key=lambda found: badness(found, per_pair))
         scoped += [("best pair", check) for check in best]
     failed = next(((scope, check) for scope, check in scoped if not check.passed), None)
@@ -153,7 +160,7 @@ def paper_verdict(template_id: str, gold: list[dict[str, Any]], actual: list[dic
     return PaperVerdict("pass", "; ".join(f"{scope}: " + "; ".join(parts) for scope, parts in by_scope.items()))
 
 
-def _checks(components: list[Component], gold_row: dict[str, Any], actual_row: dict[str, Any]) -> list[Check]:
+def pair_checks(components: list[Component], gold_row: dict[str, Any], actual_row: dict[str, Any]) -> list[Check]:
     return [check_component(component, gold_row, actual_row) for component in components]
 
 
@@ -164,19 +171,17 @@ def _describe(check: Check) -> str:
     return f"{check.component} {check.metric} {value} (tolerance {check.threshold})"
 
 
-def _candidate_pairs(components: list[Component], gold: list[dict], actual: list[dict]) -> list[tuple[dict, dict]]:
-    """Every pair when there are few; else pairs of the same feature and the nearest rows by the first
-    component, which holds the best pair for the one-component templates that have large answers."""
-    if len(gold) * len(actual) <= ALL_PAIRS_UP_TO:
+def candidate_pairs(components: list[Component], gold: list[dict], actual: list[dict]) -> list[tuple[dict, dict]]:
+    """Pairs that hold the best one. One component (every template with large answers): for each returned row
+    the stored rows nearest to it by that component, found through an index (exact: the best pair is among
+    them). Several components: every pair when there are few, else the same features and the nearest rows by
+    the first component."""
+    if len(components) > 1 and len(gold) * len(actual) <= ALL_PAIRS_UP_TO:
         return [(g, a) for g in gold for a in actual]
-    pairs = _same_identity(gold, actual)
-    first = components[0]
-    if first.metric is PAPER_NAME:
-        pairs += _near_names(first, gold, actual)
-    elif first.metric is LOCATION:
-        pairs += _near_points(first, gold, actual)
-    else:
-        pairs += _near_numbers(first, gold, actual)
+    nearest = _nearest_finder(components[0], gold)
+    pairs = [(g, a) for a in actual for g in nearest(a)]
+    if len(components) > 1:
+        pairs += _same_identity(gold, actual)
     return pairs or [(gold[0], actual[0])]
 
 
@@ -188,54 +193,68 @@ def _same_identity(gold: list[dict], actual: list[dict]) -> list[tuple[dict, dic
     return [(stored[identity(row)], row) for row in actual if identity(row) in stored]
 
 
-def _tokens(row: dict, component: Component) -> Counter:
-    return tokens(lookup(row, component.keys, False))
+def _nearest_finder(component: Component, gold: list[dict]) -> Callable[[dict], list[dict]]:
+    """returned row -> the stored rows among which its best pairing for `component` is."""
+    if component.metric is PAPER_NAME:
+        return _nearest_names(component, gold)
+    if component.metric is LOCATION:
+        return _nearest_points(component, gold)
+    if component.metric is YES_NO:
+        return lambda row: gold
+    return _nearest_numbers(component, gold)
 
 
-def _near_names(component: Component, gold: list[dict], actual: list[dict]) -> list[tuple[dict, dict]]:
-    bags = [_tokens(row, component) for row in gold]
-    exact = {frozenset(bag.items()): row for bag, row in zip(bags, gold, strict=True)}
+def _nearest_names(component: Component, gold: list[dict]) -> Callable[[dict], list[dict]]:
+    """The stored name of the highest F1: only names sharing a token can score above 0."""
+    bags = [tokens(lookup(row, component.keys, False)) for row in gold]
     by_token = defaultdict(list)
     for index, bag in enumerate(bags):
         for token in bag:
             by_token[token].append(index)
-    pairs = []
-    for row in actual:
-        bag = _tokens(row, component)
-        if frozenset(bag.items()) in exact:
-            return [(exact[frozenset(bag.items())], row)]  # F1 = 1: no pair can do better
-        shared = Counter(index for token in bag for index in by_token.get(token, []))
-        pairs += [(gold[index], row) for index, _ in shared.most_common(NAME_CANDIDATES)]
-    return pairs
+
+    def nearest(row: dict) -> list[dict]:
+        bag = tokens(lookup(row, component.keys, False))
+        shared = {index for token in bag for index in by_token.get(token, ())}
+        return [gold[max(shared, key=lambda index: _f1_of_bags(bag, bags[index]))]] if shared else gold[:1]
+    return nearest
 
 
-def _near_points(component: Component, gold: list[dict], actual: list[dict]) -> list[tuple[dict, dict]]:
-    def latitude(row: dict) -> float:
-        geometry = as_geometry(lookup(row, component.keys, True))
-        return geometry.centroid.y if geometry is not None and not geometry.is_empty else math.inf
+def _nearest_points(component: Component, gold: list[dict]) -> Callable[[dict], list[dict]]:
+    """The nearest stored point: stored points by latitude, searched outwards from the returned point's until
+    the difference in latitude alone is farther than the nearest found."""
+    located = sorted(((point, row) for row in gold if (point := point_of(lookup(row, component.keys, True)))),
+                     key=lambda found: found[0][1])
+    latitudes = [point[1] for point, _ in located]
+    metres_per_degree = math.radians(1) * EARTH_RADIUS_M
 
-    ordered = sorted(gold, key=latitude)
-    keys = [latitude(row) for row in ordered]
-    pairs = []
-    for row in actual:  # 5 m is 0.000045 degrees of latitude: the stored points within 0.0001 of it
-        lat = latitude(row)
-        low, high = bisect.bisect_left(keys, lat - 1e-4), bisect.bisect_right(keys, lat + 1e-4)
-        pairs += [(ordered[i], row) for i in range(low, min(high, low + NAME_CANDIDATES))]
-    return pairs
+    def nearest(row: dict) -> list[dict]:
+        point = point_of(lookup(row, component.keys, True))
+        if point is None or not located:
+            return gold[:1]
+        best, best_m = located[0][1], math.inf
+        start = bisect.bisect_left(latitudes, point[1])
+        for step in (range(start, len(located)), range(start - 1, -1, -1)):
+            for index in step:
+                if abs(latitudes[index] - point[1]) * metres_per_degree > best_m:
+                    break
+                distance = great_circle_m(point, located[index][0])
+                if distance < best_m:
+                    best, best_m = located[index][1], distance
+        return [best]
+    return nearest
 
 
-def _near_numbers(component: Component, gold: list[dict], actual: list[dict]) -> list[tuple[dict, dict]]:
+def _nearest_numbers(component: Component, gold: list[dict]) -> Callable[[dict], list[dict]]:
+    """The stored values just below and above the returned one, and both ends (angles wrap around): the
+    smallest absolute, relative or circular error is among them."""
     def number(row: dict) -> float:
-        try:
-            return float(lookup(row, component.keys, True))
-        except (TypeError, ValueError):
-            return math.inf
+        value = as_number(lookup(row, component.keys, True))
+        return math.inf if value is None else value
 
     ordered = sorted(gold, key=number)
     keys = [number(row) for row in ordered]
-    pairs = []
-    for row in actual:
+
+    def nearest(row: dict) -> list[dict]:
         at = bisect.bisect_left(keys, number(row))
-        around = {max(0, at - 1), min(len(ordered) - 1, at), 0, len(ordered) - 1}  # ends: angles wrap
-        pairs += [(ordered[i], row) for i in sorted(around)]
-    return pairs
+        return [ordered[i] for i in sorted({max(0, at - 1), min(len(ordered) - 1, at), 0, len(ordered) - 1})]
+    return nearest
