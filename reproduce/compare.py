@@ -36,8 +36,13 @@ _TOKEN = re.compile(r"[a-z0-9]+")
 
 
 def tokens(value: Any) -> Counter:
-    """The [a-z0-9]+ tokens of the lowercased text, as a multiset."""
-    return Counter(_TOKEN.findall(str(value or "").lower()))
+    """The [a-z0-9]+ tokens of the lowercased text, as a multiset (shared between calls: never change it)."""
+    return _tokens_of(str(value or ""))
+
+
+@lru_cache(maxsize=65536)
+def _tokens_of(text: str) -> Counter:
+    return Counter(_TOKEN.findall(text.lower()))
 
 
 def token_f1(actual: Any, gold: Any) -> float:
@@ -312,15 +317,22 @@ def judge(template_id: str, gold: list[dict[str, Any]], actual: list[dict[str, A
     return Verdict("pass" if all(check.passed for check in checks) else "mismatch", checks)
 
 
-def one_row_per_feature(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+class Distinct(list):
+    """Rows already without twins (one_row_per_feature's result): reducing them again costs nothing, so that a
+    caller judging one answer by both verdicts reduces each side once."""
+
+
+def one_row_per_feature(rows: list[dict[str, Any]]) -> Distinct:
     """The rows with each feature's twins left out, in their order (docs/BENCHMARK-FORMAT.md, Tolerances).
 
     Twins are rows of one feature: the same osm_id and every other value equal but the serial id (loader 1
     inserts a POI of two category lists twice), or the same row twice, serial id included (stored T11/T12
     answers). Rows that differ in another value, or carry neither key, are separate answers and all count.
     """
-    seen: set[str] = set()
-    kept = []
+    if isinstance(rows, Distinct):
+        return rows
+    seen: set[Any] = set()
+    kept = Distinct()
     for row in rows:
         key = _feature(row)
         if key is None or key not in seen:
@@ -330,23 +342,37 @@ def one_row_per_feature(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return kept
 
 
-def _feature(row: dict[str, Any]) -> str | None:
+def _feature(row: dict[str, Any]) -> Any:
     if row.get("osm_id") is not None:
-        values = {key: value for key, value in row.items() if key not in IGNORED_KEYS}
+        items = [item for item in row.items() if item[0] not in IGNORED_KEYS]
     elif row.get("id") is not None:
-        values = row
+        items = row.items()
     else:
         return None
-    return json.dumps(values, sort_keys=True, default=str)
+    try:  # plain values (the answers' columns) are their own key; a nested one needs a text form
+        return frozenset(items)
+    except TypeError:
+        return json.dumps(dict(items), sort_keys=True, default=str)
 
 
 def check_component(component: Component, gold_row: dict[str, Any], actual_row: dict[str, Any]) -> Check:
+    expected, got, value = _measured(component, gold_row, actual_row)
+    return Check(component.label, component.metric.name, component.metric.threshold, expected, got, value,
+                 component.metric.passes(value))
+
+
+def rank_of(component: Component, gold_row: dict[str, Any], actual_row: dict[str, Any]) -> tuple[bool, float]:
+    """How good a pairing is for one component, as `badness` ranks it (failed first, then the error), without
+    making its Check: the search for the best pair asks this of many pairs."""
+    value = _measured(component, gold_row, actual_row)[2]
+    return not component.metric.passes(value), component.metric.badness(value)
+
+
+def _measured(component: Component, gold_row: dict[str, Any], actual_row: dict[str, Any]) -> tuple[Any, Any, float]:
     single = component.metric.single_value_fallback
     expected = lookup(gold_row, component.keys, single)
     got = lookup(actual_row, component.keys, single)
-    value = component.metric.measure(got, expected)
-    return Check(component.label, component.metric.name, component.metric.threshold, expected, got, value,
-                 component.metric.passes(value))
+    return expected, got, component.metric.measure(got, expected)
 
 
 def joined_check(component: Component, gold: list[dict[str, Any]], actual: list[dict[str, Any]]) -> Check:

@@ -233,10 +233,10 @@ def _read_line(run: PredictionRun, where: str, line: Any) -> None:
         _add_answer(run, Prediction(question, where, meta=meta), line["answer"])
 
 
-def _add_answer(run: PredictionRun, prediction: Prediction, answer: Any) -> None:
+def _add_answer(run: PredictionRun, prediction: Prediction, answer: Any, authors: bool = False) -> None:
     template_id = configs.template(prediction.id.split("/")[1]).id
     try:
-        rows = answer_rows(template_id, answer)
+        rows = answer_rows(template_id, answer, authors)
     except ValueError as error:
         run.refuse(prediction.where, f"{prediction.id}: {error}", prediction.id)
         return
@@ -244,17 +244,20 @@ def _add_answer(run: PredictionRun, prediction: Prediction, answer: Any) -> None
     run.add(Prediction(prediction.id, prediction.where, answer=rows, unscorable=why, meta=prediction.meta))
 
 
-def answer_rows(template_id: str, answer: Any) -> list[dict[str, Any]]:
-    """An answer as rows like the stored answers: a list of row objects as they are (the authors' field names
-    mapped, nested objects flattened), a scalar (or a list of scalars) as the template's first component."""
+def answer_rows(template_id: str, answer: Any, authors: bool = False) -> list[dict[str, Any]]:
+    """An answer as rows like the stored answers: a list of row objects as they are, a scalar (or a list of
+    scalars) as the template's first component. The authors' parsed answers (`authors`) have their field
+    names mapped and nested objects flattened."""
     if answer is None:
         raise ValueError("the answer is null (expected rows, a value or a list of values)")
     items = answer if isinstance(answer, list) else [answer]
     key = components_of(template_id)[0].keys[0]
-    return [_row(item) if isinstance(item, dict) else {key: item} for item in items]
+    if authors:
+        return [_authors_row(item) if isinstance(item, dict) else {key: item} for item in items]
+    return [item if isinstance(item, dict) else {key: item} for item in items]
 
 
-def _row(item: dict[str, Any]) -> dict[str, Any]:
+def _authors_row(item: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {}
     for name, value in item.items():
         if isinstance(value, dict):
@@ -319,7 +322,7 @@ def _read_vector_array(run: PredictionRun, file: Path, entries: list[Any]) -> No
         text = _text(entry.get("content"))
         meta = {"seconds": entry["run_seconds"]} if "run_seconds" in entry else {}
         if answers:
-            _add_answer(run, Prediction(question, where, meta=meta), _json_blocks(text))
+            _add_answer(run, Prediction(question, where, meta=meta), _json_blocks(text), authors=True)
         else:
             run.add(Prediction(question, where, sql_blocks(text), meta=meta))
 

@@ -11,11 +11,12 @@ predict counts as wrong, as in the paper.
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,7 @@ class Scored:
         return self.run, self.id
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}  # detail is JSON already
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Scored:
@@ -237,8 +238,9 @@ def _unjudged(run: str, record: Record, status: str, why: str, prediction: Predi
 def judged(run: str, record: Record, prediction: Prediction, rows: list[dict[str, Any]], seconds: float,
            extra: dict[str, Any]) -> Scored:
     """Both verdicts on the rows a prediction gave (its SQL's result, or its answer)."""
-    paper = paper_verdict(record.template_id, record.answers, rows)
-    strict = compare.judge(record.template_id, record.answers, rows)
+    gold, rows = _distinct_gold(record), compare.one_row_per_feature(rows)  # reduced once for both verdicts
+    paper = paper_verdict(record.template_id, gold, rows)
+    strict = compare.judge(record.template_id, gold, rows)
     if not rows and record.answers:
         status = "empty"
     else:
@@ -247,8 +249,9 @@ def judged(run: str, record: Record, prediction: Prediction, rows: list[dict[str
     strict_reason = "every component passes" if failure is None else _described(failure)
     if strict.status == "empty":
         strict_reason = "no rows (the stored answer has some)"
-    detail = {**_detail(record, prediction), **extra, "rows": verify.clipped(rows[:ROWS_KEPT]),
-              "rows_total": len(rows)}
+    detail = {**_detail(record, prediction), **extra, "rows_total": len(rows)}
+    if prediction.kind == "sql":  # an answer's rows are in the detail already
+        detail["rows"] = verify.clipped(rows[:ROWS_KEPT])
     return Scored(run, record.id, record.template_id, status, "pass" if paper.status == "pass" else "fail",
                   verify.clipped(paper.reason), "pass" if strict.status == "pass" else "fail",
                   verify.clipped(strict_reason), round(seconds, 4), detail)
@@ -259,10 +262,28 @@ def _described(check: compare.Check) -> str:
     return f"{check.component}: stored {check.expected!r}, got {check.actual!r}{value}"
 
 
+_DISTINCT_GOLD: dict[str, tuple[list, compare.Distinct]] = {}  # question -> (its answers, without twins)
+
+
+def _distinct_gold(record: Record) -> compare.Distinct:
+    """The stored answer without twins, once per question however many runs predict it (kept with the answers
+    it was made from: another dataset's question of the same id is reduced anew)."""
+    cached = _DISTINCT_GOLD.get(record.id)
+    if cached is None or cached[0] is not record.answers:
+        cached = _DISTINCT_GOLD[record.id] = (record.answers, compare.one_row_per_feature(record.answers))
+    return cached[1]
+
+
+@functools.lru_cache(maxsize=4096)
+def _unstable(template_id: str, sql: str) -> tuple[str, ...]:
+    """compare.instability, once per question however many runs predict it."""
+    return tuple(compare.instability(template_id, sql))
+
+
 def _detail(record: Record, prediction: Prediction | None) -> dict[str, Any]:
     detail: dict[str, Any] = {}
-    if flags := compare.instability(record.template_id, record.sql):
-        detail["unstable"] = flags
+    if flags := _unstable(record.template_id, record.sql):
+        detail["unstable"] = list(flags)
     if prediction is None:
         return detail
     detail["where"] = prediction.where

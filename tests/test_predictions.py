@@ -153,8 +153,10 @@ def test_a_step_that_holds_no_predictions_is_named(tmp_path: Path) -> None:
 def test_answers_as_rows() -> None:
     assert answer_rows("R6", 182.5) == [{"aspect_degrees": 182.5}]
     assert answer_rows("VR1", ["A", "B"]) == [{"poi_name": "A"}, {"poi_name": "B"}]
-    assert answer_rows("V13", [{"poi": {"name": "A", "geometry": "POINT (1 2)"}}]) == [
+    assert answer_rows("V13", [{"poi": {"name": "A", "geometry": "POINT (1 2)"}}], authors=True) == [
         {"name": "A", "geometry": "POINT (1 2)"}]
+    assert answer_rows("V21", [{"azimuth_angle": 12}], authors=True) == [{"angle": 12}]
+    assert answer_rows("V21", [{"azimuth_angle": 12}]) == [{"azimuth_angle": 12}]  # the canonical form: as given
 
 
 def test_sql_blocks_in_order() -> None:
