@@ -331,6 +331,8 @@ def one_row_per_feature(rows: list[dict[str, Any]]) -> Distinct:
     """
     if isinstance(rows, Distinct):
         return rows
+    if not _may_have_twins(rows):
+        return Distinct(rows)
     seen: set[Any] = set()
     kept = Distinct()
     for row in rows:
@@ -340,6 +342,16 @@ def one_row_per_feature(rows: list[dict[str, Any]]) -> Distinct:
         if key is not None:
             seen.add(key)
     return kept
+
+
+def _may_have_twins(rows: list[dict[str, Any]]) -> bool:
+    """Whether two rows share an osm_id, or (without one) a serial id: twins need one or the other."""
+    keys = [("osm_id", row["osm_id"]) if row.get("osm_id") is not None else ("id", row.get("id")) for row in rows]
+    named = [key for key in keys if key[1] is not None]
+    try:
+        return len(set(named)) < len(named)
+    except TypeError:  # an unhashable id: look closer
+        return True
 
 
 def _feature(row: dict[str, Any]) -> Any:

@@ -31,6 +31,8 @@ def mcnemar_exact(only_first: int, only_second: int) -> float:
     discordant = only_first + only_second
     if discordant == 0:
         return 1.0
-    smaller = min(only_first, only_second)
-    tail = sum(math.comb(discordant, k) for k in range(smaller + 1)) / 2**discordant
-    return min(1.0, 2 * tail)
+    term, tail = 1, 1  # C(n, 0); C(n, k + 1) = C(n, k) (n - k) / (k + 1), exact in integers
+    for k in range(min(only_first, only_second)):
+        term = term * (discordant - k) // (k + 1)
+        tail += term
+    return min(1.0, 2 * tail / 2**discordant)
