@@ -353,7 +353,7 @@ def show(
 ) -> None:
     """Re-run one question and show its SQL, the stored answer, the actual result, and the verdict per
     answer component (stored value, value returned, metric, threshold), then the strict row diff, the
-    paper's scoring (the benchmark authors' best-row-pair rule, docs/BENCHMARK-FORMAT.md) and the known
+    paper's scoring (each template as the benchmark authors score it, docs/BENCHMARK-FORMAT.md) and the known
     reasons the answer may legitimately differ.
 
     Example: reproduce show raster_only/elevation+poi/0 --data tests/data/benchmark
