@@ -173,6 +173,37 @@ def test_answers_are_judged_without_a_database(tmp_path: Path) -> None:
     }
 
 
+def test_the_authors_parsed_vector_answers(tmp_path: Path) -> None:
+    """A GS-QA vector run's sql_json_parse.json: integer ids, the parser model's ```json blocks, their field
+    names (name, geometry, address, azimuth_angle), scored offline."""
+    angle = records_of("V21")[0].answers[0]["angle"]
+    def parsed(raw_id: int, answer: dict) -> dict:
+        return {"id": raw_id, "content": f"Here you go:\n```json\n{json.dumps(answer)}\n```", "run_seconds": 3.2}
+    folder = tmp_path / "gpt4o"
+    folder.mkdir()
+    (folder / "sql_json_parse.json").write_text(json.dumps([
+        parsed(200, {"name": "Goat Rock"}),  # V5 question 0
+        parsed(201, {"name": "Nowhere In Particular"}),
+        parsed(1800, {"name": "Sea Life Aquarium", "geometry": "POINT (-83.296505 42.70361)"}),  # V17
+        parsed(1801, {"name": "Somewhere", "address": "1 Main Street, Springfield"}),
+        parsed(1000, {"name": "x", "azimuth_angle": angle + 4}),  # V21: the angle of one stored row, 4 deg off
+        parsed(1001, {"name": "x", "azimuth_angle": 400}),  # outside 0-360: no answer for the authors
+    ]))
+    out = tmp_path / "s.json"
+    result = reproduce("score", str(folder), "--config", "vector", "--template", "V5", "--template", "V17",
+                       "--template", "V21", "--data", str(BENCHMARK), "--dsn", UNREACHABLE, "--json-out", str(out))
+    assert result.returncode == 0, result.stderr
+    document = json.loads(out.read_text())
+    assert (document["runs"][0]["model"], document["runs"][0]["method"]) == ("gpt4o", "text2sql")
+    got = {r["id"]: r["status"] for r in document["results"] if r["status"] != "no_prediction"}
+    assert got == {"vector/knn+name/0": "pass", "vector/knn+name/1": "mismatch", "vector/knn+loc/0": "pass",
+                   "vector/knn+loc/1": "unscorable", "vector/range+angle/0": "pass",
+                   "vector/range+angle/1": "mismatch"}
+    # the repository's copy holds 11 of these 300 questions: the others are counted apart, not as wrong
+    assert "289 questions not in the data, not scored (see --json-out)" in result.stdout
+    assert len(document["results"]) == 11 and len(document["skipped"]) == 289
+
+
 def test_two_runs_side_by_side_with_a_paired_test(tmp_path: Path) -> None:
     stored = {r.id: r.answers[0]["elevation"] for r in records_of("R1")}
     def run(passing: set[int]) -> list[dict]:
