@@ -3,6 +3,7 @@ PostGIS types, and refuses what `reproduce` refuses to benchmark SQL."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import warnings
@@ -151,3 +152,12 @@ def test_without_the_baseline_extra_the_import_says_what_to_install() -> None:
     assert done.returncode == 1
     assert done.stderr.splitlines()[-1] == ("ModuleNotFoundError: reproduce.baseline needs sqlalchemy: "
                                             "pip install 'gsqa-refdb[baseline]'")
+
+
+def test_the_readme_example_runs_on_the_demo_database(demo: str) -> None:
+    readme = (ROOT / "README.md").read_text()
+    example = readme.split("## Run your baseline", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    done = subprocess.run([sys.executable, "-c", example], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "DATABASE_URL": demo})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["geography(GEOMETRY,4326)", str(admin_count(demo, "dem_us"))]
