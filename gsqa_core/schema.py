@@ -16,6 +16,9 @@ READER_ROLE = "gsqa_reader"
 TOAST_COMPRESSIONS = ("lz4", "pglz")
 BOOKKEEPING_SCHEMA = "gsqa"
 MIN_POSTGIS = (3, 2)  # the benchmark SQL needs ST_DumpSegments
+# The published DEM (docs/REFERENCE-DB.md): dem/tile_list.txt names 1,182 ASTER files, 225 tiles each.
+REFERENCE_DEM_FILES = 1_182
+REFERENCE_DEM_TILES = 265_950
 
 
 # The tables are plain descriptions rendered to DDL here. (SQLAlchemy Core did this before: importing it cost

@@ -30,7 +30,7 @@ from ingest.dem_tiles import Grid
 from ingest.raster_constraints import TileGrid, desired_definitions, existing_definitions
 
 # The published reference (docs/REFERENCE-DB.md, Tables, 2.3 and 6).
-REFERENCE_TILES = 265_950
+REFERENCE_TILES = schema.REFERENCE_DEM_TILES
 REFERENCE_CENSUS = {(256, 256): 231_672, (17, 256): 16_548, (256, 17): 16_548, (17, 17): 1_182}
 REFERENCE_EXTENT = (-126.000138888889, 23.99986111111112, -65.99986111111112, 50.0001388888889)
 REFERENCE_MIN_ROWS = {"pois": 267_609, "roads": 18_491_387, "lakes": 7_919_489, "parks": 5_816_803,

@@ -388,6 +388,40 @@ def _describe(shown: Shown, max_rows: int = 20) -> str:
     return "\n".join(lines)
 
 
+@app.command("schema")
+def schema_description(
+    dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
+    layout: Annotated[str, typer.Option("--format", metavar="text|markdown|json",
+                                        help="text: in the manner of the benchmark's schema prompt; markdown; "
+                                        "json: for programs.")] = "text",
+) -> None:
+    """Describe the database as a text-to-SQL prompt needs it, read from the live database: each reference
+    table with its columns and types and its exact row count; for pois, roads, parks, lakes and regions the
+    geometry types present, their SRID and the extent (every geometry is read once); for public.dem_us the
+    tile size, pixel size, band type, nodata, extent and tile count (of the reference's 265,950 when the
+    last `ingest all` loaded the published tile list); and the limits gsqa_reader runs under. What is
+    not ready (tables missing or empty, stages of `ingest all` that did not finish, the reader login) is
+    listed last. The table being read goes to stderr. To run a baseline on the database, see
+    reproduce.baseline (an SQLAlchemy engine as gsqa_reader).
+
+    Example: reproduce schema --format markdown > schema.md
+
+    Exit codes: 0 described, everything ready; 1 described, something not ready; 2 unreachable database or no
+    PostGIS.
+    """
+    from reproduce import describe
+
+    if layout not in describe.FORMATS:
+        raise typer.BadParameter(f"{layout!r} is not one of {', '.join(describe.FORMATS)}", param_hint="--format")
+    with reported_as_exit_code():
+        description = describe.describe(dsn, reader_dsn, progress=lambda line: print(line, file=sys.stderr))
+    if layout == "json":
+        typer.echo(json.dumps(describe.as_json(description)))
+    else:
+        typer.echo(describe.RENDERERS[layout](description))
+    raise typer.Exit(EXIT_SOME_FAILED if description.problems else EXIT_OK)
+
+
 def main() -> None:
     """The `reproduce` console script."""
     run(app)

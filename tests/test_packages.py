@@ -16,3 +16,14 @@ def test_reproduce_imports_no_loader_module():
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
     assert "cli" in reproduce_modules and "verify" in reproduce_modules
     assert done.stdout.strip() == "", f"reproduce imports loader modules: {done.stdout.strip()}"
+
+
+def test_the_command_line_tools_do_not_import_sqlalchemy():
+    """SQLAlchemy and GeoAlchemy2 are for reproduce.baseline only: importing them costs every command start-up."""
+    script = ("import sys\n"
+              "import ingest.cli, reproduce.cli, reproduce.describe\n"
+              "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('sqlalchemy', 'geoalchemy2'))))\n"
+              "import reproduce.baseline\n"
+              "print('sqlalchemy' in sys.modules and 'geoalchemy2' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == ["", "True"], done.stdout

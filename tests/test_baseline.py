@@ -1,0 +1,163 @@
+"""reproduce.baseline.engine(): an SQLAlchemy engine on the demo database that reads as gsqa_reader, knows the
+PostGIS types, and refuses what `reproduce` refuses to benchmark SQL."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import sqlalchemy
+from demo_helpers import build_demo
+from geoalchemy2 import Geography, Raster
+from sqlalchemy import inspect, text
+
+from gsqa_core import schema
+from gsqa_core.db import with_user
+from gsqa_core.errors import GsqaError
+from reproduce.baseline import APPLICATION_NAME, engine
+from reproduce.runner import Session
+
+TIMEOUT = 1.0
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def demo(scratch_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    build_demo(scratch_dsn, tmp_path_factory.mktemp("demo"))
+    return scratch_dsn
+
+
+@pytest.fixture
+def db(demo: str) -> Iterator[sqlalchemy.Engine]:
+    made = engine(demo, timeout=TIMEOUT)
+    yield made
+    made.dispose()
+
+
+def admin_count(dsn: str, table: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def test_the_inspector_lists_the_reference_tables_with_their_types_and_no_warning(db: sqlalchemy.Engine) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "Did not recognize type 'geography'" would fail the test
+        inspector = inspect(db)
+        names = inspector.get_table_names()
+        columns = {table.name: inspector.get_columns(table.name) for table in schema.REFERENCE_TABLES}
+    assert sorted(names) == sorted([table.name for table in schema.REFERENCE_TABLES] + ["spatial_ref_sys"])
+    for table in schema.REFERENCE_TABLES:
+        assert [column["name"] for column in columns[table.name]] == [column.name for column in table.columns]
+    for table in schema.VECTOR_TABLES:
+        geometry = columns[table.name][1]["type"]
+        assert isinstance(geometry, Geography) and (geometry.geometry_type, geometry.srid) == ("GEOMETRY", 4326)
+        assert all(isinstance(column["type"], sqlalchemy.VARCHAR) and column["type"].length == 255
+                   for column in columns[table.name][2:] if column["name"] != "osm_id")
+    assert [type(column["type"]) for column in columns["dem_us"]] == [sqlalchemy.INTEGER, Raster, sqlalchemy.TEXT]
+
+
+def test_a_text_query_runs_as_the_reader_with_its_limits(db: sqlalchemy.Engine, demo: str) -> None:
+    with db.connect() as conn:
+        row = conn.execute(text(
+            "SELECT current_user, current_setting('application_name'), current_setting('statement_timeout'), "
+            "current_setting('transaction_read_only'), current_setting('temp_file_limit'), "
+            "current_setting('work_mem'), (SELECT count(*) FROM dem_us), "
+            "(SELECT count(*) FROM pois WHERE tourism = :kind)"), {"kind": "museum"}).one()
+    with psycopg.connect(demo) as conn:
+        museums = conn.execute("SELECT count(*) FROM pois WHERE tourism = 'museum'").fetchone()[0]
+    assert tuple(row) == (schema.READER_ROLE, APPLICATION_NAME, "1s", "on", "2GB", "64MB",
+                          admin_count(demo, "dem_us"), museums)
+    assert museums > 0
+
+
+REFUSED = [
+    ("DELETE FROM pois", psycopg.errors.ReadOnlySqlTransaction),
+    ("SELECT 1; DELETE FROM pois", psycopg.errors.SyntaxError),
+    ("COMMIT; DELETE FROM pois", psycopg.errors.SyntaxError),
+    ("SET ROLE postgres", psycopg.errors.InsufficientPrivilege),
+    ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid()",
+     psycopg.errors.InsufficientPrivilege),
+    ("SELECT pg_sleep(30)", psycopg.errors.QueryCanceled),
+]
+
+
+@pytest.mark.parametrize("statement, refusal", REFUSED)
+def test_what_reproduce_refuses_the_engine_refuses(db: sqlalchemy.Engine, demo: str, statement: str,
+                                                   refusal: type[psycopg.Error]) -> None:
+    before = admin_count(demo, "pois")
+    with db.connect() as conn, pytest.raises(sqlalchemy.exc.DBAPIError) as raised:
+        conn.execute(text(statement))
+    assert type(raised.value.orig) is refusal
+    message = raised.value.orig.diag.message_primary
+    session = Session(with_user(demo, schema.READER_ROLE, None), timeout=TIMEOUT)
+    outcome = session.run(statement)
+    session.close()
+    assert outcome.kind in ("error", "timeout") and outcome.error.endswith(message), (outcome, message)
+    assert admin_count(demo, "pois") == before > 0
+
+
+@pytest.mark.parametrize("switch_off", ["SET statement_timeout = 0",
+                                        "SELECT set_config('statement_timeout', '0', false)"])
+def test_a_statement_cannot_lift_the_timeout_of_the_next(db: sqlalchemy.Engine, switch_off: str) -> None:
+    with db.connect() as conn:
+        conn.execute(text(switch_off))
+        conn.commit()
+        with pytest.raises(sqlalchemy.exc.OperationalError) as raised:
+            conn.execute(text("SELECT pg_sleep(30)"))
+    assert type(raised.value.orig) is psycopg.errors.QueryCanceled
+
+
+def test_a_connection_goes_back_to_the_pool_with_its_session_reset(demo: str) -> None:
+    made = engine(demo, pool_size=1, max_overflow=0)
+    try:
+        with made.connect() as conn:
+            first = conn.execute(text("SELECT pg_backend_pid(), pg_advisory_lock(4242)::text")).one()[0]
+            conn.execute(text("SET work_mem = '1GB'"))
+            conn.commit()
+        with made.connect() as conn:
+            again, work_mem = conn.execute(text("SELECT pg_backend_pid(), current_setting('work_mem')")).one()
+        with psycopg.connect(demo) as other:
+            free = other.execute("SELECT pg_try_advisory_lock(4242)").fetchone()[0]
+    finally:
+        made.dispose()
+    assert (again, work_mem, free) == (first, "64MB", True)  # the same backend, its lock and setting gone
+
+
+def test_no_engine_for_a_reader_that_may_end_other_backends(demo: str) -> None:
+    grant = "GRANT EXECUTE ON FUNCTION pg_catalog.pg_terminate_backend(integer, bigint) TO PUBLIC"
+    with psycopg.connect(demo, autocommit=True) as conn:  # this database only, to leave concurrent runs alone
+        conn.execute(grant)
+    try:
+        with pytest.raises(GsqaError, match="no engine for baselines: gsqa_reader may cancel or end other backends"):
+            engine(demo)
+    finally:
+        with psycopg.connect(demo, autocommit=True) as conn:
+            conn.execute(grant.replace("GRANT", "REVOKE").replace(" TO ", " FROM "))
+
+
+def test_no_engine_when_the_reader_cannot_log_in(demo: str) -> None:
+    with pytest.raises(GsqaError, match="no engine for baselines: the reader role cannot log in"):
+        engine(reader=with_user("postgresql://127.0.0.1:1/gsqa_nowhere", schema.READER_ROLE, None))
+
+
+def test_without_the_baseline_extra_the_import_says_what_to_install() -> None:
+    script = "import sys; sys.modules['sqlalchemy'] = None; import reproduce.baseline"
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == ("ModuleNotFoundError: reproduce.baseline needs sqlalchemy: "
+                                            "pip install 'gsqa-refdb[baseline]'")
+
+
+def test_the_readme_example_runs_on_the_demo_database(demo: str) -> None:
+    readme = (ROOT / "README.md").read_text()
+    example = readme.split("## Run your baseline", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    done = subprocess.run([sys.executable, "-c", example], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "DATABASE_URL": demo})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["geography(GEOMETRY,4326)", str(admin_count(demo, "dem_us"))]
