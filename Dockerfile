@@ -25,7 +25,8 @@ COPY gsqa_core ./gsqa_core
 COPY ingest ./ingest
 COPY reproduce ./reproduce
 COPY sql ./sql
-RUN python3 -m venv /opt/venv && pip install --no-cache-dir .
+# The install goes on without the native reader where it cannot build it; here it must be there.
+RUN python3 -m venv /opt/venv && pip install --no-cache-dir . && python3 -I -c "import ingest._osmread"
 
 FROM debian:bookworm-slim
 
