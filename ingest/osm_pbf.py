@@ -490,7 +490,7 @@ def reader_note() -> str | None:
         return None
     why = (f"{NATIVE_READER_ENV}=0 is set" if os.environ.get(NATIVE_READER_ENV) == "0"
            else "the native PBF reader was not built when this package was installed")
-    return (f"ingest osm: {why}; reading with pyosmium: the same rows, about 3 to 7 times the reading CPU "
+    return (f"ingest osm: {why}; reading with pyosmium: the same rows, about 3 to 9 times the reading CPU "
             f"(docs/PERFORMANCE.md). For the native reader: apt-get install {NATIVE_READER_PACKAGES}, then "
             "install this package again (make venv, or pip install .)")
 

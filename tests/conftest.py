@@ -21,6 +21,7 @@ from pathlib import Path
 import local_server
 import psycopg
 import pytest
+from docker_helpers import engine  # noqa: F401 - the fixture of the tests marked docker
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
