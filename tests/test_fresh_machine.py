@@ -22,12 +22,16 @@ EXTRA_CA_DIR = Path("/usr/local/share/ca-certificates")
 # The container's first steps: what a new machine starts with, then the README's commands, as root.
 SCRIPT = f"""set -eu
 export DEBIAN_FRONTEND=noninteractive PIP_CERT=/etc/ssl/certs/ca-certificates.crt
-apt-get update -qq >/dev/null && apt-get install -y -qq git make python3 python3-venv ca-certificates >/dev/null
+apt-get update -qq >/dev/null && apt-get install -y -qq git make python3 python3-venv ca-certificates >/dev/null 2>&1
 cp /certs/*.crt /usr/local/share/ca-certificates/ 2>/dev/null || true
 update-ca-certificates >/dev/null 2>&1
+useradd --create-home someone && runuser -u someone -- git clone -q /src /home/someone/gsqa-refdb
+status=0; runuser -u someone -- make -C /home/someone/gsqa-refdb test >/tmp/as-user 2>&1 || status=$?
+echo "as a user: exit $status"; grep -v '^make' /tmp/as-user >&2 || true
 git clone -q /src /root/gsqa-refdb && cd /root/gsqa-refdb
 make test PYTEST_ARGS="-q -p no:cacheprovider {SELECTION}"
 """
+NEEDED = "postgresql postgresql-postgis g++ python3-dev libosmium2-dev libprotozero-dev zlib1g-dev"
 
 
 def test_make_test_passes_on_a_fresh_machine(engine, tmp_path: Path) -> None:
@@ -42,7 +46,10 @@ def test_make_test_passes_on_a_fresh_machine(engine, tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=3000)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-6000:]
-    assert "setup/system-packages: installing" in output  # make test installed them, nothing else did
+    assert "as a user: exit 2" in result.stdout  # not root: the one line to run, nothing else
+    assert ("missing system packages; install them, then run the same command again: "
+            f"sudo apt-get install -y {NEEDED}") in result.stderr.splitlines(), result.stderr[:2000]
+    assert f"setup/system-packages: installing {NEEDED}" in output  # as root make test installed them
     assert "tests: a throwaway PostgreSQL in" in output
     summary = result.stdout.strip().splitlines()[-1]  # pytest's last line
     assert re.fullmatch(r"\d+ passed in [\d.]+s( \([\d:]+\))?", summary), output[-6000:]
