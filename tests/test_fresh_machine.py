@@ -25,7 +25,8 @@ export DEBIAN_FRONTEND=noninteractive PIP_CERT=/etc/ssl/certs/ca-certificates.cr
 apt-get update -qq >/dev/null && apt-get install -y -qq git make python3 python3-venv ca-certificates >/dev/null 2>&1
 cp /certs/*.crt /usr/local/share/ca-certificates/ 2>/dev/null || true
 update-ca-certificates >/dev/null 2>&1
-useradd --create-home someone && runuser -u someone -- git clone -q /src /home/someone/gsqa-refdb
+useradd --create-home someone && git clone -q /src /home/someone/gsqa-refdb
+chown -R someone: /home/someone/gsqa-refdb  # their own clone (git refuses to read root's /src for them)
 status=0; runuser -u someone -- make -C /home/someone/gsqa-refdb test >/tmp/as-user 2>&1 || status=$?
 echo "as a user: exit $status"; grep -v '^make' /tmp/as-user >&2 || true
 git clone -q /src /root/gsqa-refdb && cd /root/gsqa-refdb
