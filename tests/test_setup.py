@@ -55,7 +55,7 @@ def test_an_unknown_group_is_one_line(setup_copy: Path) -> None:
 
 def test_make_test_and_ci_and_the_images_share_the_list() -> None:
     makefile, ci = (ROOT / "Makefile").read_text(), (ROOT / ".ci" / "run").read_text()
-    assert "bash setup/system-packages server native venv" in makefile
+    assert "bash setup/system-packages server test native venv" in makefile
     assert "bash setup/system-packages ci" in ci and ci.rstrip().endswith("make test")
     for dockerfile in ("Dockerfile", "Dockerfile.postgis"):
         assert "bash /tmp/setup/system-packages " in (ROOT / dockerfile).read_text(), dockerfile
