@@ -1,15 +1,17 @@
 # The loader: this project's CLIs (`ingest`, `reproduce`) on Debian 12's Python 3.11, in a venv with their
 # wheels (rasterio and osmium ship GDAL and libosmium inside their manylinux wheels). Two stages: the first
-# has g++, python3-dev and libosmium's headers to build the native PBF reader (ingest/_osmread.cpp) while
-# the project is installed; the image keeps only its venv, whose compiled module needs libstdc++ and zlib,
+# has g++, python3-dev and libosmium's headers (setup/system-packages.txt, native) to build the native PBF
+# reader (ingest/_osmread.cpp) while the project is installed; the image keeps only its venv, whose compiled module needs libstdc++ and zlib,
 # both in the base image (one stage with the compiler and headers: 1.26 GB; this: 737 MB). The base image
 # is built locally by `make base-image` where no registry is reachable.
 FROM debian:bookworm-slim AS build
 
+# The venv and native groups of setup/system-packages.txt: python3-venv, the compiler and headers.
+COPY setup/ /tmp/setup/
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv \
-       g++ python3-dev libosmium2-dev libprotozero-dev zlib1g-dev \
+    && apt-get install -y --no-install-recommends ca-certificates python3 \
+    && bash /tmp/setup/system-packages venv native \
     && rm -rf /var/lib/apt/lists/*
 # Certificates of a TLS-intercepting proxy, if any (docker/ca-certificates/README.md); Python's HTTP clients
 # are pointed at the system store, which then holds them.
@@ -25,7 +27,8 @@ COPY gsqa_core ./gsqa_core
 COPY ingest ./ingest
 COPY reproduce ./reproduce
 COPY sql ./sql
-RUN python3 -m venv /opt/venv && pip install --no-cache-dir .
+# The install goes on without the native reader where it cannot build it; here it must be there.
+RUN python3 -m venv /opt/venv && pip install --no-cache-dir . && python3 -I -c "import ingest._osmread"
 
 FROM debian:bookworm-slim
 

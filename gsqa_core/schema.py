@@ -164,6 +164,12 @@ stage_log = Table(BOOKKEEPING_SCHEMA, "stage_log", (
     Column("report", JSONB),
 ), primary_key=("stage",))
 
+# The password `ingest init` gave gsqa_reader (GSQA_READER_PASSWORD, or one it generated): `reproduce` reads it
+# through its admin connection to log the reader in over TCP where the socket refuses it (peer authentication).
+# In gsqa, so the reader itself cannot read it; one row.
+reader_login = Table(BOOKKEEPING_SCHEMA, "reader_login", (Column("password", TEXT, nullable=False),))
+
 VECTOR_TABLES = [pois, roads, parks, lakes, regions]
 REFERENCE_TABLES = [*VECTOR_TABLES, dem_us]
-ALL_TABLES = sorted([*REFERENCE_TABLES, load_log, pois_stage, stage_log], key=lambda table: table.fullname)
+ALL_TABLES = sorted([*REFERENCE_TABLES, load_log, pois_stage, reader_login, stage_log],
+                    key=lambda table: table.fullname)

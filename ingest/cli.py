@@ -46,8 +46,11 @@ def init(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     gsqa_reader with its grants.
 
     Idempotent: a second run changes nothing and says so. A table that exists with other columns is
-    reported and left untouched. The role is cluster-wide: it is created when missing (with the password
-    in $GSQA_READER_PASSWORD, if set) and otherwise left as it is; its grants are re-applied.
+    reported and left untouched. The role is cluster-wide: it is created when missing; its grants are
+    re-applied. Its password is set at every run: $GSQA_READER_PASSWORD, else the one this database keeps,
+    else a generated one; it is kept in gsqa.reader_login (readable by the admin only), where `reproduce`
+    finds it to log the reader in over TCP on 127.0.0.1 when the local socket refuses it (peer
+    authentication, as on a stock Debian or Ubuntu server).
 
     Needs a role that may create extensions and roles (e.g. postgres).
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import queue
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import psycopg
 from psycopg import sql
 
 from gsqa_core import schema
-from gsqa_core.db import connect, relation_exists, run_together, where
+from gsqa_core.db import connect, identifier, relation_exists, run_together, where
 from gsqa_core.errors import GsqaError, SchemaConflict
 from gsqa_core.reader import READER_PASSWORD_ENV
 from gsqa_core.schema import MIN_POSTGIS
@@ -144,9 +145,6 @@ def _create_missing(conn: psycopg.Connection, existing: set[str]) -> None:
 
 def _create_reader_role(conn: psycopg.Connection) -> None:
     statement = sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(schema.READER_ROLE))
-    password = os.environ.get(READER_PASSWORD_ENV)
-    if password:
-        statement += sql.SQL(" PASSWORD {}").format(sql.Literal(password))
     try:
         with conn.transaction():  # a savepoint: another session may create the cluster-wide role first
             conn.execute(statement)
@@ -155,8 +153,23 @@ def _create_reader_role(conn: psycopg.Connection) -> None:
         pass
 
 
+def _set_reader_password(conn: psycopg.Connection) -> None:
+    """The reader's password, on every run: $GSQA_READER_PASSWORD, else the one this database keeps, else a new
+    one; set on the role and kept in gsqa.reader_login, where `reproduce` finds it (gsqa_core/reader.py). The
+    role is the cluster's: init on another database without GSQA_READER_PASSWORD gives it that database's."""
+    kept = conn.execute(sql.SQL("SELECT password FROM {}").format(identifier(schema.reader_login.fullname))).fetchone()
+    password = os.environ.get(READER_PASSWORD_ENV) or (kept[0] if kept else secrets.token_urlsafe(18))
+    conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(sql.Identifier(schema.READER_ROLE), sql.Literal(password)))
+    if not kept or kept[0] != password:
+        conn.execute(sql.SQL("DELETE FROM {}").format(identifier(schema.reader_login.fullname)))
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (%s)").format(identifier(schema.reader_login.fullname)),
+                     [password])
+
+
 def _apply_grants(conn: psycopg.Connection) -> None:
-    """The reader's resource limits and grants, on every run (a role made by an older version gets them too)."""
+    """The reader's password, resource limits and grants, on every run (a role made by an older version gets
+    them too)."""
+    _set_reader_password(conn)
     run_sql_file(conn, "25_reader_limits.sql")
     run_sql_file(conn, "30_reader_grants.sql")
 

@@ -26,6 +26,7 @@ import contextlib
 import functools
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -227,6 +228,8 @@ def load_pbf(paths: list[Path], dsn: str | None = None, *, layers: list[str] | N
     same extract (size, checksum), box and rules; nodes are read again only if a nodes source is missing."""
     started = time.monotonic()
     osm_pbf.check_inputs(paths, bbox)
+    if note := osm_pbf.reader_note():
+        print(note, file=sys.stderr)
     report = OsmLoadReport(source=", ".join(map(str, paths)))
     selected = select_layers(dict.fromkeys(LAYERS, Path()), layers, report)
     files = {layer.name: osm_pbf.layer_sources(paths, layer.folder) for layer in selected}

@@ -19,11 +19,12 @@ relation whose rings do not close) is counted and listed by OSM type and id, nev
 Three kinds of features (KINDS): of nodes (pois, parks points: no node locations needed), of ways (roads,
 waterway lines, closed ways' polygons) and of relation areas (lakes, parks and regions polygons), shared by
 two reader processes (READERS). A direct load reads with the native reader (ingest/_osmread.cpp,
-read_natively), --export-geojson with pyosmium (read_features, C++ filters so that Python sees only the
-objects of its layers); both give the same features. What one reader produces for one extract, one kind and
-one layer is a "source" named `<extract stem>.<n>-<kind>.geojson` (source_name): with --export-geojson it is
-that file in `<layer>/`, in a direct load a stream of binary COPY rows loaded under that name, one
-transaction each (ingest/osm.py). Both load in name order, so both give the same rows.
+read_natively) where it was built at install, else (or with $GSQA_NATIVE_READER=0) with pyosmium;
+--export-geojson always with pyosmium (read_features, C++ filters so that Python sees only the objects of its
+layers). Both give the same features, and a direct load the same rows, byte for byte. What one reader produces
+for one extract, one kind and one layer is a "source" named `<extract stem>.<n>-<kind>.geojson` (source_name):
+with --export-geojson it is that file in `<layer>/`, in a direct load a stream of binary COPY rows loaded under
+that name, one transaction each (ingest/osm.py). Both load in name order, so both give the same rows.
 
 Several extracts: an object already taken from an earlier one ((type, id), in each reader's source name
 order) is skipped, as neighbouring Geofabrik extracts share the objects that cross their border.
@@ -32,9 +33,11 @@ order) is skipped, as neighbouring Geofabrik extracts share the objects that cro
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
+import struct
 import sys
 import threading
 import time
@@ -191,44 +194,55 @@ def area_layers(tags: dict[str, str]) -> list[str]:
     return layers
 
 
-# --- geometries of an export: osmium's C++ GeoJSON factory (a direct load makes WKB in ingest/_osmread.cpp) ---
+# --- geometries: osmium's C++ factories, GeoJSON text for an export, WKB for a load without the native reader ---
+
+_POLYGON_OF_ONE_RING = b"\x01\x03\x00\x00\x00\x01\x00\x00\x00"  # little-endian Polygon, 1 ring
 
 
 class Geometries:
-    """GeoJSON text geometries (shapes: point, line, ring, multi); InvalidLocationError or RuntimeError when
-    an object has none (a node outside the extract, rings that do not close)."""
+    """Geometries of one output format (shapes: point, line, ring, multi), the same WKB as the native reader
+    makes; InvalidLocationError or RuntimeError when an object has none (a node outside the extract, rings that
+    do not close)."""
 
-    def __init__(self) -> None:
+    def __init__(self, geojson: bool) -> None:
         import osmium
 
-        self.factory = osmium.geom.GeoJSONFactory()
+        self.geojson = geojson
+        self.factory = osmium.geom.GeoJSONFactory() if geojson else osmium.geom.WKBFactory()
         self.all_nodes = osmium.geom.use_nodes.ALL
 
-    def build(self, obj: Any, shape: str) -> str:
+    def build(self, obj: Any, shape: str) -> Any:
         if shape == "point":
-            return self.factory.create_point(obj)
+            made = self.factory.create_point(obj)
+            return made if self.geojson else bytes.fromhex(made)
         if shape == "multi":
             return self._area(obj)
         line = self.factory.create_linestring(obj, self.all_nodes)
         if shape == "line":
-            return line
-        return '{"type":"Polygon","coordinates":[' + line[line.index("[["):-1] + "]}"  # the closed way's one ring
+            return line if self.geojson else bytes.fromhex(line)
+        if self.geojson:  # the closed way's nodes as the one ring of a Polygon
+            return '{"type":"Polygon","coordinates":[' + line[line.index("[["):-1] + "]}"
+        return _POLYGON_OF_ONE_RING + bytes.fromhex(line)[5:]
 
-    def _area(self, area: Any) -> str:
+    def _area(self, area: Any) -> Any:
         """Polygon for one outer ring (with its holes), MultiPolygon for more."""
         made = self.factory.create_multipolygon(area)
-        polygons = json.loads(made)["coordinates"]
-        if len(polygons) == 1:
-            return json.dumps({"type": "Polygon", "coordinates": polygons[0]}, separators=(",", ":"))
-        return made
+        if self.geojson:
+            polygons = json.loads(made)["coordinates"]
+            if len(polygons) == 1:
+                return json.dumps({"type": "Polygon", "coordinates": polygons[0]}, separators=(",", ":"))
+            return made
+        wkb = bytes.fromhex(made)
+        return wkb[9:] if struct.unpack_from("<I", wkb, 5)[0] == 1 else wkb
 
 
-def _overlaps(geometry: str, bbox: tuple[float, float, float, float]) -> bool:
+def _overlaps(geometry: Any, bbox: tuple[float, float, float, float]) -> bool:
     import shapely
 
     from ingest.osm_features import envelope_overlaps
 
-    return envelope_overlaps(shapely.from_geojson(geometry), bbox)
+    built = shapely.from_geojson(geometry) if isinstance(geometry, str) else shapely.from_wkb(geometry)
+    return envelope_overlaps(built, bbox)
 
 
 # --- reading --------------------------------------------------------------------------------------------
@@ -452,6 +466,92 @@ def reader_plans(paths: list[Path], wanted: dict[str, set[str]], work: Path,
     return plans
 
 
+NATIVE_READER_ENV = "GSQA_NATIVE_READER"  # 0: read with pyosmium even where the native reader is built
+NATIVE_READER_PACKAGES = "g++ python3-dev libosmium2-dev libprotozero-dev zlib1g-dev"  # system-packages.txt, native
+
+
+@functools.cache
+def native_reader() -> Any:
+    """The native reader's module (ingest/_osmread, built at install where a compiler and libosmium's headers
+    are), or None when it is not built or switched off ($GSQA_NATIVE_READER=0)."""
+    if os.environ.get(NATIVE_READER_ENV) == "0":
+        return None
+    try:
+        from ingest import _osmread
+    except ImportError:
+        return None
+    return _osmread
+
+
+def reader_note() -> str | None:
+    """One line for stderr when a direct load reads with pyosmium: why, what it costs, how to get the native
+    reader; None when the native reader reads."""
+    if native_reader() is not None:
+        return None
+    why = (f"{NATIVE_READER_ENV}=0 is set" if os.environ.get(NATIVE_READER_ENV) == "0"
+           else "the native PBF reader was not built when this package was installed")
+    return (f"ingest osm: {why}; reading with pyosmium: the same rows, about 3 to 9 times the reading CPU "
+            f"(docs/PERFORMANCE.md). For the native reader: apt-get install {NATIVE_READER_PACKAGES}, then "
+            "install this package again (make venv, or pip install .)")
+
+
+def _copy_rows(path: Path, layers: dict[str, set[str]], features: Iterator[Feature],
+               send: Callable[[str, str, tuple], None]) -> None:
+    """A direct load without the native reader: each source's features as binary COPY rows, in batches, then
+    the end of the source (the native reader's batches, byte for byte)."""
+    from ingest.osm_features import row_packer
+    from ingest.osm_geojson import Batcher
+    from ingest.osm_rules import LAYER_BY_FOLDER
+
+    sources = [(kind, layer) for kind in KINDS for layer in sorted(layers.get(kind, ()))]
+    batchers = {source: Batcher() for source in sources}
+    packers = {(kind, layer): (LAYER_BY_FOLDER[layer], row_packer(LAYER_BY_FOLDER[layer], source_name(path, kind)))
+               for kind, layer in sources}  # the layer's rules and its row packer, found with one lookup
+    try:
+        _pack_features(features, batchers, packers, send)
+    except RuntimeError as error:  # the extract cannot be read to its end: its open sources fail
+        for (kind, layer), batcher in batchers.items():
+            if batcher is not None:
+                send(kind, layer, ("failed", unreadable(path, error)))
+        raise
+
+
+def _pack_features(features: Iterator[Feature], batchers: dict, packers: dict,
+                   send: Callable[[str, str, tuple], None]) -> None:
+    from ingest.osm_rules import BadFeature, rows_of
+
+    current = None
+    for kind, layer, osm_id, tags, geometry in features:
+        if kind != current:  # the ways are over: their sources end here, before the areas'
+            for earlier in KINDS[:KINDS.index(kind)]:
+                _end_sources(batchers, earlier, send)
+            current = kind
+        batcher = batchers[(kind, layer)]
+        rules, pack = packers[(kind, layer)]
+        try:
+            rows = rows_of(rules, osm_id, tags)
+        except BadFeature as error:
+            batcher.skip(osm_id, f"{kind[:-1]} {osm_id}: {error}")
+            continue
+        if rows:
+            batcher.add(pack(rows, geometry, batcher.features))
+        else:
+            batcher.pass_over()
+        if batcher.full():
+            send(kind, layer, ("item", batcher.take()))
+    for kind in KINDS:
+        _end_sources(batchers, kind, send)
+
+
+def _end_sources(batchers: dict, kind: str, send: Callable[[str, str, tuple], None]) -> None:
+    """The last batch and the end of each source of `kind` (once)."""
+    for source_kind, layer in list(batchers):
+        if source_kind == kind and batchers[(kind, layer)] is not None:
+            send(kind, layer, ("item", batchers[(kind, layer)].take()))
+            send(kind, layer, ("done", None))
+            batchers[(kind, layer)] = None
+
+
 def read_natively(plan: ReadPlan, send: Callable[[str, str, tuple], None]) -> PbfReport:
     """A direct load: every extract of the plan read by the native reader (ingest/_osmread.cpp, libosmium),
     which gives the same sources, rows and report as read_features would (compared byte for byte on the
@@ -460,12 +560,11 @@ def read_natively(plan: ReadPlan, send: Callable[[str, str, tuple], None]) -> Pb
     cannot be read to its end fails its open sources, and the reader goes on with the next one.
     (--export-geojson reads with pyosmium, so the test that loads a PBF and its exported layers checks the two
     readers against each other.)"""
-    from ingest import _osmread
-
+    native = native_reader()
     report = PbfReport(sources=[str(path) for path, _ in plan.extracts], location_index=plan.index)
-    seen = _osmread.Seen() if plan.several else None
+    seen = native.Seen() if plan.several else None
     for path, layers in plan.extracts:
-        report.merge(_read_extract(_osmread, path, layers, plan, seen, send))
+        report.merge(_read_extract(native, path, layers, plan, seen, send))
     if plan.index.startswith("sparse_file_array,"):
         Path(plan.index.split(",", 1)[1]).unlink(missing_ok=True)
     return report
@@ -554,13 +653,13 @@ def _geojson_files(path: Path, layers: dict[str, set[str]], features: Iterator[F
             targets[source].with_suffix(".partial").unlink(missing_ok=True)
 
 
-def run_reader(plan: ReadPlan,
-               deliver: Callable[[Path, dict[str, set[str]], Iterator[Feature]], None]) -> tuple[PbfReport, list[str]]:
-    """--export-geojson: read every extract of the plan; `deliver` consumes each extract's features and, when
-    osmium cannot read the extract to its end (a damaged block), ends what it started and raises: the extract
-    is listed and the reader goes on with the next one."""
+def run_reader(plan: ReadPlan, deliver: Callable[[Path, dict[str, set[str]], Iterator[Feature]], None],
+               geojson: bool) -> tuple[PbfReport, list[str]]:
+    """Read every extract of the plan with pyosmium; `deliver` consumes each extract's features (GeoJSON text
+    geometries or WKB) and, when osmium cannot read the extract to its end (a damaged block), ends what it
+    started and raises: the extract is listed and the reader goes on with the next one."""
     report = PbfReport(sources=[str(path) for path, _ in plan.extracts], location_index=plan.index)
-    geometries, seen = Geometries(), _Seen(2 if plan.several else 1)
+    geometries, seen = Geometries(geojson), _Seen(2 if plan.several else 1)
     failures = []
     for path, layers in plan.extracts:
         try:
@@ -655,7 +754,11 @@ def _serve_reader(plans: Any, queues: dict[tuple[str, str], Any], reports: Any) 
         queues[(kind, layer)].put(message)
 
     try:
-        report = read_natively(plan, send)
+        if native_reader() is not None:
+            report = read_natively(plan, send)
+        else:
+            report, _ = run_reader(plan, lambda path, layers, features: _copy_rows(path, layers, features, send),
+                                   geojson=False)
     except Exception as error:  # a bug: tell the writers rather than leave them waiting
         for kind, layers in plan.produces.items():
             for layer in layers:
@@ -753,7 +856,8 @@ def _export_pool(processes: int) -> Any:
 
 def _export_one(task: tuple[ReadPlan, Path]) -> tuple[PbfReport, list[str]]:
     plan, folder = task
-    return run_reader(plan, lambda path, layers, features: _geojson_files(path, layers, features, folder))
+    return run_reader(plan, lambda path, layers, features: _geojson_files(path, layers, features, folder),
+                      geojson=True)
 
 
 # --- checks before anything starts ------------------------------------------------------------------------

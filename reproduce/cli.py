@@ -27,7 +27,8 @@ app = command_group(
 
 The database is resolved as everywhere: --dsn, then $DATABASE_URL, then libpq's PG* variables.
 Benchmark SQL runs as the read-only login role gsqa_reader (--reader-dsn, or the main DSN with that user
-and $GSQA_READER_PASSWORD).
+and $GSQA_READER_PASSWORD, else the password `ingest init` kept; over TCP on 127.0.0.1 where the local socket
+refuses it).
 
 Exit codes: 0 ok; 1 the run went through but something failed or differs; 2 nothing started;
 130 interrupted (Ctrl-C).""",

@@ -1,21 +1,27 @@
 """Test fixtures: every test runs against a real PostgreSQL + PostGIS server.
 
-The server is the one libpq finds through DATABASE_URL or the PG* variables (on Debian: the local
-cluster's socket). Each test module gets its own scratch database, cloned from a template that has the
-extensions, and dropped afterwards. When no server is reachable the run stops with instructions; no test
-is skipped for lack of a database.
+By default the suite brings its own: a throwaway cluster started from this machine's server binaries (initdb
+into a temporary folder, a free port, trust authentication; tests/local_server.py), stopped and deleted at
+the end, so that it never needs a role on, or writes into, a server of yours. DATABASE_URL or libpq's PG*
+variables point it at a given server instead (a role that may create databases, extensions and roles). Each
+test module gets its own scratch database, cloned from a template that has the extensions, and dropped
+afterwards. When no server can be had the run stops with instructions; no test is skipped for lack of one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import local_server
 import psycopg
 import pytest
+from docker_helpers import engine  # noqa: F401 - the fixture of the tests marked docker
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
@@ -24,11 +30,12 @@ from gsqa_core.errors import GsqaError
 # Real benchmark records and the reference DDL, copied into the repository (tests/data/README.md).
 DATA = Path(__file__).resolve().parent / "data"
 HOW_TO_START = (
-    "The tests need a running PostgreSQL with PostGIS (Debian: apt-get install postgresql-15-postgis-3 "
-    "postgis; start it with `pg_ctlcluster 15 main start`), reachable through DATABASE_URL or PGHOST/PGPORT/"
-    "PGUSER, as a role that may create databases, extensions and roles. Or run `make db` and export "
+    "The tests start their own PostgreSQL from the server binaries: `make test` installs them (as root; "
+    "otherwise it prints the apt-get line to run). Or point DATABASE_URL (or PGHOST/PGPORT/PGUSER) at a server "
+    "with PostGIS, as a role that may create databases, extensions and roles, e.g. after `make db`: "
     "DATABASE_URL=postgresql://postgres:gsqa@127.0.0.1:55432/postgres."
 )
+_LIBPQ_TARGET = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -44,9 +51,26 @@ def _admin_connect(dsn: str) -> psycopg.Connection:
 
 
 @pytest.fixture(scope="session")
-def server_dsn() -> str:
-    """The DSN of the test server, after checking that it is reachable and has PostGIS."""
-    dsn = os.environ.get("DATABASE_URL", "")  # else libpq's defaults: PG*, the local socket
+def server_dsn(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The DSN of the test server (the given one, else a throwaway cluster), after checking that it is
+    reachable and has PostGIS."""
+    if os.environ.get("DATABASE_URL") or any(os.environ.get(name) for name in _LIBPQ_TARGET):
+        yield _checked(os.environ.get("DATABASE_URL", ""))  # "": libpq's PG* variables
+        return
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(local_server.throwaway_cluster())
+        except (local_server.NoServerBinaries, subprocess.CalledProcessError) as error:
+            detail = getattr(error, "stderr", b"") or b""
+            cause = " ".join(f"{error} {detail.decode(errors='replace')}".split())
+            pytest.exit(f"cannot start a throwaway PostgreSQL ({cause}). {HOW_TO_START}", returncode=3)
+        with request.config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():
+            print(f"\ntests: a throwaway PostgreSQL in {server.data.parent} on port {server.port} (DATABASE_URL or "
+                  "PG* to use another server)")
+        yield _checked(server.dsn("postgres"))
+
+
+def _checked(dsn: str) -> str:
     try:
         with _admin_connect(dsn) as conn:
             available = conn.execute(

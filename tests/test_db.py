@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -53,9 +55,9 @@ def test_a_missing_database_and_a_refused_connection_get_their_own_advice(scratc
 def test_uri_and_keyword_forms_reach_the_same_database(scratch_dsn: str) -> None:
     params = conninfo_to_dict(scratch_dsn)
     with psycopg.connect(scratch_dsn) as conn:
-        port = conn.info.port
-    uri = f"postgresql:///{params['dbname']}?port={port}"
-    assert current_database(uri) == current_database(f"dbname={params['dbname']} port={port}")
+        host, port, user = conn.info.host, conn.info.port, conn.info.user
+    uri = f"postgresql://{user}@{quote(host, safe='')}:{port}/{params['dbname']}"
+    assert current_database(uri) == current_database(f"host={host} port={port} user={user} dbname={params['dbname']}")
 
 
 def test_unreachable_server_names_host_port_database_and_cause() -> None:

@@ -59,7 +59,11 @@ def test_dockerfiles_pass_hadolint() -> None:
 def test_images_build_from_debian_12_and_the_server_from_its_packages() -> None:
     server, loader = (ROOT / "Dockerfile.postgis").read_text(), (ROOT / "Dockerfile").read_text()
     assert "FROM debian:bookworm-slim" in server and "FROM debian:bookworm-slim" in loader
-    assert "postgresql-15-postgis-3" in server and "create_main_cluster = false" in server
+    assert "bash /tmp/setup/system-packages server" in server and "create_main_cluster = false" in server
+    assert "bash /tmp/setup/system-packages venv native" in loader
+    groups = dict(line.split(":", 1) for line in (ROOT / "setup/system-packages.txt").read_text().splitlines()
+                  if line and not line.startswith("#"))
+    assert groups["server"].split() == ["postgresql", "postgresql-postgis"]  # Debian 12: PostgreSQL 15, PostGIS 3
     for script in ("sql/docker/50_gsqa_init.sh", "docker/postgres-entrypoint.sh", "docker/base-image.sh"):
         assert (ROOT / script).stat().st_mode & 0o111, script
     assert "postgis_raster" in (ROOT / "sql/docker/50_gsqa_init.sh").read_text()
@@ -105,6 +109,16 @@ def test_make_db_without_compose_says_what_to_install_in_one_line() -> None:
     lines = [line for line in result.stderr.splitlines() if not re.match(r"make(\[\d+\])?: \*\*\*", line)]
     assert len(lines) == 1 and "Compose v2 plugin" in lines[0] and "make db-local" in lines[0]
     assert "--profile loader build" not in result.stdout  # nothing was started
+
+
+def test_make_db_without_a_docker_engine_says_so_in_one_line() -> None:
+    import os
+
+    result = run("make", "db", f"COMPOSE={compose_binary()}", env={**os.environ, "DOCKER_HOST": "unix:///gsqa-no-engine"})
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if not re.match(r"make(\[\d+\])?: \*\*\*", line)]
+    assert len(lines) == 1 and "no Docker engine answers" in lines[0] and "make db-local" in lines[0]
+    assert "--profile loader build" not in result.stdout
 
 
 def test_make_db_passes_offline_bbox_and_what_to_ingest_all() -> None:

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,42 +32,6 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 READER_PASSWORD = "gsqa_reader"  # docker-compose.yml's default
 POINTS = [(-99.95, 40.95), (-99.9, 40.9), (-98.95, 40.86), (-98.9, 40.99)]  # inside the two 600 px tiles
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("GSQA_REQUIRE_TOOLS") == "1":
-        pytest.fail(f"GSQA_REQUIRE_TOOLS=1 but {reason}")
-    pytest.skip(f"NO DOCKER ENGINE: {reason}; the end-to-end test of `make db` did not run")
-
-
-@pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    """A reachable Docker engine, started here (dockerd in the background) if none runs and we may."""
-    import docker
-
-    def ping() -> docker.DockerClient | None:
-        try:
-            client = docker.from_env()
-            client.ping()
-            return client
-        except docker.errors.DockerException:
-            return None
-
-    client = ping()
-    if client is None:
-        if os.geteuid() != 0 or shutil.which("dockerd") is None:
-            _unavailable("no engine answers and dockerd cannot be started here (not root, or docker.io missing)")
-        log = open(tmp_path_factory.mktemp("dockerd") / "dockerd.log", "w")  # noqa: SIM115 - lives with dockerd
-        subprocess.Popen(["dockerd"], stdout=log, stderr=log, start_new_session=True)
-        for _ in range(300):
-            client = ping()
-            if client is not None:
-                break
-            time.sleep(0.1)
-        else:
-            _unavailable(f"dockerd did not answer within 30 s (log: {log.name})")
-    yield client
-    client.close()
 
 
 def compose_binary() -> str:
@@ -131,8 +93,11 @@ def make(stack: dict, *targets: str, timeout: float = 1800) -> subprocess.Comple
 
 
 def reproduce(stack: dict, *argv: str) -> subprocess.CompletedProcess[str]:
+    """`reproduce` on the host, as a user runs it after `make db`: the reader's password is the one `ingest init`
+    kept in the database (GSQA_READER_PASSWORD is set in the loader container only)."""
+    env = {key: value for key, value in os.environ.items() if key != "GSQA_READER_PASSWORD"}
     return subprocess.run([str(BIN / "reproduce"), *argv, "--dsn", stack["dsn"]], capture_output=True, text=True,
-                          env={**os.environ, "GSQA_READER_PASSWORD": READER_PASSWORD}, timeout=600)
+                          env=env, timeout=600)
 
 
 @pytest.fixture(scope="module")

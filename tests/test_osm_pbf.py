@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -147,6 +148,41 @@ def test_a_pbf_loads_the_same_rows_as_its_exported_layers(new_database, tmp_path
     again = json.loads(ingest("osm", *map(str, extracts), "--dsn", direct, "--json").stdout)
     assert all(not layer["loaded"] and layer["unchanged"] for layer in again["layers"].values())
     assert again["pbf"]["features"] == {}  # every source was logged: nothing was read again
+
+
+def test_the_native_reader_is_built_where_its_build_tools_are() -> None:
+    """CI and the loader image install g++ and libosmium's headers (system-packages.txt), so the install built
+    ingest/_osmread; elsewhere (no compiler) a direct load reads with pyosmium, and this says so."""
+    if osm_pbf.native_reader() is None:
+        if os.environ.get("GSQA_REQUIRE_TOOLS") == "1":
+            pytest.fail("GSQA_REQUIRE_TOOLS=1 but the native PBF reader (ingest/_osmread) was not built")
+        pytest.skip("NO NATIVE PBF READER: installed without g++ or libosmium's headers; loads read with pyosmium")
+    assert osm_pbf.reader_note() is None
+
+
+def test_without_the_native_reader_a_load_gives_the_same_tables_and_says_so(new_database, tmp_path: Path) -> None:
+    """$GSQA_NATIVE_READER=0 reads with pyosmium, as an install without a compiler does: the same rows, skip
+    lists, load log and report as the native reader, on the four real extracts at once."""
+    extracts = [str(shutil.copy(path, tmp_path)) for path in sorted((DATA / "osm").glob("*.osm.pbf"))]
+    native, fallback = new_database("pbf_native", initialized=True), new_database("pbf_pyosmium", initialized=True)
+    first = ingest("osm", *extracts, "--dsn", native, "--json")
+    second = ingest("osm", *extracts, "--dsn", fallback, "--json", env={osm_pbf.NATIVE_READER_ENV: "0"})
+    assert (first.returncode, second.returncode) == (1, 1), second.stderr  # Monaco's cut relations
+    note = f"ingest osm: {osm_pbf.NATIVE_READER_ENV}=0 is set; reading with pyosmium: the same rows"
+    assert second.stderr.count(note) == 1 and "reading with pyosmium" not in first.stderr
+    assert f"apt-get install {osm_pbf.NATIVE_READER_PACKAGES}" in second.stderr
+    reports = [json.loads(result.stdout) for result in (first, second)]
+    for report in reports:
+        report.pop("seconds"), report["pbf"].pop("seconds")
+        for layer in report["layers"].values():
+            layer.pop("index_seconds", None)
+    assert reports[0] == reports[1]
+    for table in TABLES:
+        assert table_rows(native, f"public.{table}") == table_rows(fallback, f"public.{table}"), table
+    logged = "SELECT target_table, source_name, source_size, source_checksum, rows_written, details " \
+             "FROM gsqa.load_log ORDER BY 1, 2"
+    with psycopg.connect(native) as one, psycopg.connect(fallback) as other:
+        assert one.execute(logged).fetchall() == other.execute(logged).fetchall()
 
 
 def test_a_box_keeps_the_same_rows_loaded_directly_as_exported(new_database, tmp_path: Path) -> None:

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import getpass
+
+import local_server
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from gsqa_core.db import with_user
+from gsqa_core.reader import READER_PASSWORD_ENV, kept_password, reader_problem
+from gsqa_core.reader import reader_dsn as reader_dsn_of
 from gsqa_core.schema import READER_ROLE
 
 
@@ -89,3 +95,41 @@ def test_rerunning_init_keeps_the_reader_locked_down(reader_dsn: str, initialize
     initialize(initialized_dsn)
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         run_as_reader(reader_dsn, "SET default_transaction_read_only = off", "CREATE TEMP TABLE again (x int)")
+
+
+def test_init_gives_the_reader_a_password_it_keeps_where_the_reader_cannot_read_it(
+        reader_dsn: str, initialized_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ingest.initdb import initialize
+
+    monkeypatch.delenv(READER_PASSWORD_ENV, raising=False)
+    generated = kept_password(initialized_dsn)
+    assert generated and len(generated) >= 20
+    initialize(initialized_dsn)
+    assert kept_password(initialized_dsn) == generated  # a rerun keeps it
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        run_as_reader(reader_dsn, "SELECT password FROM gsqa.reader_login")
+    monkeypatch.setenv(READER_PASSWORD_ENV, "chosen-by-the-admin")
+    initialize(initialized_dsn)
+    monkeypatch.delenv(READER_PASSWORD_ENV)
+    assert kept_password(initialized_dsn) == "chosen-by-the-admin"
+    with psycopg.connect(initialized_dsn) as conn:
+        assert conn.execute("SELECT rolpassword LIKE 'SCRAM-SHA-256$%%' FROM pg_authid WHERE rolname = %s",
+                            [READER_ROLE]).fetchone()[0]
+
+
+def test_where_the_socket_refuses_the_reader_it_logs_in_over_tcp(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stock Debian server: peer authentication on the socket, scram-sha-256 on 127.0.0.1."""
+    from ingest.initdb import initialize
+
+    monkeypatch.delenv(READER_PASSWORD_ENV, raising=False)
+    with local_server.stock_debian_cluster() as server:
+        admin = server.dsn("postgres", user=getpass.getuser())
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION postgis; CREATE EXTENSION postgis_raster")
+        initialize(admin)
+        login = reader_dsn_of(admin, None)
+        assert conninfo_to_dict(login)["host"] == "127.0.0.1" and reader_problem(login) is None
+        monkeypatch.setenv(READER_PASSWORD_ENV, "not-its-password")
+        problem = reader_problem(reader_dsn_of(admin, None))
+        assert problem.startswith("the reader role cannot log in") and "Peer authentication failed" in problem
+        assert f"`ingest init` gives it a password, {READER_PASSWORD_ENV}" in problem

@@ -3,11 +3,13 @@ bash (stopping at the first failing command), with its /tmp paths and database n
 
 from __future__ import annotations
 
+import getpass
 import os
 import re
 import subprocess
 from pathlib import Path
 
+import local_server
 import pytest
 from conftest import drop_database
 from psycopg.conninfo import conninfo_to_dict
@@ -32,7 +34,20 @@ def test_the_readme_has_runnable_blocks() -> None:
 
 @pytest.mark.parametrize("number", range(len(runnable_blocks())))
 def test_readme_block_runs_as_written(number: int, server_dsn: str, tmp_path: Path) -> None:
-    script = runnable_blocks()[number]
+    run_block(runnable_blocks()[number], server_dsn, tmp_path)
+
+
+def test_try_it_runs_on_a_stock_debian_server(tmp_path: Path) -> None:
+    """The "Try it" block against a cluster authenticating as Debian's stock one (peer on the socket,
+    scram-sha-256 on 127.0.0.1), where the user has a superuser role of their name and nothing else is set:
+    the reader gets its password from `ingest init` and logs in over TCP."""
+    [try_it] = [block for block in runnable_blocks() if "reproduce verify" in block]
+    with local_server.stock_debian_cluster() as server:
+        run_block(try_it, server.dsn("postgres", user=getpass.getuser()), tmp_path)
+
+
+def run_block(script: str, server_dsn: str, tmp_path: Path) -> None:
+    """Run a README block with bash against the server, its database names and /tmp paths made unique."""
     databases = sorted(set(re.findall(r"createdb (\w+)", script)))
     suffix = f"_readme_{os.getpid()}"
     for name in databases:
@@ -45,8 +60,7 @@ def test_readme_block_runs_as_written(number: int, server_dsn: str, tmp_path: Pa
     finally:
         for name in databases:
             drop_database(server_dsn, name + suffix)
-    assert result.returncode == 0, f"README block {number} failed:\n{script}\n{result.stdout}\n{result.stderr}"
+    assert result.returncode == 0, f"README block failed:\n{script}\n{result.stdout}\n{result.stderr}"
     if "reproduce verify" in script:  # the block's claim: every question passes
         total = next(line for line in result.stdout.splitlines() if line.startswith("total"))
         assert total.split()[1:4] == ["120", "100.0", "100.0"], result.stdout
-

@@ -1,0 +1,64 @@
+"""A Docker engine for the tests marked `docker` (tests/test_make_db.py, tests/test_fresh_machine.py): the one
+that answers, else dockerd started here (as root, with docker.io installed); else the test is skipped with the
+reason, or fails under GSQA_REQUIRE_TOOLS=1 (set by .ci/run). And the base image both images start from."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE_IMAGE = "debian:bookworm-slim"
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("GSQA_REQUIRE_TOOLS") == "1":
+        pytest.fail(f"GSQA_REQUIRE_TOOLS=1 but {reason}")
+    pytest.skip(f"NO DOCKER ENGINE: {reason}; the test did not run")
+
+
+@pytest.fixture(scope="session")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """A reachable Docker engine, started here (dockerd in the background) if none runs and we may."""
+    import docker
+
+    def ping() -> docker.DockerClient | None:
+        try:
+            client = docker.from_env()
+            client.ping()
+            return client
+        except docker.errors.DockerException:
+            return None
+
+    client = ping()
+    if client is None:
+        if os.geteuid() != 0 or shutil.which("dockerd") is None:
+            _unavailable("no engine answers and dockerd cannot be started here (not root, or docker.io missing)")
+        log = open(tmp_path_factory.mktemp("dockerd") / "dockerd.log", "w")  # noqa: SIM115 - lives with dockerd
+        subprocess.Popen(["dockerd"], stdout=log, stderr=log, start_new_session=True)
+        for _ in range(300):
+            client = ping()
+            if client is not None:
+                break
+            time.sleep(0.1)
+        else:
+            _unavailable(f"dockerd did not answer within 30 s (log: {log.name})")
+    yield client
+    client.close()
+
+
+
+
+def base_image() -> str:
+    """The base image, pulled or built with debootstrap as `make db` does when it is missing."""
+    if subprocess.run(["docker", "image", "inspect", BASE_IMAGE], capture_output=True).returncode != 0:
+        made = subprocess.run(["bash", "docker/base-image.sh", BASE_IMAGE], cwd=ROOT, capture_output=True, text=True,
+                              timeout=900)
+        assert made.returncode == 0, made.stderr
+    return BASE_IMAGE
