@@ -23,7 +23,7 @@ from reproduce.compare import LOCATION, as_geometry, components_of, haversine_m
 from reproduce.score import ROWS_KEPT, STATUSES, Scored, Scoring, summarize
 from reproduce.stats import mcnemar_exact, wilson
 
-RUN_COLUMNS = ("predicted %", "executed %", "paper %", "95% CI", "strict %", "timeout", "error")
+RUN_COLUMNS = ("predicted %", "executed %", "paper %", "95% CI", "strict %", "timeout", "error", "unscorable")
 PROBLEMS_LISTED = 20  # per run, on the console; --json-out has them all
 
 
@@ -56,7 +56,7 @@ def run_cells(results: list[Scored]) -> list[str]:
     low, high = wilson(counts["paper_passed"], total)
     return [_rate(counts["predicted"], total), _rate(counts["answered"], total), _rate(counts["paper_passed"], total),
             f"{100 * low:.1f}-{100 * high:.1f}" if total else "-", _rate(counts["strict_passed"], total),
-            str(counts["timeout"]), str(counts["sql_error"])]
+            str(counts["timeout"]), str(counts["sql_error"]), str(counts["unscorable"])]
 
 
 def table(scoring: Scoring) -> str:

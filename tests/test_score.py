@@ -114,8 +114,9 @@ def test_sql_predictions_run_in_the_sandbox(stored_db: str, tmp_path: Path) -> N
     with psycopg.connect(stored_db) as conn:  # nothing a prediction did stayed
         assert conn.execute("SELECT count(*) FROM dem_us").fetchone()[0] == tiles
     line = next(line for line in result.stdout.splitlines() if line.startswith("raster_only  R1"))
-    # predicted 10 of 20, executed (answered) 4, paper 1 (5.0 %, Wilson 0.9-23.6), strict 1, 1 timeout, 5 errors
-    assert line.split()[2:] == ["20", "50.0", "20.0", "5.0", "0.9-23.6", "5.0", "1", "5"]
+    # predicted 10 of 20, executed (answered) 4, paper 1 (5.0 %, Wilson 0.9-23.6), strict 1, 1 timeout, 5 errors,
+    # nothing unscorable
+    assert line.split()[2:] == ["20", "50.0", "20.0", "5.0", "0.9-23.6", "5.0", "1", "5", "0"]
 
 
 def test_candidates_run_in_order_and_the_first_that_runs_counts(stored_db: str, tmp_path: Path) -> None:
@@ -202,6 +203,8 @@ def test_the_authors_parsed_vector_answers(tmp_path: Path) -> None:
     # the repository's copy holds 11 of these 300 questions: the others are counted apart, not as wrong
     assert "289 questions not in the data, not scored (see --json-out)" in result.stdout
     assert len(document["results"]) == 11 and len(document["skipped"]) == 289
+    line = next(line.split() for line in result.stdout.splitlines() if line.split()[:2] == ["vector", "V17"])
+    assert line[-1] == "1"  # the address, counted apart
 
 
 def test_two_runs_side_by_side_with_a_paired_test(tmp_path: Path) -> None:
