@@ -51,9 +51,15 @@ def test_yes_no_ignores_case_and_whitespace_only() -> None:
 
 
 def test_every_template_has_the_documented_components() -> None:
+    """Each documented template's components: the answer key it reads and the metric with its tolerance."""
+    metrics = {"names": (compare.NAME, True), "name": (compare.NAME, False), "location": (compare.LOCATION, False),
+               "angle": (compare.ANGLE, False), "aspect": (compare.ASPECT, False),
+               "elevation": (compare.ELEVATION, False), "slope": (compare.SLOPE, False),
+               "relative": (compare.RELATIVE, False), "yesno": (compare.YES_NO, False)}
     for template_id, expected in EXPECTED.items():
-        declared = compare.components_of(template_id)
-        assert len(declared) == len(expected), template_id
+        declared = [(c.keys, c.metric, c.joined) for c in compare.components_of(template_id)]
+        documented = [(compare.NAME_KEYS if key == "*name" else (key,), *metrics[metric]) for key, metric in expected]
+        assert declared == documented, template_id
     for template in configs.TEMPLATES:
         assert compare.components_of(template.id)  # an undeclared template would raise
 
