@@ -399,7 +399,8 @@ def demo_data_command(
 def status_command(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """Where the build stands: every stage of `ingest all` (done, failed, running, interrupted or pending,
     with its times and summary) and what each reference table holds (files and rows from the load log)
-    against the files the last `ingest all` set out to load into it.
+    against the files the last `ingest all` set out to load into it. A database restored from a snapshot
+    (`ingest snapshot restore`) says so first: from where, and its manifest's sha256.
 
     Example: ingest status --json
 
@@ -412,6 +413,10 @@ def status_command(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     if as_json:
         typer.echo(json.dumps(state))
         return
+    origin = state["snapshot"]
+    if origin:
+        typer.echo(f"snapshot  {origin['state']:11} {origin.get('restored', '')[:19]}  from {origin['source']} "
+                   f"(manifest sha256 {origin['manifest_sha256']})")
     for stage in state["stages"]:
         line = f"{stage['stage']:9} {stage['state']:11}"
         if stage.get("started"):
@@ -551,7 +556,8 @@ def snapshot_restore(
     workers = jobs or os.cpu_count() or 1
     with reported_as_exit_code():
         folder = snapshot.local_folder(source, download_to, 8, lambda line: print(line, file=sys.stderr))
-        report = snapshot.restore_folder(folder, source, dsn, workers, replace, allow_version_change)
+        label = source if source.startswith(snapshot.HF_PREFIX) else str(folder.resolve())
+        report = snapshot.restore_folder(folder, label, dsn, workers, replace, allow_version_change)
     for change in report.version_changes:
         print(f"warning: {change}: answers may differ in the last digits ("
               f"{snapshot.VERSION_KEYS[change.split()[0]]})", file=sys.stderr)
