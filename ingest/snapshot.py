@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -226,11 +227,12 @@ def _dump_once(work: Path, dsn: str | None, jobs: int) -> Path:
 
 
 def _cut_into_parts(dump: Path, data: Path, part_size: int) -> None:
-    """Each file of the dump moved into data/, a file larger than part_size cut into NAME.partNNN pieces.
+    """Each file of the dump moved into data/, a table's data file larger than part_size cut into
+    NAME.partNNN pieces (restore feeds them to COPY in order; the table of contents stays whole).
     A file is removed from the dump only once it is wholly in data/, so a rerun redoes at most that file."""
     for source in sorted(dump.iterdir()):
         size = source.stat().st_size
-        if size <= part_size:
+        if size <= part_size or not source.name.startswith(tuple("0123456789")):  # only a table's data is cut
             os.replace(source, data / source.name)
             continue
         with open(source, "rb") as handle:
@@ -482,14 +484,79 @@ def _create_extensions(conn: psycopg.Connection, folder: Path, parts: list[Part]
             conn.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(match[1])))
 
 
+_TABLE_DATA = re.compile(r"^(\d+); \d+ \d+ TABLE DATA (\S+) (\S+) ")
+
+
+@dataclass(frozen=True)
+class StreamedTable:
+    """A table whose data file was cut into parts: COPY is fed from the parts themselves."""
+
+    entry: str  # its TOC line
+    schema: str
+    table: str
+    paths: list[Path]
+    compressed: bool
+
+
 def _pg_restore(folder: Path, parts: list[Part], dsn: str | None, jobs: int) -> None:
+    """pg_restore -j of the dump's entries, in its three sections; the data of a table whose file was cut
+    goes in by COPY straight from its parts during the data section, so that no file is written out whole
+    again (the peak disk stays the snapshot's plus the database's)."""
     entries = [line for line in _toc_list(folder, parts) if not _NOT_RESTORED.match(line)]
+    pieces: dict[str, list[Path]] = {}
+    for part in parts:
+        pieces.setdefault(part.dump_file, []).append(folder / part.path)
+    streamed = _streamed_tables(entries, pieces)
     with _scratch_beside(folder) as scratch:
-        _assemble_dump(folder, parts, scratch / "dump")
+        _link_whole_files(pieces, scratch / "dump")
         listing = scratch / "entries.list"
-        listing.write_text("\n".join(entries) + "\n")
-        _run_tool(["pg_restore", "--no-owner", "--exit-on-error", f"--jobs={jobs}", f"--use-list={listing}",
-                   *_dbname(dsn), str(scratch / "dump")], "pg_restore")
+        listing.write_text("\n".join(line for line in entries if line not in {t.entry for t in streamed}) + "\n")
+
+        def section(name: str) -> None:
+            _run_tool(["pg_restore", "--no-owner", "--exit-on-error", f"--jobs={jobs}", f"--section={name}",
+                       f"--use-list={listing}", *_dbname(dsn), str(scratch / "dump")], f"pg_restore ({name})")
+
+        section("pre-data")
+        with ThreadPoolExecutor(max(1, len(streamed)), thread_name_prefix="gsqa-copy") as pool:
+            copies = [pool.submit(_copy_in, dsn, table) for table in streamed]
+            section("data")
+            for copy in copies:
+                copy.result()
+        section("post-data")
+
+
+def _streamed_tables(entries: list[str], pieces: dict[str, list[Path]]) -> list[StreamedTable]:
+    streamed = []
+    for line in entries:
+        match = _TABLE_DATA.match(line)
+        for suffix in (".dat.gz", ".dat"):
+            paths = pieces.get(f"{match[1]}{suffix}", []) if match else []
+            if len(paths) > 1:
+                streamed.append(StreamedTable(line, match[2], match[3], sorted(paths), suffix.endswith(".gz")))
+    unexpected = set(name for name, paths in pieces.items() if len(paths) > 1) - {
+        table.paths[0].name.rsplit(".part", 1)[0] for table in streamed}
+    if unexpected:
+        raise GsqaError(f"the snapshot's file {sorted(unexpected)[0]} is cut into parts but is no table's data")
+    return streamed
+
+
+def _copy_in(dsn: str | None, streamed: StreamedTable) -> None:
+    """COPY from the parts, after a TRUNCATE in the same transaction, as pg_restore does: into a new file,
+    COPY appends every row instead of filling earlier pages' free space, so the rows keep the dump's (heap)
+    order, which `ingest check` requires of dem_us."""
+    table = sql.Identifier(streamed.schema, streamed.table)
+    with connect(dsn) as conn, conn.cursor() as cursor:
+        cursor.execute(sql.SQL("TRUNCATE ONLY {}").format(table))
+        _copy_parts(cursor, table, streamed)
+
+
+def _copy_parts(cursor: psycopg.Cursor, table: sql.Identifier, streamed: StreamedTable) -> None:
+    with cursor.copy(sql.SQL("COPY {} FROM STDIN").format(table)) as copy:
+        inflate = zlib.decompressobj(wbits=31) if streamed.compressed else None  # 31: gzip's framing
+        for path in streamed.paths:
+            with open(path, "rb") as handle:
+                while chunk := handle.read(1 << 20):
+                    copy.write(inflate.decompress(chunk) if inflate else chunk)
 
 
 @contextlib.contextmanager
@@ -504,24 +571,16 @@ def _scratch_beside(folder: Path) -> Iterator[Path]:
         yield Path(path)
 
 
-def _assemble_dump(folder: Path, parts: list[Part], dump: Path) -> None:
-    """The dump directory as pg_restore wants it (regular files: it refuses links and FIFOs): a whole file
-    hard-linked to its part (copied if the file systems differ), a cut file put together from its parts."""
+def _link_whole_files(pieces: dict[str, list[Path]], dump: Path) -> None:
+    """The dump directory as pg_restore wants it (regular files: it refuses links and FIFOs): each file that
+    is one part hard-linked to it (copied if the file systems differ)."""
     dump.mkdir()
-    pieces: dict[str, list[Path]] = {}
-    for part in parts:
-        pieces.setdefault(part.dump_file, []).append(folder / part.path)
     for name, paths in pieces.items():
         if len(paths) == 1:
             try:
                 os.link(paths[0], dump / name)
             except OSError:
                 shutil.copyfile(paths[0], dump / name)
-            continue
-        with open(dump / name, "wb") as out:
-            for path in sorted(paths):
-                with open(path, "rb") as handle:
-                    shutil.copyfileobj(handle, out, 1 << 20)
 
 
 # --- sources ---------------------------------------------------------------------------------------------------
