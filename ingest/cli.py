@@ -464,11 +464,12 @@ def check_command(
 snapshot_app = command_group(
     "snapshot",
     """Publish a built and checked reference database once, restore it anywhere: `create` writes it as a
-folder of verified parts with a manifest and a dataset card, `restore` puts it into a database (from the
-folder or from the Hugging Face hub). docs/DESIGN.md, "Snapshots", says what a snapshot holds.
+folder of verified parts with a manifest and a dataset card, `push` uploads it to the Hugging Face hub,
+`restore` puts it into a database (from the folder or from the hub). docs/DESIGN.md, "Snapshots", says
+what a snapshot holds.
 
 Exit codes: 0 ok; 1 restored but `ingest check` failed; 2 nothing started or nothing restored.""",
-    order=("create", "restore"),
+    order=("create", "push", "restore"),
 )
 app.add_typer(snapshot_app)
 JobsOption = Annotated[int | None, typer.Option("--jobs", metavar="N", min=1, help="Parallel pg_dump / pg_restore "
@@ -520,6 +521,31 @@ def snapshot_create(
     done = "already held a finished snapshot" if report.already else f"written in {report.seconds:.1f} s"
     typer.echo(f"{folder}: {report.parts} parts ({_size(report.bytes)}) {done}; manifest sha256 "
                f"{report.manifest_sha256}")
+
+
+@snapshot_app.command("push")
+def snapshot_push(
+    folder: Annotated[Path, typer.Argument(metavar="DIR", help="A finished snapshot folder.", show_default=False)],
+    repo: Annotated[str, typer.Argument(metavar="REPO", help="The Hugging Face dataset, OWNER/NAME.",
+                                        show_default=False)],
+    revision: Annotated[str | None, typer.Option("--revision", metavar="BRANCH", help="An existing branch to "
+                                                 "commit to (default: main).", show_default=False)] = None,
+) -> None:
+    """Upload a snapshot folder as a Hugging Face dataset repository (created if missing): manifest.json,
+    README.md (the dataset card) and the parts, with huggingface_hub's resumable upload. HF_TOKEN and
+    HF_ENDPOINT are honoured. Interrupted (even kill -9), the same command goes on: parts the hub already
+    holds are not sent again.
+
+    Example: ingest snapshot push /srv/gsqa-snapshot Zoe/GS-QA2-refdb
+
+    Exit codes: 0 pushed; 2 nothing pushed (not a finished snapshot, hub unreachable or refused).
+    """
+    from ingest import snapshot
+
+    with reported_as_exit_code():
+        commit = snapshot.push(folder, repo, revision)
+    typer.echo(f"{folder} pushed to the dataset {repo} (commit {commit}); restore it with "
+               f"`ingest snapshot restore hf:{repo}{'@' + revision if revision else ''}`")
 
 
 @snapshot_app.command("restore")

@@ -618,3 +618,27 @@ def local_folder(source: str, download_to: Path | None, workers: int,
         raise GsqaError(f"{source}: {len(report.failed) + len(report.missing)} files not downloaded (first: {detail}); "
                         "run again to resume")
     return target
+
+
+# --- push ------------------------------------------------------------------------------------------------------
+
+
+def push(folder: Path, repo: str, revision: str | None) -> str:
+    """The finished snapshot in `folder` as the Hugging Face dataset `repo` (created if missing), its card as
+    the repository's README; returns the commit. huggingface_hub's upload_folder is resumable: with hf_xet
+    (a dependency of huggingface_hub) it commits in batches as parts are uploaded, and without it the LFS
+    batch API skips the parts the hub already holds; so after an interruption the same command goes on."""
+    from huggingface_hub import HfApi
+
+    manifest = read_manifest(folder)
+    api = HfApi()
+    try:
+        api.create_repo(repo, repo_type="dataset", exist_ok=True)
+        commit = api.upload_folder(repo_id=repo, repo_type="dataset", folder_path=folder, revision=revision,
+                                   allow_patterns=[MANIFEST, CARD, f"{DATA}/*"],
+                                   commit_message=f"gsqa snapshot of {manifest['created']}")
+    except Exception as error:  # noqa: BLE001 - any failure to reach or write the hub is one line
+        raise GsqaError(f"cannot push {folder} to the dataset {repo} on the Hugging Face hub ({api.endpoint}): "
+                        f"{' '.join(str(error).split()) or type(error).__name__}; run the same command again to "
+                        "resume (parts already uploaded are not sent again)") from None
+    return commit.oid

@@ -206,3 +206,30 @@ def test_a_snapshot_on_the_hub_is_downloaded_verified_and_restored(snapshot_dir:
         assert f"0 files downloaded, {len(files)} already present" in again.stderr
     origin = json.loads(ingest("status", "--dsn", fresh_dsn, "--json").stdout)["snapshot"]
     assert origin["source"] == "hf:someone/gsqa-snapshot@main"
+
+
+def test_push_then_kill_9_then_the_same_command_uploads_the_rest_and_the_hub_copy_restores(
+        snapshot_dir: Path, built: str, tmp_path: Path, fresh_dsn: str) -> None:
+    with FakeHub("someone/pushed", {}) as hub:
+        env = {**os.environ, "HF_ENDPOINT": hub.endpoint(), "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_XET": "1",
+               "HF_TOKEN": "hf_test"}
+        hub.faults.slow_uploads = 0.3
+        process = subprocess.Popen([str(BIN / "ingest"), "snapshot", "push", str(snapshot_dir), "someone/pushed"],
+                                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            assert wait_for(lambda: len(hub.uploads) >= 2, process), "push ended before it uploaded two parts"
+            process.send_signal(signal.SIGKILL)
+        finally:
+            process.wait()
+        first = list(hub.uploads)
+        assert hub.files == {}  # nothing committed yet
+        hub.faults.slow_uploads = 0.0
+        again = subprocess.run([str(BIN / "ingest"), "snapshot", "push", str(snapshot_dir), "someone/pushed"], env=env,
+                               capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr
+        assert not set(first) & set(hub.uploads[len(first):])  # what the killed run sent is not sent again
+        assert hub.files == repository_files(snapshot_dir)
+
+        restored = restore("hf:someone/pushed", fresh_dsn, "--download-to", str(tmp_path / "download"), env=env)
+        assert restored.returncode == 0, restored.stderr
+    assert database_contents(fresh_dsn) == database_contents(built)
