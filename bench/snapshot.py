@@ -81,7 +81,8 @@ def timed(argv: list[str], sampler: DiskSampler | None = None) -> float:
         sampler.stop.set()
         sampler.join()
     if result.returncode:
-        raise SystemExit(f"{' '.join(argv[:3])} failed (exit {result.returncode}): {result.stderr[-500:]}")
+        raise SystemExit(f"{' '.join(argv[:3])} failed (exit {result.returncode}): "
+                         f"{result.stdout[-500:]} {result.stderr[-500:]}")
     return seconds
 
 

@@ -23,6 +23,7 @@ the snapshot and its manifest's sha256 (`ingest status` shows it).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -499,8 +500,8 @@ class StreamedTable:
 
 
 def _pg_restore(folder: Path, parts: list[Part], dsn: str | None, jobs: int) -> None:
-    """pg_restore -j of the dump's entries, in its three sections; the data of a table whose file was cut
-    goes in by COPY straight from its parts during the data section, so that no file is written out whole
+    """pg_restore -j of the dump's entries; the data of a table whose file was cut goes in by COPY straight
+    from its parts before the indexes and constraints (post-data), so that no file is written out whole
     again (the peak disk stays the snapshot's plus the database's)."""
     entries = [line for line in _toc_list(folder, parts) if not _NOT_RESTORED.match(line)]
     pieces: dict[str, list[Path]] = {}
@@ -512,17 +513,18 @@ def _pg_restore(folder: Path, parts: list[Part], dsn: str | None, jobs: int) -> 
         listing = scratch / "entries.list"
         listing.write_text("\n".join(line for line in entries if line not in {t.entry for t in streamed}) + "\n")
 
-        def section(name: str) -> None:
-            _run_tool(["pg_restore", "--no-owner", "--exit-on-error", f"--jobs={jobs}", f"--section={name}",
-                       f"--use-list={listing}", *_dbname(dsn), str(scratch / "dump")], f"pg_restore ({name})")
+        def sections(*names: str) -> None:
+            # At least 2 jobs: only a parallel pg_restore truncates before COPY.
+            _run_tool(["pg_restore", "--no-owner", "--exit-on-error", f"--jobs={max(2, jobs)}",
+                       *(f"--section={name}" for name in names), f"--use-list={listing}", *_dbname(dsn),
+                       str(scratch / "dump")], f"pg_restore ({', '.join(names)})")
 
-        section("pre-data")
-        with ThreadPoolExecutor(max(1, len(streamed)), thread_name_prefix="gsqa-copy") as pool:
-            copies = [pool.submit(_copy_in, dsn, table) for table in streamed]
-            section("data")
-            for copy in copies:
-                copy.result()
-        section("post-data")
+        # One run for the tables and their data: pg_restore truncates a table it created in the same run
+        # before its COPY, which keeps the rows in order (see _copy_in).
+        sections("pre-data", "data")
+        with ThreadPoolExecutor(max(1, min(jobs, len(streamed))), thread_name_prefix="gsqa-copy") as pool:
+            list(pool.map(functools.partial(_copy_in, dsn), streamed))
+        sections("post-data")
 
 
 def _streamed_tables(entries: list[str], pieces: dict[str, list[Path]]) -> list[StreamedTable]:
@@ -562,9 +564,14 @@ def _copy_parts(cursor: psycopg.Cursor, table: sql.Identifier, streamed: Streame
 @contextlib.contextmanager
 def _scratch_beside(folder: Path) -> Iterator[Path]:
     """A scratch folder inside the snapshot folder (same file system: parts can be hard-linked), else in
-    the temporary directory."""
+    the temporary directory. It is named after this process; those of processes that are gone (a restore
+    killed with -9) are deleted."""
+    for stale in folder.glob(".restore-*"):
+        pid = stale.name.removeprefix(".restore-").split("-")[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(stale, ignore_errors=True)
     try:
-        scratch = tempfile.TemporaryDirectory(prefix=".restore-", dir=folder)
+        scratch = tempfile.TemporaryDirectory(prefix=f".restore-{os.getpid()}-", dir=folder)
     except OSError:
         scratch = tempfile.TemporaryDirectory(prefix="gsqa-restore-")
     with scratch as path:

@@ -168,6 +168,7 @@ def test_kill_9_during_restore_then_the_same_command_restores_it(snapshot_dir: P
     again = restore(snapshot_dir, fresh_dsn)
     assert again.returncode == 0, again.stderr
     assert database_contents(fresh_dsn) == database_contents(built)
+    assert not list(snapshot_dir.glob(".restore-*"))  # the killed run's scratch folder is gone too
 
 
 def test_kill_9_during_create_then_the_same_command_finishes_it(built: str, tmp_path: Path, fresh_dsn: str) -> None:
