@@ -487,9 +487,10 @@ def snapshot_create(
     verify: Annotated[Path | None, typer.Option("--verify", metavar="FILE", help="A `reproduce verify "
                                                 "--json-out` file to keep in the manifest.",
                                                 show_default=False)] = None,
-    part_size: Annotated[int, typer.Option("--part-size", metavar="BYTES", min=1,
-                                           help="Largest part (a hub upload and a download resume part by "
-                                           "part).")] = 2_000_000_000,
+    part_size: Annotated[int | None, typer.Option("--part-size", metavar="BYTES", min=1,
+                                                  help="Largest part of a table's data (a hub upload and a "
+                                                  "download resume part by part); default 2 GB.",
+                                                  show_default=False)] = None,
     image: Annotated[str | None, typer.Option("--image", metavar="NAME", envvar="GSQA_DB_IMAGE",
                                               help="The image the database server runs in, for the manifest.",
                                               show_default=False)] = None,
@@ -514,7 +515,8 @@ def snapshot_create(
     if snapshot_format not in snapshot.FORMATS:
         raise typer.BadParameter(f"expected one of {', '.join(snapshot.FORMATS)}", param_hint="--format")
     with reported_as_exit_code():
-        report = snapshot.create(folder, dsn, jobs or os.cpu_count() or 1, verify, part_size, image)
+        report = snapshot.create(folder, dsn, jobs or os.cpu_count() or 1, verify, part_size or snapshot.PART_SIZE,
+                                 image)
     if as_json:
         typer.echo(json.dumps(report.as_json()))
         return

@@ -6,18 +6,19 @@ A snapshot folder holds
                     GEOS, PROJ and GDAL versions and collation, the image, the load and stage log summaries,
                     the `ingest check` report and, with --verify, a `reproduce verify --json-out` summary
     README.md       the dataset card (the hub shows it)
-    data/           the parts: the files of a directory-format dump (`pg_dump -Fd`), each at most PART_SIZE;
-                    a larger file is cut into NAME.part000, NAME.part001, ...
+    data/           the parts: the files of a directory-format dump (`pg_dump -Fd`); a table's data file
+                    larger than PART_SIZE is cut into NAME.part000, NAME.part001, ...
 
 Create dumps into DIR/.work/dump (a dump that finished is marked, so a rerun after kill -9 does not dump
 again), then moves each file into data/ (cutting the large ones), hashes the parts and writes the manifest
 last: a folder with a manifest is complete. Restore checks every part's size and sha256 against the manifest
-before it touches the database, then feeds the parts to `pg_restore -j` straight from where they are (a cut
-file through a FIFO, so it is never written out whole again), re-applies `ingest init` (the reader role and
-grants, which are cluster-wide and not in a dump), runs VACUUM ANALYZE (a dump holds no statistics) and
+before it touches the database, then runs `pg_restore -j` on the parts where they are (hard-linked into a
+scratch dump directory; a cut table's data goes in by COPY from its parts, so no file is written out whole
+again), makes the DEM's raster constraints as the DEM stage does, re-applies `ingest init` (the reader role
+and grants, which are cluster-wide and not in a dump), runs VACUUM ANALYZE (a dump holds no statistics) and
 `ingest check`. While it runs, the database's comment says which snapshot is being restored, so that a rerun
 after kill -9 knows the tables it finds are its own and starts them over; when it is done, the comment names
-the snapshot and its manifest's sha256 (`ingest status` shows it).
+the snapshot and its manifest's sha256 (`ingest status` shows it). docs/DESIGN.md, "Snapshots", has the why.
 """
 
 from __future__ import annotations
