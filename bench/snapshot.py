@@ -43,14 +43,16 @@ FULL_DATABASE_GB = 21 + 26  # dem_us (mid-range of 12-30 GB) and the vector tabl
 
 
 def folder_bytes(folder: Path) -> int:
-    total = 0
+    """Disk used by the files under `folder`, a file with several links (restore's scratch dump) once."""
+    seen: dict[int, int] = {}
     for root, _, files in os.walk(folder):
         for name in files:
             try:
-                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+                stat = os.lstat(os.path.join(root, name))
             except FileNotFoundError:
-                pass
-    return total
+                continue
+            seen[stat.st_ino] = stat.st_blocks * 512
+    return sum(seen.values())
 
 
 class DiskSampler(threading.Thread):
