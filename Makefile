@@ -59,7 +59,7 @@ help:
 db: db-up
 	@mkdir -p "$(GSQA_DATA)"
 	$(PSQL_IN_DB) -f /opt/gsqa/bulk_load_on.sql
-	status=0; $(COMPOSE) run --rm $(LOADER_MOUNT) loader $(LOADER_ARGS) || status=$$?; \
+	status=0; $(COMPOSE) run --rm$(if $(LOADER_MOUNT), $(LOADER_MOUNT)) loader $(LOADER_ARGS) || status=$$?; \
 	$(PSQL_IN_DB) -f /opt/gsqa/bulk_load_off.sql || status=$$?; \
 	$(print_where); \
 	if [ $$status -ne 0 ]; then echo "make db: the build stopped (exit $$status); fix what it names and run the same make command again: it continues where it stopped" >&2; fi; \
