@@ -23,6 +23,14 @@ BBOX ?=
 WHAT ?= dem,osm
 DEMO_BBOX ?= -75,40,-73,42
 ALL_ARGS = all /data --what $(WHAT) $(if $(OFFLINE),--offline) $(if $(BBOX),--bbox $(BBOX))
+# FROM=DIR or FROM=hf:OWNER/NAME[@REVISION]: restore that snapshot (`ingest snapshot restore`) instead of
+# building; a folder is mounted into the loader, a hub snapshot is downloaded into GSQA_DATA/gsqa-snapshots/.
+# REPLACE=1 drops what the database holds first.
+FROM ?=
+REPLACE ?=
+SNAPSHOT_HUB = $(filter hf:%,$(FROM))
+LOADER_MOUNT = $(if $(FROM),$(if $(SNAPSHOT_HUB),,--volume $(abspath $(FROM)):/snapshot))
+LOADER_ARGS = $(if $(FROM),snapshot restore $(or $(SNAPSHOT_HUB),/snapshot) $(if $(REPLACE),--replace),$(ALL_ARGS))
 DATABASE_URL_HOST = postgresql://postgres:$(POSTGRES_PASSWORD)@127.0.0.1:$(GSQA_DB_PORT)/gsqa
 
 # Both images start from this; without a registry, `make base-image` builds it with debootstrap.
@@ -34,7 +42,8 @@ EXTRA_CA_DIR ?= /usr/local/share/ca-certificates
 
 help:
 	@echo "make db        build the images, start the Docker PostGIS, run \`ingest all /data\` in the loader"
-	@echo "               (fetch, dem, osm, finalize, check); OFFLINE=1, BBOX=W,S,E,N, WHAT=dem|osm"
+	@echo "               (fetch, dem, osm, finalize, check); OFFLINE=1, BBOX=W,S,E,N, WHAT=dem|osm;"
+	@echo "               FROM=DIR|hf:OWNER/NAME restores that snapshot instead (REPLACE=1)"
 	@echo "make demo      a small DEM-only database of the box $(DEMO_BBOX) in minutes"
 	@echo "make db-local  \`ingest all $(GSQA_DATA)\` against the server named by DATABASE_URL (no Docker)"
 	@echo "make where     where the database listens and how to verify against it"
@@ -51,7 +60,7 @@ help:
 db: db-up
 	@mkdir -p "$(GSQA_DATA)"
 	$(PSQL_IN_DB) -f /opt/gsqa/bulk_load_on.sql
-	status=0; $(COMPOSE) run --rm loader $(ALL_ARGS) || status=$$?; \
+	status=0; $(COMPOSE) run --rm$(if $(LOADER_MOUNT), $(LOADER_MOUNT)) loader $(LOADER_ARGS) || status=$$?; \
 	$(PSQL_IN_DB) -f /opt/gsqa/bulk_load_off.sql || status=$$?; \
 	$(print_where); \
 	if [ $$status -ne 0 ]; then echo "make db: the build stopped (exit $$status); fix what it names and run the same make command again: it continues where it stopped" >&2; fi; \

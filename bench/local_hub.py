@@ -1,6 +1,7 @@
 """A local stand-in for the Hugging Face hub (tests, bench/make_db.py): the endpoints huggingface_hub uses to
-list and download a dataset (repository info, the file tree, HEAD and GET of /resolve/ with Range), and faults
-to inject per file.
+list and download a dataset (repository info, the file tree, HEAD and GET of /resolve/ with Range), those
+`upload_folder` uses without Xet (create the repository, preupload, the LFS batch API and its PUTs, commit),
+and faults to inject per file.
 
 Tests point huggingface_hub at it with HF_ENDPOINT. It listens on all interfaces so that a container (the
 loader of `make db`) can reach it through the Docker bridge too.
@@ -8,6 +9,7 @@ loader of `make db`) can reach it through the Docker bridge too.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import threading
@@ -39,6 +41,7 @@ class Faults:
     corrupt: set[str] = field(default_factory=set)  # the tree lists the real checksum, GET serves other bytes
     unlisted: set[str] = field(default_factory=set)  # kept out of the tree and answered 404
     slow: dict[str, float] = field(default_factory=dict)  # path -> seconds per 64 kB chunk
+    slow_uploads: float = 0.0  # seconds before each LFS upload is answered
 
 
 class FakeHub:
@@ -47,6 +50,8 @@ class FakeHub:
         self.repo, self.files, self.lfs_suffixes = repo, files, lfs_suffixes
         self.faults = Faults()
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range header)
+        self.lfs_objects: dict[str, bytes] = {}  # sha256 -> content, uploaded and not yet committed or committed
+        self.uploads: list[str] = []  # the sha256 of every LFS upload received, in order
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -55,6 +60,12 @@ class FakeHub:
 
             def do_HEAD(self) -> None:  # noqa: N802
                 hub._route(self, send_body=False)
+
+            def do_POST(self) -> None:  # noqa: N802
+                hub._upload_route(self)
+
+            def do_PUT(self) -> None:  # noqa: N802
+                hub._upload_route(self)
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -113,6 +124,42 @@ class FakeHub:
             handler.send_header("Content-Length", "0")
             handler.end_headers()
 
+    def _upload_route(self, handler: BaseHTTPRequestHandler) -> None:
+        path, body = handler.path.split("?")[0], _request_body(handler)
+        api = f"/api/datasets/{self.repo}"
+        if path in ("/api/repos/create", "/api/validate-yaml"):
+            self._json(handler, {"url": f"{self.endpoint()}/datasets/{self.repo}"}, True)
+        elif path.startswith(f"{api}/preupload/"):
+            files = [{"path": item["path"], "uploadMode": "lfs" if item["size"] else "regular", "shouldIgnore": False}
+                     for item in json.loads(body)["files"]]
+            self._json(handler, {"files": files}, True)
+        elif path == f"/datasets/{self.repo}.git/info/lfs/objects/batch":
+            objects = [{"oid": item["oid"], "size": item["size"]} | ({} if item["oid"] in self.lfs_objects else {
+                "actions": {"upload": {"href": f"{self.endpoint()}/lfs-upload/{item['oid']}"}}})
+                for item in json.loads(body)["objects"]]
+            self._json(handler, {"transfer": "basic", "objects": objects}, True)
+        elif path.startswith("/lfs-upload/"):
+            time.sleep(self.faults.slow_uploads)
+            self.lfs_objects[hashlib.sha256(body).hexdigest()] = body
+            self.uploads.append(hashlib.sha256(body).hexdigest())
+            self._json(handler, {}, True)
+        elif path.startswith(f"{api}/commit/"):
+            self._commit([json.loads(line) for line in body.splitlines() if line.strip()])
+            self._json(handler, {"commitUrl": f"{self.endpoint()}/datasets/{self.repo}/commit/{COMMIT}",
+                                 "commitOid": COMMIT, "pullRequestUrl": None}, True)
+        else:
+            handler.send_response(404)
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+
+    def _commit(self, operations: list[dict]) -> None:
+        for operation in operations:
+            value = operation["value"]
+            if operation["key"] == "lfsFile":
+                self.files[value["path"]] = self.lfs_objects[value["oid"]]
+            elif operation["key"] == "file":
+                self.files[value["path"]] = base64.b64decode(value["content"])
+
     @staticmethod
     def _json(handler: BaseHTTPRequestHandler, payload: object, send_body: bool) -> None:
         body = json.dumps(payload).encode()
@@ -158,3 +205,15 @@ class FakeHub:
             if delay:
                 handler.wfile.flush()
                 time.sleep(delay)
+
+
+def _request_body(handler: BaseHTTPRequestHandler) -> bytes:
+    """The request's body, sent with a length or in chunks."""
+    if handler.headers.get("Transfer-Encoding", "").lower() != "chunked":
+        return handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
+    body = bytearray()
+    while size := int(handler.rfile.readline().split(b";")[0].strip() or b"0", 16):
+        body += handler.rfile.read(size)
+        handler.rfile.readline()
+    handler.rfile.readline()
+    return bytes(body)

@@ -25,7 +25,7 @@ from psycopg.types.json import Jsonb
 from gsqa_core import schema
 from gsqa_core.db import connect
 from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
-from ingest import fetch, initdb
+from ingest import fetch, initdb, snapshot
 
 STAGES = ("init", "fetch", "dem", "osm", "finalize", "check")
 _RUN_LOCK = "gsqa ingest all"
@@ -275,8 +275,8 @@ def _check_stage(dsn: str | None) -> StageResult:
 
 
 def status(dsn: str | None) -> dict[str, Any]:
-    """Every stage (done, failed, running, interrupted or pending, with times) and what is loaded against
-    what the last `ingest all` set out to load."""
+    """Every stage (done, failed, running, interrupted or pending, with times), what is loaded against
+    what the last `ingest all` set out to load, and the snapshot the database was restored from, if any."""
     with connect(dsn, autocommit=True) as conn:
         if conn.execute("SELECT to_regclass('gsqa.stage_log')").fetchone()[0] is None:
             raise GsqaError("no build is recorded in this database: run `ingest all DATA_DIR` (or `ingest init`)")
@@ -285,6 +285,7 @@ def status(dsn: str | None) -> dict[str, Any]:
             "SELECT stage, state, summary, started_at, finished_at, expected FROM gsqa.stage_log")}
         loaded = {target: (files, rows_written) for target, files, rows_written in conn.execute(
             "SELECT target_table, count(*), sum(rows_written)::bigint FROM gsqa.load_log GROUP BY target_table")}
+        origin = snapshot.origin_of(conn)
     stages = []
     for stage in STAGES:
         if stage not in rows:
@@ -298,4 +299,4 @@ def status(dsn: str | None) -> dict[str, Any]:
                        "seconds": round((finished - started).total_seconds(), 1) if finished else None})
     tables = {table.fullname: {"files": loaded.get(table.fullname, (0, 0))[0], "rows": loaded.get(table.fullname,
               (0, 0))[1]} for table in schema.REFERENCE_TABLES}
-    return {"running": running, "stages": stages, "loaded": tables}
+    return {"running": running, "stages": stages, "loaded": tables, "snapshot": origin}

@@ -84,11 +84,20 @@ def _dem_checks(conn: psycopg.Connection, reference: bool) -> list[Check]:
                             f"{tiles:,} tiles; the reference has {REFERENCE_TILES:,}"))
     if not tiles:
         return checks
-    grids = [TileGrid(Grid(d["width"], d["height"], tuple(d["geotransform"]), d["nodata"]), frozenset(d["skipped"]))
-             for _, (_, d) in sorted(logged.items())]
+    grids = logged_grids(logged)
     checks += [_tiles_per_file(conn, logged), _census(conn, grids, reference), _extent(conn, grids, reference),
                _heap_order(conn), _constraints(conn, grids), _raster_columns(conn), _dem_index(conn)]
     return checks
+
+
+def logged_grids(logged: dict[str, tuple[int, Any]]) -> list[TileGrid]:
+    """The tile grids of the DEM files in the load log (_logged), in file name order."""
+    return [TileGrid(Grid(d["width"], d["height"], tuple(d["geotransform"]), d["nodata"]), frozenset(d["skipped"]))
+            for _, (_, d) in sorted(logged.items())]
+
+
+def dem_grids(conn: psycopg.Connection) -> list[TileGrid]:
+    return logged_grids(_logged(conn, schema.dem_us.fullname))
 
 
 def _tiles_per_file(conn: psycopg.Connection, logged: dict[str, tuple[int, Any]]) -> Check:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +36,7 @@ Every command resolves the database the same way: --dsn, then $DATABASE_URL, the
 
 Exit codes: 0 ok; 1 the run went through but some inputs failed; 2 nothing started (usage error,
 unreachable database, no readable input).""",
-    order=("all", "fetch", "init", "dem", "osm", "finalize", "check", "status", "demo-data"),
+    order=("all", "fetch", "init", "dem", "osm", "finalize", "check", "status", "snapshot", "demo-data"),
 )
 
 
@@ -401,7 +402,8 @@ def demo_data_command(
 def status_command(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """Where the build stands: every stage of `ingest all` (done, failed, running, interrupted or pending,
     with its times and summary) and what each reference table holds (files and rows from the load log)
-    against the files the last `ingest all` set out to load into it.
+    against the files the last `ingest all` set out to load into it. A database restored from a snapshot
+    (`ingest snapshot restore`) says so first: from where, and its manifest's sha256.
 
     Example: ingest status --json
 
@@ -414,6 +416,10 @@ def status_command(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     if as_json:
         typer.echo(json.dumps(state))
         return
+    origin = state["snapshot"]
+    if origin:
+        typer.echo(f"snapshot  {origin['state']:11} {origin.get('restored', '')[:19]}  from {origin['source']} "
+                   f"(manifest sha256 {origin['manifest_sha256']})")
     for stage in state["stages"]:
         line = f"{stage['stage']:9} {stage['state']:11}"
         if stage.get("started"):
@@ -456,6 +462,145 @@ def check_command(
         failed = sum(not result.ok for result in results)
         typer.echo(f"{len(results) - failed} of {len(results)} checks passed")
     raise typer.Exit(1 if any(not result.ok for result in results) else 0)
+
+
+snapshot_app = command_group(
+    "snapshot",
+    """Publish a built and checked reference database once, restore it anywhere: `create` writes it as a
+folder of verified parts with a manifest and a dataset card, `push` uploads it to the Hugging Face hub,
+`restore` puts it into a database (from the folder or from the hub). docs/DESIGN.md, "Snapshots", says
+what a snapshot holds.
+
+Exit codes: 0 ok; 1 restored but `ingest check` failed; 2 nothing started or nothing restored.""",
+    order=("create", "push", "restore"),
+)
+app.add_typer(snapshot_app)
+JobsOption = Annotated[int | None, typer.Option("--jobs", metavar="N", min=1, help="Parallel pg_dump / pg_restore "
+                                                "jobs and part checks (default: the machine's cores).",
+                                                show_default=False)]
+
+
+@snapshot_app.command("create")
+def snapshot_create(
+    folder: Annotated[Path, typer.Argument(metavar="DIR", help="A new or empty folder for the snapshot.",
+                                           show_default=False)],
+    snapshot_format: Annotated[str, typer.Option("--format", metavar="FORMAT",
+                                                 help="dump: a directory-format pg_dump (portable to any "
+                                                 "PostgreSQL >= the snapshot's major version).")] = "dump",
+    verify: Annotated[Path | None, typer.Option("--verify", metavar="FILE", help="A `reproduce verify "
+                                                "--json-out` file to keep in the manifest.",
+                                                show_default=False)] = None,
+    part_size: Annotated[int | None, typer.Option("--part-size", metavar="BYTES", min=1,
+                                                  help="Largest part of a table's data (a hub upload and a "
+                                                  "download resume part by part); default 2 GB.",
+                                                  show_default=False)] = None,
+    image: Annotated[str | None, typer.Option("--image", metavar="NAME", envvar="GSQA_DB_IMAGE",
+                                              help="The image the database server runs in, for the manifest.",
+                                              show_default=False)] = None,
+    jobs: JobsOption = None,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Write a snapshot of the database into DIR: its data in parts (each at most --part-size), manifest.json
+    (every part's sha256 and size; the PostgreSQL, PostGIS, GEOS, PROJ and GDAL versions and collation; the
+    image; the load and stage log summaries; the `ingest check` report; --verify's summary) and README.md
+    (the dataset card). Only a database that passes `ingest check` is snapshotted.
+
+    Interrupted (even kill -9), the same command resumes: a finished dump is not made again. A DIR that
+    already holds a finished snapshot is left as it is.
+
+    Example: ingest snapshot create /srv/gsqa-snapshot --verify verify.json
+
+    Exit codes: 0 written (or already there); 2 nothing written (checks fail, DIR not usable, pg_dump failed).
+    """
+    from ingest import snapshot
+
+    if snapshot_format not in snapshot.FORMATS:
+        raise typer.BadParameter(f"expected one of {', '.join(snapshot.FORMATS)}", param_hint="--format")
+    with reported_as_exit_code():
+        report = snapshot.create(folder, dsn, jobs or os.cpu_count() or 1, verify, part_size or snapshot.PART_SIZE,
+                                 image)
+    if as_json:
+        typer.echo(json.dumps(report.as_json()))
+        return
+    done = "already held a finished snapshot" if report.already else f"written in {report.seconds:.1f} s"
+    typer.echo(f"{folder}: {report.parts} parts ({_size(report.bytes)}) {done}; manifest sha256 "
+               f"{report.manifest_sha256}")
+
+
+@snapshot_app.command("push")
+def snapshot_push(
+    folder: Annotated[Path, typer.Argument(metavar="DIR", help="A finished snapshot folder.", show_default=False)],
+    repo: Annotated[str, typer.Argument(metavar="REPO", help="The Hugging Face dataset, OWNER/NAME.",
+                                        show_default=False)],
+    revision: Annotated[str | None, typer.Option("--revision", metavar="BRANCH", help="An existing branch to "
+                                                 "commit to (default: main).", show_default=False)] = None,
+) -> None:
+    """Upload a snapshot folder as a Hugging Face dataset repository (created if missing): manifest.json,
+    README.md (the dataset card) and the parts, with huggingface_hub's resumable upload. HF_TOKEN and
+    HF_ENDPOINT are honoured. Interrupted (even kill -9), the same command goes on: parts the hub already
+    holds are not sent again.
+
+    Example: ingest snapshot push /srv/gsqa-snapshot Zoe/GS-QA2-refdb
+
+    Exit codes: 0 pushed; 2 nothing pushed (not a finished snapshot, hub unreachable or refused).
+    """
+    from ingest import snapshot
+
+    with reported_as_exit_code():
+        commit = snapshot.push(folder, repo, revision)
+    typer.echo(f"{folder} pushed to the dataset {repo} (commit {commit}); restore it with "
+               f"`ingest snapshot restore hf:{repo}{'@' + revision if revision else ''}`")
+
+
+@snapshot_app.command("restore")
+def snapshot_restore(
+    source: Annotated[str, typer.Argument(metavar="SOURCE", help="A snapshot folder, or hf:OWNER/NAME[@REVISION].",
+                                          show_default=False)],
+    replace: Annotated[bool, typer.Option("--replace", help="Drop the tables the database holds first.")] = False,
+    allow_version_change: Annotated[bool, typer.Option("--allow-version-change", help="Restore although this "
+                                                       "server's PostgreSQL major version, PostGIS, GEOS or PROJ "
+                                                       "differ from the snapshot's.")] = False,
+    download_to: Annotated[Path | None, typer.Option("--download-to", metavar="DIR", help="Where a hub snapshot is "
+                                                     "downloaded (default: gsqa-snapshots/OWNER--NAME).",
+                                                     show_default=False)] = None,
+    jobs: JobsOption = None,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Restore a snapshot into the database: download it (a hub source, with the checksums, staging and
+    resume of `ingest fetch`), check every part against the manifest (a missing or damaged part stops it
+    before anything is restored), restore the tables, indexes, constraints and logs, re-create the reader
+    role's grants (`ingest init`), VACUUM ANALYZE, then run `ingest check`.
+
+    Refuses a server whose PostgreSQL major version, PostGIS, GEOS or PROJ differ from the snapshot's
+    unless --allow-version-change (then says what may differ in answers), and a database that already holds
+    tables unless --replace. Interrupted (even kill -9), the same command starts the restore over.
+
+    Example: ingest snapshot restore hf:Zoe/GS-QA2-refdb --dsn postgresql://postgres@localhost/gsqa
+
+    Exit codes: 0 restored and checked; 1 restored but some checks failed (listed); 2 nothing restored.
+    """
+    from ingest import snapshot
+
+    _log_to_stderr()
+    workers = jobs or os.cpu_count() or 1
+    with reported_as_exit_code():
+        folder = snapshot.local_folder(source, download_to, 8, lambda line: print(line, file=sys.stderr))
+        label = source if source.startswith(snapshot.HF_PREFIX) else str(folder.resolve())
+        report = snapshot.restore_folder(folder, label, dsn, workers, replace, allow_version_change)
+    for change in report.version_changes:
+        print(f"warning: {change}: answers may differ in the last digits ("
+              f"{snapshot.VERSION_KEYS[change.split()[0]]})", file=sys.stderr)
+    if as_json:
+        typer.echo(json.dumps(report.as_json()))
+    else:
+        typer.echo(f"{source} restored into {report.target} in {report.seconds:.1f} s (manifest sha256 "
+                   f"{report.manifest_sha256}); {len(report.checks) - len(report.failed_checks)} of "
+                   f"{len(report.checks)} checks passed")
+        for failed in report.failed_checks:
+            typer.echo(f"FAILED {failed.name:22} {failed.detail}")
+    raise typer.Exit(1 if report.failed_checks else 0)
 
 
 def _print_osm_report(report: OsmLoadReport, listed: int = 20) -> None:

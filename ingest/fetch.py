@@ -73,6 +73,7 @@ class RemoteFile:
 @dataclass
 class FetchReport:
     revision: str
+    repository: str = SOURCE_REPO
     files: list[RemoteFile] = field(default_factory=list)  # every file selected
     present: list[str] = field(default_factory=list)  # verified earlier and unchanged
     downloaded: list[str] = field(default_factory=list)
@@ -91,7 +92,7 @@ class FetchReport:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "repository": SOURCE_REPO, "revision": self.revision, "files": len(self.files),
+            "repository": self.repository, "revision": self.revision, "files": len(self.files),
             "total_bytes": self.total_bytes, "present": len(self.present), "downloaded": self.downloaded,
             "bytes_downloaded": self.bytes_downloaded, "failed": self.failed, "missing": self.missing,
             "seconds": round(self.seconds, 3),
@@ -133,26 +134,28 @@ def read_tile_names(path: Path) -> list[str]:
 
 
 class Hub:
-    """The dataset on the hub at one commit: its file list and the downloads (huggingface_hub does HTTP)."""
+    """A dataset on the hub at one commit: its file list (under `tops`, None for all) and the downloads
+    (huggingface_hub does HTTP)."""
 
-    def __init__(self) -> None:
+    def __init__(self, repo: str = SOURCE_REPO, revision: str | None = None,
+                 tops: tuple[str | None, ...] = WHAT, advice: str = "or put the files in place yourself and "
+                 "build with --offline (make db OFFLINE=1)") -> None:
         from huggingface_hub import HfApi
 
-        self.api = HfApi()
+        self.api, self.repo = HfApi(), repo
         try:
-            self.revision = self.api.dataset_info(SOURCE_REPO).sha
-            self.files = {item.path: item for top in WHAT for item in self._tree(top)}
+            self.revision = self.api.dataset_info(repo, revision=revision).sha
+            self.files = {item.path: item for top in tops for item in self._tree(top)}
         except Exception as error:  # noqa: BLE001 - any failure to reach the hub is the same one-line message
             raise GsqaError(
-                f"cannot list the dataset {SOURCE_REPO} on the Hugging Face hub ({self.api.endpoint}): "
-                f"{_one_line(error)}. Check the network (or HF_ENDPOINT), or put the files in place yourself "
-                "and build with --offline (make db OFFLINE=1)"
+                f"cannot list the dataset {repo}{'@' + revision if revision else ''} on the Hugging Face hub "
+                f"({self.api.endpoint}): {_one_line(error)}. Check the network (or HF_ENDPOINT), {advice}"
             ) from None
 
-    def _tree(self, top: str) -> Iterator[RemoteFile]:
+    def _tree(self, top: str | None) -> Iterator[RemoteFile]:
         from huggingface_hub import RepoFile
 
-        for item in self.api.list_repo_tree(SOURCE_REPO, repo_type="dataset", revision=self.revision,
+        for item in self.api.list_repo_tree(self.repo, repo_type="dataset", revision=self.revision,
                                             path_in_repo=top, recursive=True):
             if isinstance(item, RepoFile):
                 yield RemoteFile(item.path, item.size, item.lfs.sha256 if item.lfs else None, item.blob_id)
@@ -186,7 +189,7 @@ class Hub:
 
         for attempt, delay in enumerate((*RETRY_DELAYS, None), start=1):
             try:
-                return Path(hf_hub_download(SOURCE_REPO, remote.path, repo_type="dataset", revision=self.revision,
+                return Path(hf_hub_download(self.repo, remote.path, repo_type="dataset", revision=self.revision,
                                             local_dir=staging, tqdm_class=Bar))
             except RemoteEntryNotFoundError:
                 raise
@@ -312,6 +315,25 @@ def _fetch_locked(data_dir: Path, what: list[str], tile_names: list[str] | None,
     else:
         report.downloaded = [remote.path for remote in pending]  # what a real run would download
         report.bytes_downloaded = sum(remote.size for remote in pending)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def fetch_repository(target: Path, repo: str, revision: str | None, workers: int = 8,
+                     progress: bool = True) -> FetchReport:
+    """Every file of a dataset repository at `revision` into `target`, verified and resumed as fetch() does
+    (an `ingest snapshot` on the hub)."""
+    _require_writable(target, dry_run=False)
+    started = time.monotonic()
+    with _staging_lock(target):
+        hub = Hub(repo, revision, tops=(None,), advice="or download the snapshot folder yourself and restore "
+                  "from it")
+        report = FetchReport(revision=hub.revision, repository=repo, files=sorted(hub.files.values(),
+                                                                                   key=lambda remote: remote.path))
+        verified = VerifiedLog(target)
+        pending = [remote for remote in report.files if not verified.holds(remote, target / remote.path)]
+        report.present = [remote.path for remote in report.files if remote not in pending]
+        _download_all(hub, pending, target, verified, report, workers, progress)
     report.seconds = time.monotonic() - started
     return report
 

@@ -1,0 +1,236 @@
+"""`ingest snapshot create` / `restore` (dump format) on a database built from the demo data: the restored
+database equals the original table by table, `reproduce verify` gives the same results on both; damaged or
+missing parts, other server versions and a database holding tables are refused; kill -9 then a rerun; a
+snapshot on a local hub (bench/local_hub.py) restored from hf:OWNER/NAME."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import psycopg
+import pytest
+from load_helpers import BIN, ingest, wait_for
+
+from bench.local_hub import FakeHub, repository_files
+from ingest import snapshot
+
+PART_SIZE = 100_000  # the demo's DEM data (about 2 MB) is cut into parts, as a full DEM's is at 2 GB
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    data = tmp_path_factory.mktemp("demo") / "data"
+    assert ingest("demo-data", str(data)).returncode == 0
+    return data
+
+
+@pytest.fixture(scope="module")
+def built(scratch_dsn: str, demo: Path) -> str:
+    """The demo database, built and checked as `ingest all` does."""
+    result = ingest("all", str(demo), "--offline", "--dsn", scratch_dsn)
+    assert result.returncode == 0, result.stderr
+    return scratch_dsn
+
+
+@pytest.fixture(scope="module")
+def snapshot_dir(built: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("snapshot") / "snap"
+    result = ingest("snapshot", "create", str(folder), "--part-size", str(PART_SIZE), "--dsn", built)
+    assert result.returncode == 0, result.stderr
+    return folder
+
+
+def restore(source: str | Path, dsn: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
+    return ingest("snapshot", "restore", str(source), "--dsn", dsn, *args, env=env)
+
+
+def database_contents(dsn: str) -> dict:
+    """Every table (rows, as a digest independent of their order), index, constraint and the reader's
+    privileges: what a restore must bring back."""
+    with psycopg.connect(dsn) as conn:
+        tables = snapshot.user_tables(conn)
+        contents: dict = {"tables": tables}
+        for table in tables:
+            contents[table] = conn.execute(
+                f"SELECT count(*), md5(string_agg(md5(t::text), '' ORDER BY md5(t::text))) FROM {table} t"
+            ).fetchone()
+        contents["indexes"] = conn.execute("SELECT schemaname, tablename, indexdef FROM pg_indexes WHERE schemaname "
+                                           "IN ('public', 'gsqa') ORDER BY 1, 2, 3").fetchall()
+        contents["constraints"] = conn.execute(
+            "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint "
+            "WHERE connamespace::regnamespace::text IN ('public', 'gsqa') ORDER BY 1, 2").fetchall()
+        contents["reader"] = conn.execute(
+            "SELECT t, has_table_privilege('gsqa_reader', t, 'SELECT'), has_table_privilege('gsqa_reader', t, "
+            "'INSERT') FROM unnest(%s::text[]) t ORDER BY 1", [tables]).fetchall()
+        contents["raster_columns"] = conn.execute("SELECT to_jsonb(r) - 'r_table_catalog' FROM raster_columns r"
+                                                  ).fetchall()
+    return contents
+
+
+def test_the_restored_database_equals_the_original_table_by_table_and_verifies_the_same(
+        built: str, snapshot_dir: Path, demo: Path, fresh_dsn: str) -> None:
+    manifest = json.loads((snapshot_dir / "manifest.json").read_text())
+    assert [part["path"] for part in manifest["parts"] if ".part" in part["path"]], "the DEM data was not cut"
+    assert max(part["size"] for part in manifest["parts"]) <= PART_SIZE
+    assert manifest["server"]["postgis"] and manifest["load_log"]["public.dem_us"]["files"] == 2
+    assert all(check["ok"] for check in manifest["check"]) and (snapshot_dir / "README.md").is_file()
+
+    result = restore(snapshot_dir, fresh_dsn)
+    assert result.returncode == 0, result.stderr
+    assert "26 of 26 checks passed" in result.stdout
+    assert database_contents(fresh_dsn) == database_contents(built)
+
+    status = ingest("status", "--dsn", fresh_dsn, "--json")
+    origin = json.loads(status.stdout)["snapshot"]
+    assert origin["state"] == "restored" and origin["source"] == str(snapshot_dir.resolve())
+    assert origin["manifest_sha256"] == snapshot.sha256_of(snapshot_dir / "manifest.json")
+
+    verify = [subprocess.run([str(BIN / "reproduce"), "verify", "--config", "all", "--template", "R1", "--template",
+                              "V5", "--data", str(demo / "benchmark"), "--dsn", dsn], capture_output=True, text=True,
+                             timeout=600) for dsn in (built, fresh_dsn)]
+    totals = [next(line for line in run.stdout.splitlines() if line.startswith("total")).split()[:-1]
+              for run in verify]
+    assert totals[0] == totals[1] and totals[0][1:4] == ["120", "100.0", "100.0"], verify[1].stdout
+
+
+def test_a_damaged_or_missing_part_is_named_before_anything_is_restored(snapshot_dir: Path, tmp_path: Path,
+                                                                        fresh_dsn: str) -> None:
+    copy = tmp_path / "snap"
+    shutil.copytree(snapshot_dir, copy)
+    damaged = sorted((copy / "data").glob("*.part001"))[0]
+    body = bytearray(damaged.read_bytes())
+    body[500] ^= 0xFF
+    damaged.write_bytes(bytes(body))
+    result = restore(copy, fresh_dsn)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"error: snapshot {copy}: data/{damaged.name} is damaged (sha256 ")
+    assert result.stderr.strip().endswith("; nothing was restored") and len(result.stderr.splitlines()) == 1
+
+    damaged.unlink()
+    result = restore(copy, fresh_dsn)
+    assert result.returncode == 2
+    assert result.stderr == f"error: snapshot {copy}: data/{damaged.name} is missing; nothing was restored\n"
+    with psycopg.connect(fresh_dsn) as conn:
+        assert snapshot.user_tables(conn) == []
+
+
+def test_another_postgis_is_refused_unless_the_change_is_allowed(snapshot_dir: Path, tmp_path: Path, built: str,
+                                                                 fresh_dsn: str) -> None:
+    copy = tmp_path / "snap"
+    shutil.copytree(snapshot_dir, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    here = manifest["server"]["postgis"]
+    manifest["server"]["postgis"] = "3.0.0"
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+
+    refused = restore(copy, fresh_dsn)
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1
+    assert f"postgis 3.0.0 in the snapshot, {here} on this server" in refused.stderr
+    assert "--allow-version-change" in refused.stderr
+
+    allowed = restore(copy, fresh_dsn, "--allow-version-change")
+    assert allowed.returncode == 0, allowed.stderr
+    assert (f"warning: postgis 3.0.0 in the snapshot, {here} on this server: answers may differ in the last digits "
+            f"({snapshot.VERSION_KEYS['postgis']})") in allowed.stderr
+    assert database_contents(fresh_dsn) == database_contents(built)
+
+
+def test_a_database_holding_tables_is_refused_unless_replace(snapshot_dir: Path, built: str, fresh_dsn: str) -> None:
+    with psycopg.connect(fresh_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE mine (x int); INSERT INTO mine VALUES (1)")
+    refused = restore(snapshot_dir, fresh_dsn)
+    assert refused.returncode == 2
+    assert "already holds 1 tables (mine): restore into an empty database, or give --replace" in refused.stderr
+    replaced = restore(snapshot_dir, fresh_dsn, "--replace")
+    assert replaced.returncode == 0, replaced.stderr
+    assert database_contents(fresh_dsn) == database_contents(built)
+
+
+def _has_tables(dsn: str) -> bool:
+    with psycopg.connect(dsn) as conn:
+        return bool(snapshot.user_tables(conn))
+
+
+def test_kill_9_during_restore_then_the_same_command_restores_it(snapshot_dir: Path, built: str,
+                                                                 fresh_dsn: str) -> None:
+    command = [str(BIN / "ingest"), "snapshot", "restore", str(snapshot_dir), "--dsn", fresh_dsn]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: _has_tables(fresh_dsn), process), "the restore ended before it created a table"
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.wait()
+    again = restore(snapshot_dir, fresh_dsn)
+    assert again.returncode == 0, again.stderr
+    assert database_contents(fresh_dsn) == database_contents(built)
+    assert not list(snapshot_dir.glob(".restore-*"))  # the killed run's scratch folder is gone too
+
+
+def test_kill_9_during_create_then_the_same_command_finishes_it(built: str, tmp_path: Path, fresh_dsn: str) -> None:
+    folder = tmp_path / "snap"
+    command = [str(BIN / "ingest"), "snapshot", "create", str(folder), "--part-size", str(PART_SIZE), "--dsn", built]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: (folder / ".work" / "dump").is_dir(), process), "create ended before it dumped"
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.wait()
+    assert not (folder / "manifest.json").exists()
+    again = ingest("snapshot", "create", str(folder), "--part-size", str(PART_SIZE), "--dsn", built)
+    assert again.returncode == 0, again.stderr
+    assert not (folder / ".work").exists()
+    assert ingest("snapshot", "create", str(folder), "--dsn", built).stdout.split(") ", 1)[1].startswith(
+        "already held a finished snapshot")
+    assert restore(folder, fresh_dsn).returncode == 0
+    assert database_contents(fresh_dsn) == database_contents(built)
+
+
+def test_a_snapshot_on_the_hub_is_downloaded_verified_and_restored(snapshot_dir: Path, built: str, tmp_path: Path,
+                                                                   fresh_dsn: str) -> None:
+    files = repository_files(snapshot_dir)
+    with FakeHub("someone/gsqa-snapshot", files, lfs_suffixes=("",)) as hub:
+        env = {"HF_ENDPOINT": hub.endpoint(), "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_XET": "1"}
+        download = tmp_path / "download"
+        result = restore("hf:someone/gsqa-snapshot", fresh_dsn, "--download-to", str(download), env=env)
+        assert result.returncode == 0, result.stderr
+        assert f"hf:someone/gsqa-snapshot: {len(files)} files downloaded, 0 already present" in result.stderr
+        assert database_contents(fresh_dsn) == database_contents(built)
+
+        again = restore("hf:someone/gsqa-snapshot@main", fresh_dsn, "--download-to", str(download), "--replace",
+                        env=env)
+        assert again.returncode == 0, again.stderr
+        assert f"0 files downloaded, {len(files)} already present" in again.stderr
+    origin = json.loads(ingest("status", "--dsn", fresh_dsn, "--json").stdout)["snapshot"]
+    assert origin["source"] == "hf:someone/gsqa-snapshot@main"
+
+
+def test_push_then_kill_9_then_the_same_command_uploads_the_rest_and_the_hub_copy_restores(
+        snapshot_dir: Path, built: str, tmp_path: Path, fresh_dsn: str) -> None:
+    with FakeHub("someone/pushed", {}) as hub:
+        env = {**os.environ, "HF_ENDPOINT": hub.endpoint(), "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_XET": "1",
+               "HF_TOKEN": "hf_test"}
+        hub.faults.slow_uploads = 0.3
+        process = subprocess.Popen([str(BIN / "ingest"), "snapshot", "push", str(snapshot_dir), "someone/pushed"],
+                                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            assert wait_for(lambda: len(hub.uploads) >= 2, process), "push ended before it uploaded two parts"
+            process.send_signal(signal.SIGKILL)
+        finally:
+            process.wait()
+        first = list(hub.uploads)
+        assert hub.files == {}  # nothing committed yet
+        hub.faults.slow_uploads = 0.0
+        again = subprocess.run([str(BIN / "ingest"), "snapshot", "push", str(snapshot_dir), "someone/pushed"], env=env,
+                               capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr
+        assert not set(first) & set(hub.uploads[len(first):])  # what the killed run sent is not sent again
+        assert hub.files == repository_files(snapshot_dir)
+
+        restored = restore("hf:someone/pushed", fresh_dsn, "--download-to", str(tmp_path / "download"), env=env)
+        assert restored.returncode == 0, restored.stderr
+    assert database_contents(fresh_dsn) == database_contents(built)
