@@ -327,8 +327,8 @@ def evaluate(job: SqlJob, outcome: Outcome) -> Scored:
     if outcome.kind != "rows":
         status = "timeout" if outcome.kind == "timeout" else "sql_error"
         result = _unjudged(job.run, job.record, status, verify.clipped(f"{status}: {outcome.error}"), job.prediction)
-        return Scored(**{**result.as_dict(), "seconds": round(outcome.seconds, 4),
-                         "detail": {**result.detail, **extra, "error": verify.clipped(outcome.error)}})
+        return replace(result, seconds=round(outcome.seconds, 4),
+                       detail={**result.detail, **extra, "error": verify.clipped(outcome.error)})
     return judged(job.run, job.record, job.prediction, outcome.rows, outcome.seconds, extra)
 
 
