@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 from load_helpers import BIN, ingest
-from test_make_db import READER_PASSWORD, ROOT, compose_binary, engine, free_port  # noqa: F401 - engine: a fixture
+from test_make_db import READER_PASSWORD, ROOT, compose_binary, free_port
 
 from ingest import snapshot
 
 pytestmark = pytest.mark.docker
 
 
-def test_make_db_from_a_snapshot_then_reproduce_verify_from_the_host(engine, scratch_dsn: str,  # noqa: F811
+def test_make_db_from_a_snapshot_then_reproduce_verify_from_the_host(engine, scratch_dsn: str,
                                                                      tmp_path: Path) -> None:
     demo, folder = tmp_path / "demo", tmp_path / "snapshot"
     assert ingest("demo-data", str(demo)).returncode == 0
