@@ -15,6 +15,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from gsqa_core.errors import GsqaError
-from reproduce import configs
+from reproduce import compare, configs
 from reproduce.configs import Template
 
 HF_REPO = "Zoe/GS-QA2"
@@ -46,6 +47,12 @@ class Record:
     def statements(self) -> tuple[str, ...]:
         """What the runner runs for this question: its gold SQL."""
         return (self.sql,)
+
+    @cached_property
+    def distinct_answers(self) -> compare.Distinct:
+        """The stored answer with one row per feature (compare.one_row_per_feature), made once however many
+        runs are judged against it."""
+        return compare.one_row_per_feature(self.answers)
 
 
 @dataclass(frozen=True)

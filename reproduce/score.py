@@ -238,7 +238,7 @@ def _unjudged(run: str, record: Record, status: str, why: str, prediction: Predi
 def judged(run: str, record: Record, prediction: Prediction, rows: list[dict[str, Any]], seconds: float,
            extra: dict[str, Any]) -> Scored:
     """Both verdicts on the rows a prediction gave (its SQL's result, or its answer)."""
-    gold, rows = _distinct_gold(record), compare.one_row_per_feature(rows)  # reduced once for both verdicts
+    gold, rows = record.distinct_answers, compare.one_row_per_feature(rows)  # reduced once for both verdicts
     paper = paper_verdict(record.template_id, gold, rows)
     strict = compare.judge(record.template_id, gold, rows)
     if not rows and record.answers:
@@ -260,18 +260,6 @@ def judged(run: str, record: Record, prediction: Prediction, rows: list[dict[str
 def _described(check: compare.Check) -> str:
     value = "" if check.value == float("inf") else f", {check.metric} {check.value:.4g} vs {check.threshold}"
     return f"{check.component}: stored {check.expected!r}, got {check.actual!r}{value}"
-
-
-_DISTINCT_GOLD: dict[str, tuple[list, compare.Distinct]] = {}  # question -> (its answers, without twins)
-
-
-def _distinct_gold(record: Record) -> compare.Distinct:
-    """The stored answer without twins, once per question however many runs predict it (kept with the answers
-    it was made from: another dataset's question of the same id is reduced anew)."""
-    cached = _DISTINCT_GOLD.get(record.id)
-    if cached is None or cached[0] is not record.answers:
-        cached = _DISTINCT_GOLD[record.id] = (record.answers, compare.one_row_per_feature(record.answers))
-    return cached[1]
 
 
 @functools.lru_cache(maxsize=4096)
