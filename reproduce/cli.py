@@ -331,6 +331,8 @@ def score(
     line could not be read), unscorable. The headline is the paper's verdict (`paper %`, with a 95% Wilson
     interval), the strict verdict beside it. Prints per run one column group and per template, config and
     in all a line; for two or more runs an exact McNemar test per template for each pair of runs.
+    --json-out, --junit and --html give every question; the HTML page has filters, the predicted and gold
+    SQL side by side and maps for locations.
 
     Example: reproduce score gpt4o.jsonl sonnet.jsonl --config raster_only --csv-out scores.csv
 
