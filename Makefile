@@ -42,20 +42,25 @@ EXTRA_CA_DIR ?= /usr/local/share/ca-certificates
 
 help:
 	@echo "make db        build the images, start the Docker PostGIS, run \`ingest all /data\` in the loader"
-	@echo "               (fetch, dem, osm, finalize, check); OFFLINE=1, BBOX=W,S,E,N, WHAT=dem|osm;"
-	@echo "               FROM=DIR|hf:OWNER/NAME restores that snapshot instead (REPLACE=1)"
-	@echo "make demo      a small DEM-only database of the box $(DEMO_BBOX) in minutes"
-	@echo "make db-local  \`ingest all $(GSQA_DATA)\` against the server named by DATABASE_URL (no Docker)"
+	@echo "               (fetch, dem, osm, finalize, check) between the server's bulk-load settings and its"
+	@echo "               durable ones (restored also when a stage fails); then where it listens. OFFLINE=1: only"
+	@echo "               what is in GSQA_DATA; BBOX=W,S,E,N: a region; WHAT=dem|osm: one part (\`ingest all"
+	@echo "               --help\`); FROM=DIR|hf:OWNER/NAME: restore that snapshot instead (REPLACE=1)"
+	@echo "make demo      \`make db BBOX=$(DEMO_BBOX) WHAT=dem\`: 4 DEM tiles in minutes; about 20 raster_only"
+	@echo "               questions lie in the box and can pass there, vector ones cannot"
+	@echo "make db-local  \`ingest all $(GSQA_DATA)\` against the server named by DATABASE_URL (no Docker, its"
+	@echo "               settings left alone; OFFLINE, BBOX, WHAT as for make db)"
 	@echo "make where     where the database listens and how to verify against it"
-	@echo "make replicas  N hot standbys of the database (N=2) for reproduce verify --replica"
+	@echo "make replicas  N hot standbys of the database (N=2) for reproduce verify --replica, on the loopback"
+	@echo "               ports GSQA_REPLICA_PORTS (55433-55440); switches db once to wal_level = replica (a restart)"
 	@echo "make base-image  build $(BASE_IMAGE) locally with debootstrap (no registry needed)"
 	@echo "make down      stop the containers (data is kept)"
 	@echo "make clean     stop the containers and delete the database volume (asks first)"
 	@echo "make venv      create $(VENV) with the project and its dev tools"
-	@echo "make test      install what is missing (as root), then run the test suite on a throwaway PostgreSQL"
-	@echo "               (or on the server DATABASE_URL / PG* name); PYTEST_ARGS=... selects tests"
+	@echo "make test      install what is missing (as root; else print the apt-get line and exit 2), then run the"
+	@echo "               test suite on a throwaway PostgreSQL (or on the server DATABASE_URL / PG* name);"
+	@echo "               PYTEST_ARGS=... selects tests"
 	@echo "make lint      ruff, hadolint and the compose file check"
-
 # The bulk-load switches are reverted whatever the build's outcome; the build's exit code is kept.
 db: db-up
 	@mkdir -p "$(GSQA_DATA)"

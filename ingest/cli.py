@@ -110,9 +110,11 @@ def fetch_command(
 
     Every file is checked against the hub's checksum before it is moved into the layout, so a stage never
     reads a partial or unverified file; a file that does not match is discarded and reported. Interrupted
-    downloads resume where they stopped (run the same command again); server errors and dropped connections
-    are retried with backoff. One progress bar on stderr. `--bbox` narrows only the DEM tiles: the GeoJSON
-    file names do not say where their features lie. HF_ENDPOINT and HF_TOKEN are honoured.
+    downloads resume where they stopped (run the same command again: verified files are skipped, the files
+    in flight when a run was killed are downloaded again); server errors and dropped connections are retried
+    with backoff (a dropped download resumes with a Range request). One progress bar on stderr. `--bbox`
+    narrows only the DEM tiles: the GeoJSON file names do not say where their features lie. HF_ENDPOINT and
+    HF_TOKEN are honoured.
 
     Example: ingest fetch /data --what dem --bbox -118.7,33.6,-117.9,34.4 --dry-run
 
@@ -187,16 +189,24 @@ def dem_command(
     `raster2pgsql -s 4326 -I -C -M -F -t 256x256 <files sorted by name>` would, only faster.
 
     Files load in name order, each in one transaction with its gsqa.load_log entry. A rerun skips files
-    already loaded with the same size and checksum and reloads changed ones, so an interrupted load is
-    resumed by running the same command again. A file that cannot be loaded (not a GeoTIFF, truncated,
-    not EPSG:4326, not Int16) is reported on one line and the other files still load. Afterwards the
-    GiST index, the raster constraints of -C and VACUUM ANALYZE are in place. Progress goes to stderr.
+    already loaded with the same size and checksum and reloads changed ones and every file after them (rids
+    follow name order), so an interrupted load is resumed by running the same command again: killed at any
+    point, the table ends up as from one clean run. A file that cannot be loaded (not a GeoTIFF, truncated,
+    not EPSG:4326, not Int16) is reported on one line and the other files still load; a size other than
+    3601x3601 loads with a warning. Afterwards the GiST index, the raster constraints of -C and VACUUM
+    ANALYZE are in place (docs/REFERENCE-DB.md, the DEM table). Tiles are stored with lz4 TOAST compression:
+    the same pixels and query results as raster2pgsql's pglz (`--compression pglz`), more disk, faster.
+    Progress goes to stderr.
+
+    Refused before anything is written: a table holding tiles this command did not load or tiles of files
+    not named (`--replace` drops and reloads it), a second load into the same table, a load that would not
+    fit on the database's disk (`--skip-disk-check`).
 
     Example: ingest dem /data/dem --dsn postgresql://postgres@localhost:5432/gsqa
 
     Exit codes: 0 every file loaded; 1 some files failed (the rest loaded); 2 nothing started (missing
-    path, no readable GeoTIFF, unreachable database, a table holding tiles we did not load, not enough
-    disk); 130 interrupted (Ctrl-C): the file being loaded is rolled back, a rerun resumes.
+    path, no readable GeoTIFF, unreachable database, a refusal above); 130 interrupted (Ctrl-C): the file
+    being loaded is rolled back, a rerun resumes.
     """
     from ingest import dem
 
@@ -249,34 +259,45 @@ def osm_command(
     `.osm.pbf` extracts, into pois, roads, parks, lakes and regions, with the rows, values and ids of the
     benchmark's loader ("loader 1", docs/DESIGN.md).
 
-    GeoJSON: files load in name order, each in one transaction with its gsqa.load_log entry; pois are
-    numbered in loader 1's pass order (tourism, amenity, leisure) once every pois file is in. A rerun skips
-    files already loaded with the same size and checksum and reloads changed ones, so an interrupted load
-    is resumed by running the same command again. A feature loader 1 could not have stored (no geometry,
-    invalid JSON, a tag value over 255 characters, an id that is not an integer, ...) is skipped and listed;
-    a file that is truncated or not JSON is reported on one line and the other files still load.
+    GeoJSON (any valid FeatureCollection; one feature per line is the fast path): files load in name order,
+    each in one transaction with its gsqa.load_log entry; pois are numbered in loader 1's pass order
+    (tourism, amenity, leisure) once every pois file is in. A rerun skips files already loaded with the same
+    size and checksum and reloads changed ones (for roads, parks, lakes and regions also every later file,
+    whose ids follow), so an interrupted load is resumed by running the same command again: killed anywhere,
+    the tables end up as from one clean run. A feature loader 1 could not have stored (no geometry, invalid
+    JSON, a tag value over 255 characters, an id that is not an integer, ...; docs/DESIGN.md) is skipped and
+    listed with its file, number and byte offset. A file that is truncated or not JSON is reported on one
+    line and the other files still load.
 
     PBF (detected from the content, not the name): two reader processes share the kinds of objects (nodes,
-    ways, relation areas), read the extracts with libosmium (a native reader; --export-geojson reads with
-    pyosmium) and stream rows straight into the tables under the same rules (docs/DESIGN.md); what each reader
-    makes of each extract for each layer is one source, loaded and logged like a file above, so a rerun reads
-    only what is missing. An object in several extracts is taken once; what cannot be built (ways with missing
-    nodes, broken multipolygons) is listed by OSM type and id. A truncated extract is refused before anything
-    starts. `--export-geojson DIR` writes the same features as osmx-style GeoJSON layers instead (loading DIR
-    gives the same rows). Progress goes to stderr.
+    ways, relation areas), read the extracts with libosmium (a native reader built at install where g++ and
+    libosmium's headers are; without it, or with GSQA_NATIVE_READER=0, pyosmium reads the same rows more
+    slowly and says so; --export-geojson reads with pyosmium) and stream rows straight into the tables under
+    the same rules (docs/DESIGN.md); what each reader makes of each extract for each layer is one source,
+    loaded and logged like a file above, so a rerun reads only what is missing. An object in several extracts
+    is taken once; what cannot be built (ways with missing nodes, broken multipolygons) is listed by OSM type
+    and id. A truncated extract is refused before anything starts. Above 1 GiB of input the node locations
+    are kept in one file on disk (16 bytes per node: about 24 GB for the whole US), removed at the end.
+    `--export-geojson DIR` writes the same features as osmx-style GeoJSON layers instead (loading DIR gives
+    the same rows). A current extract is not the benchmark's snapshot: answers drift. Progress goes to
+    stderr.
 
     Each table comes out ready to query: as soon as its layer is loaded, while the other layers still load,
     its GiST index (loader 2's name) is built and the table analyzed, unless a file of the layer failed (the
     rerun that loads it does it) or --no-index. A table rewritten from its first row (--replace, a changed
-    first file) loses its index first, so the rows are not indexed one by one.
+    first file, pois renumbered) loses its index first, so the rows are not indexed one by one.
+
+    Refused before anything is written: a table holding rows this command did not load or rows of files not
+    in SOURCE (`--replace` empties it), a second load into the same table, an unknown layer folder, a SOURCE
+    without any layer folder.
 
     Example: ingest osm /data/osm_extract --dsn postgresql://postgres@localhost:5432/gsqa
+
     Example: ingest osm new-york.osm.pbf new-jersey.osm.pbf --bbox -74.3,40.5,-73.7,40.9
 
     Exit codes: 0 everything loaded; 1 some features, objects or files were skipped (the rest loaded); 2
-    nothing started (missing or unknown layer folder, no *.geojson file, not a PBF, unreachable database, a
-    table holding rows we did not load, another load running); 130 interrupted (Ctrl-C): the file being
-    loaded is rolled back, a rerun resumes.
+    nothing started (no *.geojson file, not a PBF, unreachable database, a refusal above); 130 interrupted
+    (Ctrl-C): the file being loaded is rolled back, a rerun resumes.
     """
     from ingest import osm, osm_pbf
     from ingest.fetch import parse_bbox
@@ -341,12 +362,14 @@ def all_command(
     the first stage that fails, with one line saying what failed; run the same command again and it
     continues where it stopped: the fetch keeps every verified file, the loads keep every loaded file, and
     a load stage already done on unchanged inputs is skipped. The DEM tile set is the one dem/tile_list.txt
-    names. Without osm/osm_extract/ in DATA_DIR the vector tables stay empty (the osm stage says so).
-    Progress and stage lines go to stderr; the summary to stdout.
+    names. Without osm/osm_extract/ in DATA_DIR, the OpenStreetMap extracts DATA_DIR/osm/*.osm.pbf are the
+    vector source (read as `ingest osm` reads them); with neither, the vector tables stay empty (the osm
+    stage says so). Progress and stage lines go to stderr; the summary to stdout.
 
     A region (`--bbox`) takes the DEM tiles of the tile list that overlap the box and the OSM features whose
     envelope overlaps it; the GeoJSON files do not say where their features lie, so the OSM part still needs
-    all 53 GB (a small region is usually built with `--what dem`, as `make demo` does).
+    all 53 GB (a small region is usually built with `--what dem`, as `make demo` does, or from a Geofabrik
+    extract copied into DATA_DIR/osm/: `make db OFFLINE=1 BBOX=...`).
 
     Example: ingest all /data   (in the loader container, as `make db` runs it)
 
@@ -468,8 +491,9 @@ snapshot_app = command_group(
     "snapshot",
     """Publish a built and checked reference database once, restore it anywhere: `create` writes it as a
 folder of verified parts with a manifest and a dataset card, `push` uploads it to the Hugging Face hub,
-`restore` puts it into a database (from the folder or from the hub). docs/DESIGN.md, "Snapshots", says
-what a snapshot holds.
+`restore` puts it into a database (from the folder or from the hub); `make db FROM=DIR` (or
+FROM=hf:OWNER/NAME; REPLACE=1 over a database that holds tables) restores into the Docker database instead of
+building it. docs/DESIGN.md, "Snapshots", says what a snapshot holds.
 
 Exit codes: 0 ok; 1 restored but `ingest check` failed; 2 nothing started or nothing restored.""",
     order=("create", "push", "restore"),

@@ -46,7 +46,8 @@ ReaderDsnOption = Annotated[
 def check(dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
           as_json: JsonOption = False) -> None:
     """Say whether the database is ready for benchmark runs: PostGIS >= 3.2, the six reference tables
-    present and not empty (rows: the planner's estimate, or an exact count for a table not yet analyzed),
+    present and not empty (rows: the planner's estimate, or for a table not yet analyzed an exact count up
+    to a million, "more than" above),
     and the gsqa_reader login usable: read-only, with a temp_file_limit (and the work_mem it gets), unable
     to cancel or end other backends; each of these settings is shown.
 
@@ -142,22 +143,37 @@ def verify(
 ) -> None:
     """Re-run the benchmark SQL of the selected questions as gsqa_reader and compare every result with the
     stored answer under the paper's tolerances (token F1 >= 0.8, 5 m, 5 deg, 10 m elevation, 5 deg slope,
-    0.05 relative), plus a strict row-level comparison reported as `exact`.
+    0.05 relative), plus a strict row-level comparison reported as `exact`; beside them the paper's verdict
+    (`paper %`): each template scored as the benchmark authors score it (docs/BENCHMARK-FORMAT.md, "Two
+    verdicts").
 
-    Before the first question: the data must load, PostGIS must be >= 3.2, the tables the selected SQL reads
-    must exist and hold rows, and the reader must log in. Each question runs as one statement in its own
-    read-only transaction with SET LOCAL statement_timeout, and is rolled back.
+    Before the first question: the data must load, the report files must be writable, PostGIS must be >= 3.2,
+    the tables the selected SQL reads must exist and hold rows (else the templates that read them are named,
+    with the command line that runs the others), and the reader must log in. Each question runs as one
+    statement in its own read-only transaction with SET LOCAL statement_timeout, rows capped (--max-rows;
+    64 MB of values, 64 MB for one value: past either it is an error saying how much was read), and is
+    rolled back, the session reset; a watchdog cancels a question on the server 2 s past its timeout and
+    ends its backend 2 s later if the SQL caught the cancel (docs/DESIGN.md, "The read-only role").
 
-    Prints a table per config and template (questions, pass %, exact %, counts per status, seconds) and
-    the first failing questions with their evidence; a progress bar goes to stderr.
+    Prints a table per config and template (questions, pass %, exact %, paper %, counts per status,
+    seconds), the first failing questions with their evidence and the skipped ones grouped by template and
+    reason; a progress bar goes to stderr. --json-out writes {"provenance", "summary", "results"} (with each
+    question's paper_status and paper_reason); --html one self-contained page: the database and its
+    versions, the pass rate per template, and every question that did not pass with its text, expected
+    against actual values, SQL and the `reproduce show ID` command; --baseline lists the status changes
+    since an earlier --json-out, regressions first. --resume refuses a file written for another dataset,
+    database (row counts) or timeout unless --force.
 
-    Statuses: pass, mismatch, empty (no rows), timeout, error (SQL error), skipped (not in the data).
+    Statuses: pass, mismatch (the first failing component, both values), empty (no rows), timeout, error
+    (the SQL error), skipped (not in the data, with the reason). Known instability (LIMIT without ORDER BY,
+    ties, DEM seams, stale stored answers) is listed under detail.unstable.
 
     Several servers: each --replica (a hot standby, `make replicas`) gets N workers of its own and every
     question runs on exactly one server (the report's `server`). Before the first question each replica must
-    pass the same preflight and hold the primary's database: caught up with the primary's WAL (a standby),
-    the same exact row counts, load log and PostGIS; one that lags or differs is refused unless --force. A
-    server lost during the run gives its running questions to the others; the report says which and when.
+    pass the same preflight and hold the primary's database: caught up with the primary's WAL (a standby,
+    waited for up to 30 s), the same exact row counts, load log and PostGIS; one that lags or differs is
+    refused unless --force. A server lost during the run gives its running questions to the others (each
+    counted once); the report says which and when.
     Questions start longest first: by the times of --baseline or the --resume file when given, else by the
     size of the tables their SQL reads.
 
@@ -226,10 +242,13 @@ def rebase(
     were made, ready to push to the hub), each record with a `rebase` member (the
     published answers, the verdict of the new answer against them, seconds, instability flags), plus
     DRIFT.md and drift.json (per template: held, changed and by how much, failed; the 20 largest changes;
-    the database's versions) and a README card. A question whose SQL returns nothing, times out or fails
-    keeps its published answer and is listed (`--keep-failed` writes what it gave). The folder appears only
-    when complete. Whole templates are re-based (ids are positions in their files). With `--resume FILE`
-    each question's outcome is kept as it finishes; the same command again runs only the rest.
+    the database's versions) and a README card (with the licence). A question whose SQL returns nothing,
+    times out or fails keeps its published answer and is listed (`--keep-failed` writes what it gave). The
+    folder appears only when complete; `reproduce verify --data` on it then passes every question rebase
+    wrote. Whole templates are re-based (ids are positions in their files). With `--resume FILE` each
+    question's outcome is kept as it finishes; the same command again runs only the rest. For a database
+    whose answers legitimately differ from the published ones: a newer OpenStreetMap extract, another
+    PostGIS.
 
     Example: reproduce rebase --config raster_only --data tests/data/benchmark --out rebased/
 
@@ -312,6 +331,8 @@ def score(
     line could not be read), unscorable. The headline is the paper's verdict (`paper %`, with a 95% Wilson
     interval), the strict verdict beside it. Prints per run one column group and per template, config and
     in all a line; for two or more runs an exact McNemar test per template for each pair of runs.
+    --json-out, --junit and --html give every question; the HTML page has filters, the predicted and gold
+    SQL side by side and maps for locations.
 
     Example: reproduce score gpt4o.jsonl sonnet.jsonl --config raster_only --csv-out scores.csv
 
