@@ -137,7 +137,9 @@ class Sampler(threading.Thread):
             self._phase = self._open(name)
 
     def sample(self, disk: bool = False) -> None:
-        tree = _tree(self.client_pid)[1:]  # below the bash that runs the command
+        tree = _tree(self.client_pid)
+        if _name(self.client_pid) == "bash":  # bash runs the command; it may also exec into its last program
+            tree = tree[1:]
         rss = max([0] + [_memory(pid, "Rss") for pid in tree])
         pss = sum(_memory(pid, "Pss") for pid in tree)
         self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
@@ -238,6 +240,13 @@ def _postmasters() -> list[int]:
             names[int(entry.name)] = (name, int(after[1]))
     return [pid for pid, (name, parent) in names.items()
             if name == "postgres" and names.get(parent, ("",))[0] != "postgres"]
+
+
+def _name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _cpu_ticks(pid: int) -> int:
