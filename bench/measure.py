@@ -15,6 +15,7 @@ import resource
 import subprocess
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -199,16 +200,19 @@ def run_measured(command: str, *, name: str = "run", disk: Disk | None = None, e
                                stderr=subprocess.PIPE if phase_of else None, env=env, text=bool(phase_of))
     sampler = Sampler(process.pid, disk, first_phase=first_phase or name)
     sampler.start()
+    last_lines: deque[str] = deque(maxlen=5)
     if phase_of is not None:
         for line in process.stderr:
-            if (phase := phase_of(line.rstrip("\n"))) is not None:
+            last_lines.append(line.rstrip("\n"))
+            if (phase := phase_of(last_lines[-1])) is not None:
                 sampler.mark(phase)
     returncode = process.wait()
     wall = time.monotonic() - started
     sampler.stop.set()
     sampler.join()
     if check and returncode != 0:
-        raise SystemExit(f"{name} failed (exit {returncode}): {command}")
+        raise SystemExit(f"{name} failed (exit {returncode}): {command}"
+                         + "".join(f"\n  {line}" for line in last_lines))
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     client_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     total = Usage(name, wall, client_cpu, sampler.server_cpu_s, sampler.peak_rss / 2**20, sampler.peak_pss / 2**20,
@@ -258,11 +262,16 @@ def _cpu_ticks(pid: int) -> int:
 
 
 def _tree(pid: int) -> list[int]:
+    """`pid` and its descendants (those that exit while this runs are left out)."""
     pids, index = [pid], 0
     while index < len(pids):
-        for task in Path(f"/proc/{pids[index]}/task").glob("*"):
+        try:
+            tasks = os.listdir(f"/proc/{pids[index]}/task")
+        except OSError:
+            tasks = []
+        for task in tasks:
             try:
-                pids += [int(child) for child in (task / "children").read_text().split()]
+                pids += [int(child) for child in Path(f"/proc/{pids[index]}/task/{task}/children").read_text().split()]
             except OSError:
                 pass
         index += 1

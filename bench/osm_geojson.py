@@ -44,8 +44,10 @@ def make_layers(data_dir: Path, total_mb: float, files_per_layer: int) -> Path:
     return folder
 
 
-def ogr2ogr_command(folder: Path, dsn: str) -> str:
-    steps = [f"ogr2ogr -f PostgreSQL 'PG:{dsn}' {path} -nln ogr_{layer} -append -lco GEOMETRY_NAME=geometry "
+def ogr2ogr_command(folder: Path, dsn: str, tables: dict[str, str] | None = None) -> str:
+    """Every file of every layer in turn, appended to table ogr_<layer> (or `tables`[layer])."""
+    tables = tables or {layer: f"ogr_{layer}" for layer in LAYER_FOLDERS}
+    steps = [f"ogr2ogr -f PostgreSQL 'PG:{dsn}' {path} -nln {tables[layer]} -append -lco GEOMETRY_NAME=geometry "
              "-lco GEOM_TYPE=geography -lco SPATIAL_INDEX=NONE --config PG_USE_COPY YES 2>/dev/null"
              for layer in LAYER_FOLDERS for path in sorted((folder / layer).glob("*.geojson"))]
     return " && ".join(steps)
