@@ -347,8 +347,10 @@ def print_scale(result: dict) -> None:
 
 def print_verify(verified: dict) -> None:
     usage = verified["usage"]
-    print(f"  reproduce verify --config all: {verified['questions']} questions in {usage['wall_s']} s "
-          f"(statuses {verified['statuses']}); per template median / max s:")
+    run = verified["questions"] - verified["statuses"].get("skipped", 0)
+    print(f"  reproduce verify --config all: {run} questions in {usage['wall_s']} s (the others have no record in "
+          f"--benchmark-data), client CPU {usage['client_cpu_s']} s, server CPU {usage['server_cpu_s']} s; "
+          f"statuses {verified['statuses']}; per template, median / max s:")
     cells = [f"{template} {times['median_s']}/{times['max_s']}" for template, times in verified["templates"].items()]
     for start in range(0, len(cells), 6):
         print("    " + "  ".join(cells[start:start + 6]))
