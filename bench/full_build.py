@@ -31,7 +31,9 @@ and the 10 slowest questions.
 --project S1,S2 runs both scales (verify at the larger only) and carries each stage's wall time and each
 side's peak disk to scale 1.0 by the power law through the two points (bench/measure.py, power_law), so the
 growth of index builds is measured, not assumed; start-up costs flatten small scales, so use scales whose
-stages take tens of seconds. The machine's load is not controlled: note it with the figures.
+stages take tens of seconds. The WAL's peak is bounded by the server's max_wal_size and checkpoints, so its
+projection holds only below that bound; the WAL directory is the whole server's (other databases' writes
+count). The machine's load is not controlled: note it with the figures.
 """
 
 from __future__ import annotations
