@@ -9,8 +9,8 @@ Sources (written once per scale under --data-dir/source-<scale>, in the publishe
         of the CONUS box spread evenly over its land cells, each with the terrain of its region (gentle
         plains, rugged Appalachians, rough mountain west: bench/terrain.py says how the mix is derived from
         the box's coordinates, and the bench prints each terrain's measured pixel steps); uncompressed, 26 MB
-        each where the published tiles average 15 MB, so the sources' disk is about 12 GB above the real 71 GB
-        at scale 1.0
+        each where the published tiles average 15 MB (about 18 GB for 1,182), so the sources' disk is about
+        12 GB above the real 71 GB at scale 1.0
   osm/osm_extract/<layer>/part-*.geojson   scale x 53 GB of osmx-like layers (bench/osmx_synth.py) in scale x
         3,152 files, each layer with scale x the reference's features (docs/REFERENCE-DB.md: 18,491,387 roads,
         5,816,803 parks, 7,919,489 lakes, 38,955 postal codes; pois, whose raw count is not published, by their
