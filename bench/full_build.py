@@ -60,6 +60,7 @@ from psycopg.conninfo import make_conninfo
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.make_db import fresh_database  # noqa: E402
 from bench.measure import Disk, Measured, Usage, power_law, run_measured  # noqa: E402
 from bench.osm_geojson import ogr2ogr_command  # noqa: E402
 from bench.osmx_synth import LAYER_FOLDERS, LAYER_SHARE, features, write_file  # noqa: E402
@@ -157,13 +158,6 @@ def detail_for(layer: str, target: float) -> float:
         guess = max(0.02, high + (target - size_high) * (high - low) / (size_high - size_low))
         low, size_low, high, size_high = high, size_high, guess, mean_bytes(layer, guess)
     return high
-
-
-def fresh_database(server_dsn: str, name: str) -> str:
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return make_conninfo(server_dsn, dbname=name)
 
 
 def drop_database(server_dsn: str, name: str) -> None:

@@ -3,8 +3,9 @@ tree), server CPU (every postgres process of this machine), peak client memory (
 process, PSS of all of them together), and optionally peak disk (folders, one database, the server's WAL),
 for the whole run and per phase; plus the power-law projection of a measure from two scales.
 
-The sampler reads /proc every 100 ms (disk every second). It is cheap on purpose: it shares the cores with
-what it measures. CPU of processes that exit counts up to their last sample (the last value seen per pid).
+Sizes in MB are MiB (2**20 bytes). The sampler reads /proc every 100 ms (disk every second). It is cheap on
+purpose: it shares the cores with what it measures. CPU of processes that exit counts up to their last sample
+(the last value seen per pid).
 """
 
 from __future__ import annotations
