@@ -1,11 +1,13 @@
 """DEM load benchmark: `ingest dem` against `raster2pgsql | psql` on the same files, server and settings.
 
-    .venv/bin/python bench/dem.py --files 16 [--terrain gentle|rugged] [--runs 3] [--dsn DSN] [--data-dir DIR] [--json]
+    .venv/bin/python bench/dem.py --files 16 [--terrain gentle|rugged|rough] [--runs 3] [--busy] [--dsn DSN]
+                                  [--data-dir DIR] [--json]
 
 Generates N ASTER-like GeoTIFFs (3601x3601 Int16, no NODATA tag, uncompressed strips, like the published tiles;
---terrain gentle: spectral terrain 180-330 m plus 1.5 m noise, like the plains; rugged: 1,500-2,400 m plus
-1.5 m noise, like the mountain west, which compresses far less), then, in each of --runs rounds, loads them
-with both tools into fresh tables of one database:
+the terrain kinds of bench/terrain.py: gentle like the plains, rugged like the Appalachians, rough like the
+mountain west, each rougher and less compressible than the one before), measures their pixel-to-pixel steps
+(median, 90th percentile, mean, over the first 4 files), then, in each of --runs rounds, loads them with both
+tools into fresh tables of one database:
   raster2pgsql -s 4326 -I -C -M -F -Y 50 -t 256x256 <files> public.bench_r2p | psql -v ON_ERROR_STOP=1
   ingest dem <dir> --table public.bench_ingest
 and prints, for each: wall time, client CPU (all client processes), server CPU (all postgres processes),
@@ -14,29 +16,34 @@ split between processes, so forked workers are not counted twice), table size; t
 tiles are identical (md5 of every tile's WKB by rid); the median round of each tool, every round's wall time;
 and where the median `ingest dem` run spent its time (start-up, files, finish), by the server's clock and the
 load log's per-file transaction starts.
+--busy runs one competing CPU-bound process (a Python busy loop) from before the first round to after the
+last, the same for both tools: a build machine that is doing something else.
+Measuring: bench/measure.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
-import resource
 import subprocess
 import sys
-import threading
-import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import psycopg
 from psycopg.conninfo import make_conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.measure import run_measured  # noqa: E402
+from bench.terrain import TERRAINS, add_steps, step_summary, steps  # noqa: E402
 from ingest.aster_synth import spectral_terrain, write_aster_tile  # noqa: E402
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+STEP_FILES = 4  # the step statistics read this many of the files
 
 
 @dataclass
@@ -53,88 +60,6 @@ class Run:
     phases_s: tuple[float, float, float] | None = None
 
 
-class Sampler(threading.Thread):
-    """Every 100 ms: CPU time of the postmaster and its children (last value seen per pid, so backends
-    that exit still count) and the memory of the client process tree (peaks kept). Cheap on purpose: it
-    shares the two cores with what it measures."""
-
-    def __init__(self, client_pid: int) -> None:
-        super().__init__(daemon=True)
-        self.client_pid, self.stop, self.peak_rss, self.peak_pss = client_pid, threading.Event(), 0, 0
-        self.postmasters = _postmasters()
-        self.server_start: dict[int, int] = self._server_ticks()
-        self.server_last: dict[int, int] = dict(self.server_start)
-
-    def run(self) -> None:
-        while True:
-            self.sample()
-            if self.stop.wait(0.1):  # not time.sleep: stop() returns at once, not up to 100 ms later
-                return
-
-    def _server_ticks(self) -> dict[int, int]:
-        return {pid: ticks for root in self.postmasters for pid in _tree(root) if (ticks := _cpu_ticks(pid))}
-
-    def sample(self) -> None:
-        tree = _tree(self.client_pid)[1:]  # below the bash that runs the pipeline
-        self.peak_rss = max([self.peak_rss] + [_memory(pid, "Rss") for pid in tree])
-        self.peak_pss = max(self.peak_pss, sum(_memory(pid, "Pss") for pid in tree))
-        self.server_last.update(self._server_ticks())
-
-    @property
-    def server_cpu_s(self) -> float:
-        return sum(ticks - self.server_start.get(pid, 0) for pid, ticks in self.server_last.items()) / CLOCK_TICKS
-
-
-def _postmasters() -> list[int]:
-    """PIDs of the PostgreSQL servers running here (postgres processes whose parent is not one)."""
-    names = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            name, after = stat[stat.index("(") + 1 : stat.rindex(")")], stat.rsplit(")", 1)[1].split()
-            names[int(entry.name)] = (name, int(after[1]))
-    return [pid for pid, (name, parent) in names.items()
-            if name == "postgres" and names.get(parent, ("",))[0] != "postgres"]
-
-
-def _cpu_ticks(pid: int) -> int:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0
-    return int(fields[11]) + int(fields[12])  # utime + stime
-
-
-def _tree(pid: int) -> list[int]:
-    pids, index = [pid], 0
-    while index < len(pids):
-        for task in Path(f"/proc/{pids[index]}/task").glob("*"):
-            try:
-                pids += [int(child) for child in (task / "children").read_text().split()]
-            except OSError:
-                pass
-        index += 1
-    return pids
-
-
-def _memory(pid: int, field: str) -> int:
-    """Rss or Pss of a process in bytes, from /proc/PID/smaps_rollup (0 once it is gone)."""
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-# Terrain kinds: gentle is the plains of the CONUS box; rugged, like the mountain west, compresses far less.
-TERRAINS = {"gentle": {"low_m": 180, "relief_m": 150}, "rugged": {"low_m": 1500, "relief_m": 900}}
-
-
 def make_files(folder: Path, count: int, terrain: str = "gentle") -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -148,24 +73,40 @@ def make_files(folder: Path, count: int, terrain: str = "gentle") -> list[Path]:
     return sorted(paths)
 
 
+def file_steps(files: list[Path]) -> dict[str, float]:
+    """Pixel-to-pixel steps of the first STEP_FILES files (bench/terrain.py), so the terrain's roughness is
+    measured, not assumed."""
+    import rasterio
+
+    counts = np.zeros(1, dtype=np.int64)
+    for path in files[:STEP_FILES]:
+        with rasterio.open(path) as source:
+            counts = add_steps(counts, steps(source.read(1)))
+    return step_summary(counts) | {"files": min(len(files), STEP_FILES)}
+
+
+@contextlib.contextmanager
+def competing_process(busy: bool) -> Iterator[None]:
+    """With `busy`, one CPU-bound process beside everything inside the block (outside the measured process
+    trees: it is not the server's nor the client's)."""
+    if not busy:
+        yield
+        return
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
 def timed(tool: str, command: str, dsn: str, tables: list[str]) -> Run:
-    """Run a shell command, sampling it; table_mb is the total size of `tables` afterwards."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.monotonic()
-    process = subprocess.Popen(["bash", "-o", "pipefail", "-c", command], stdout=subprocess.DEVNULL)
-    sampler = Sampler(process.pid)
-    sampler.start()
-    if process.wait() != 0:
-        raise SystemExit(f"{tool} failed: {command}")
-    wall = time.monotonic() - started
-    sampler.stop.set()
-    sampler.join()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    client_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    """Run a shell command, measured (bench/measure.py); table_mb is the total size of `tables` afterwards."""
+    usage = run_measured(command, name=tool).total
     with psycopg.connect(dsn) as conn:
         size = sum(conn.execute("SELECT pg_total_relation_size(%s)", [table]).fetchone()[0] for table in tables)
-    return Run(tool, round(wall, 2), round(client_cpu, 2), round(sampler.server_cpu_s, 2),
-               round(sampler.peak_rss / 2**20, 1), round(sampler.peak_pss / 2**20, 1), round(size / 2**20, 1))
+    return Run(tool, usage.wall_s, usage.client_cpu_s, usage.server_cpu_s, usage.peak_client_rss_mb,
+               usage.peak_client_pss_mb, round(size / 2**20, 1))
 
 
 def identical(dsn: str, left: str, right: str) -> bool:
@@ -244,24 +185,29 @@ def main() -> None:
     parser.add_argument("--database", default="gsqa_bench")
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/gsqa-bench-dem"))
     parser.add_argument("--compression", default="lz4", choices=["lz4", "pglz"])
+    parser.add_argument("--busy", action="store_true", help="one competing CPU-bound process during every round")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
     files = make_files(args.data_dir / f"{args.terrain}{args.files}", args.files, args.terrain)
+    terrain_steps = file_steps(files)
     dsn = prepare_database(args.dsn, args.database)
     subprocess.run(["cat", *map(str, files)], stdout=subprocess.DEVNULL, check=True)  # same warm page cache
     rounds, same = [], []
-    for _ in range(args.runs):
-        runs, identical_tiles = _round(files, dsn, args.compression)
-        rounds.append(runs)
-        same.append(identical_tiles)
-    result = {"files": len(files), "terrain": args.terrain, "compression": args.compression, **_summary(rounds),
-              "identical_tiles": all(same)}
+    with competing_process(args.busy):
+        for _ in range(args.runs):
+            runs, identical_tiles = _round(files, dsn, args.compression)
+            rounds.append(runs)
+            same.append(identical_tiles)
+    result = {"files": len(files), "terrain": args.terrain, "steps": terrain_steps, "busy": args.busy,
+              "compression": args.compression, **_summary(rounds), "identical_tiles": all(same)}
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"{len(files)} files of {args.terrain} terrain, ingest dem with {args.compression} TOAST compression, "
-          f"median of {args.runs} rounds")
+    print(f"{len(files)} files of {args.terrain} terrain (pixel-to-pixel steps over {terrain_steps['files']} files: "
+          f"median {terrain_steps['median_m']} m, 90th percentile {terrain_steps['p90_m']} m, mean "
+          f"{terrain_steps['mean_m']} m), ingest dem with {args.compression} TOAST compression, median of "
+          f"{args.runs} rounds{', beside one competing CPU-bound process' if args.busy else ''}")
     header = ("tool", "wall s", "client CPU s", "server CPU s", "max RSS MB", "total PSS MB", "table MB", "rounds")
     print(f"{header[0]:<14}" + "".join(f"{title:>14}" for title in header[1:]))
     for tool, entry in result["tools"].items():

@@ -24,10 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psycopg
@@ -36,11 +36,8 @@ from psycopg.conninfo import make_conninfo
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.dem import Sampler  # noqa: E402
-
-# Run the command under bash, not exec'd: the sampler counts the process tree below bash.
-SHELL = '"$@" >/dev/null 2>&1'
 from bench.local_hub import FakeHub, repository_files  # noqa: E402
+from bench.measure import run_measured  # noqa: E402
 from bench.osmx_synth import write_layers  # noqa: E402
 from ingest.aster_synth import spectral_terrain, write_aster_tile  # noqa: E402
 from ingest.fetch import SOURCE_REPO  # noqa: E402
@@ -84,39 +81,19 @@ def one_run(hub: FakeHub, server_dsn: str, work: Path, name: str, number: int) -
     dsn = fresh_database(server_dsn, f"gsqa_bench_make_db_{name}")
     what = "dem" if INPUTS[name][1] == 0 else "dem,osm"
     env = {**os.environ, "HF_ENDPOINT": hub.endpoint(), "HF_HOME": str(work / "hf"), "HF_HUB_DISABLE_XET": "1"}
-    started = time.monotonic()
-    process = subprocess.Popen(["bash", "-c", SHELL, "ingest", str(INGEST), "all",
-                                str(data), "--what", what, "--dsn", dsn], env=env)
-    sampler = Sampler(process.pid)
-    sampler.start()
-    process.wait()
-    wall = time.monotonic() - started
-    sampler.stop.set()
-    sampler.join()
-    if process.returncode:
-        raise SystemExit(f"ingest all failed on {name} (exit {process.returncode}); run it by hand to see why")
+    command = shlex.join([str(INGEST), "all", str(data), "--what", what, "--dsn", dsn])
+    run = run_measured(f"{command} >/dev/null 2>&1", name=f"ingest all ({name})", env=env, check=False)
+    if run.returncode:
+        raise SystemExit(f"ingest all failed on {name} (exit {run.returncode}); run it by hand to see why")
     with psycopg.connect(dsn) as conn:
         stages = dict(conn.execute("SELECT stage, extract(epoch FROM finished_at - started_at)::float "
                                    "FROM gsqa.stage_log WHERE finished_at IS NOT NULL").fetchall())
         sizes = dict(conn.execute("SELECT relname, pg_total_relation_size(oid) FROM pg_class WHERE relnamespace = "
                                   "'public'::regnamespace AND relkind = 'r' AND relname <> 'spatial_ref_sys'"))
     subprocess.run(["rm", "-rf", str(data)], check=True)
-    return {"stages": stages, "wall_s": wall, "server_cpu_s": sampler.server_cpu_s,
-            "client_cpu_s": _children_cpu(), "peak_client_pss_mb": sampler.peak_pss / 1e6, "table_bytes": sizes}
-
-
-_cpu_seen = 0.0
-
-
-def _children_cpu() -> float:
-    """Client CPU of the last run: the growth of RUSAGE_CHILDREN since the previous call."""
-    import resource
-
-    global _cpu_seen
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    total = usage.ru_utime + usage.ru_stime
-    spent, _cpu_seen = total - _cpu_seen, total
-    return spent
+    usage = run.total
+    return {"stages": stages, "wall_s": usage.wall_s, "server_cpu_s": usage.server_cpu_s,
+            "client_cpu_s": usage.client_cpu_s, "peak_client_pss_mb": usage.peak_client_pss_mb, "table_bytes": sizes}
 
 
 def summarize(runs: list[dict]) -> dict:

@@ -1,6 +1,7 @@
 """GeoJSON layer load benchmark: `ingest osm` against ogr2ogr on the same osmx-like layers, server and settings.
 
-    .venv/bin/python bench/osm_geojson.py [--total-mb 1000] [--files-per-layer 4] [--runs 3] [--dsn DSN] [--json]
+    .venv/bin/python bench/osm_geojson.py [--total-mb 1000] [--files-per-layer 4] [--runs 3] [--indexes] [--dsn DSN]
+                                          [--json]
 
 Generates osmx-like layers (bench/osmx_synth.py: named and unnamed POIs with many tags, long road lines,
 parks and lakes with multipolygons and holes, postal-code polygons; one feature per line), then, `--runs`
@@ -8,6 +9,8 @@ times and alternating which goes first, loads them into one database:
   ogr2ogr -f PostgreSQL PG:<dsn> <file> -nln ogr_<layer> -append -lco GEOMETRY_NAME=geometry
           -lco GEOM_TYPE=geography -lco SPATIAL_INDEX=NONE --config PG_USE_COPY YES      (every file in turn)
   ingest osm <dir> --replace --no-index
+With --indexes, both sides as they run by default: ogr2ogr with its GiST index (no SPATIAL_INDEX=NONE) and
+then ANALYZE of its tables, against `ingest osm <dir> --replace` (each table's GiST index and ANALYZE).
 ogr2ogr applies no loader-1 rule: it keeps every feature and every property (tagsMap as one JSON column).
 For each tool: wall time, client CPU (all client processes), server CPU (all postgres processes), peak
 client memory (largest process RSS; PSS of the process tree), input MB/s, rows/s; then the medians with
@@ -44,9 +47,13 @@ def make_layers(data_dir: Path, total_mb: float, files_per_layer: int) -> Path:
     return folder
 
 
-def ogr2ogr_command(folder: Path, dsn: str) -> str:
-    steps = [f"ogr2ogr -f PostgreSQL 'PG:{dsn}' {path} -nln ogr_{layer} -append -lco GEOMETRY_NAME=geometry "
-             "-lco GEOM_TYPE=geography -lco SPATIAL_INDEX=NONE --config PG_USE_COPY YES 2>/dev/null"
+def ogr2ogr_command(folder: Path, dsn: str, tables: dict[str, str] | None = None, index: bool = False) -> str:
+    """Every file of every layer in turn, appended to table ogr_<layer> (or `tables`[layer]); with `index`,
+    ogr2ogr's default GiST index, else none."""
+    tables = tables or {layer: f"ogr_{layer}" for layer in LAYER_FOLDERS}
+    no_index = "" if index else "-lco SPATIAL_INDEX=NONE "
+    steps = [f"ogr2ogr -f PostgreSQL 'PG:{dsn}' {path} -nln {tables[layer]} -append -lco GEOMETRY_NAME=geometry "
+             f"-lco GEOM_TYPE=geography {no_index}--config PG_USE_COPY YES 2>/dev/null"
              for layer in LAYER_FOLDERS for path in sorted((folder / layer).glob("*.geojson"))]
     return " && ".join(steps)
 
@@ -56,11 +63,13 @@ def rows(dsn: str, tables: list[str]) -> int:
         return sum(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for table in tables)
 
 
-def one_round(folder: Path, dsn: str, mb: float, ingest_first: bool) -> dict[str, dict]:
+def one_round(folder: Path, dsn: str, mb: float, ingest_first: bool, indexes: bool = False) -> dict[str, dict]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"DROP TABLE IF EXISTS {', '.join(OGR_TABLES)}")
-    tools = [("ogr2ogr", ogr2ogr_command(folder, dsn), OGR_TABLES),
-             ("ingest osm", f"{INGEST} osm {folder} --replace --no-index --dsn '{dsn}' >/dev/null 2>&1", TABLES)]
+    analyze = f" && psql -q -d '{dsn}' -c 'ANALYZE {', '.join(OGR_TABLES)}'" if indexes else ""
+    no_index = "" if indexes else " --no-index"
+    tools = [("ogr2ogr", ogr2ogr_command(folder, dsn, index=indexes) + analyze, OGR_TABLES),
+             ("ingest osm", f"{INGEST} osm {folder} --replace{no_index} --dsn '{dsn}' >/dev/null 2>&1", TABLES)]
     results = {}
     for tool, command, tables in (tools[::-1] if ingest_first else tools):
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -91,6 +100,7 @@ def main() -> None:
     parser.add_argument("--dsn", default=os.environ.get("DATABASE_URL", ""))
     parser.add_argument("--database", default="gsqa_bench_osm")
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/gsqa-bench-osm"))
+    parser.add_argument("--indexes", action="store_true", help="both sides with their GiST indexes and ANALYZE")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -98,13 +108,14 @@ def main() -> None:
     mb = sum(path.stat().st_size for path in folder.rglob("*.geojson")) / 1e6
     dsn = prepare_database(args.dsn, args.database, drop=OGR_TABLES)
     subprocess.run(["cat", *map(str, folder.rglob("*.geojson"))], stdout=subprocess.DEVNULL, check=True)
-    rounds = [one_round(folder, dsn, mb, ingest_first=bool(n % 2)) for n in range(args.runs)]
-    result = {"input_mb": round(mb, 1), "files": len(list(folder.rglob("*.geojson"))), "rounds": rounds,
-              "median": summary(rounds)}
+    rounds = [one_round(folder, dsn, mb, ingest_first=bool(n % 2), indexes=args.indexes) for n in range(args.runs)]
+    result = {"input_mb": round(mb, 1), "files": len(list(folder.rglob("*.geojson"))), "indexes": args.indexes,
+              "rounds": rounds, "median": summary(rounds)}
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"{result['input_mb']} MB in {result['files']} files, {args.runs} rounds (medians; wall min-max)")
+    print(f"{result['input_mb']} MB in {result['files']} files, {args.runs} rounds (medians; wall min-max), "
+          + ("with GiST indexes and ANALYZE on both sides" if args.indexes else "without indexes"))
     header = ("tool", "wall s", "min-max", "client CPU s", "server CPU s", "max RSS MB", "PSS MB", "MB/s", "rows/s")
     print(f"{header[0]:<12}" + "".join(f"{title:>14}" for title in header[1:]))
     for tool in ("ogr2ogr", "ingest osm"):

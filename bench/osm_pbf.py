@@ -26,12 +26,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
+import shlex
 import shutil
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,11 +41,8 @@ from psycopg.conninfo import make_conninfo
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.dem import Sampler  # noqa: E402
+from bench.measure import run_measured  # noqa: E402
 from ingest.osm_pbf import kind_of  # noqa: E402
-
-# Run the command under bash, not exec'd: the sampler counts the process tree below bash.
-SHELL = '"$@" >/dev/null 2>&1'
 
 INGEST = Path(sys.executable).parent / "ingest"
 STYLE = ROOT / "bench" / "osm2pgsql_flex.lua"
@@ -155,20 +151,11 @@ def fresh_database(server_dsn: str, name: str, initialize: bool) -> str:
 
 
 def timed(command: list[str], env: dict[str, str] | None = None) -> dict:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.monotonic()
-    process = subprocess.Popen(["bash", "-c", SHELL, "run", *command], env=env)
-    sampler = Sampler(process.pid)
-    sampler.start()
-    process.wait()
-    wall = time.monotonic() - started
-    sampler.stop.set()
-    sampler.join()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    client_cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return {"wall_s": wall, "client_cpu_s": client_cpu, "server_cpu_s": sampler.server_cpu_s,
-            "peak_rss_mb": sampler.peak_rss / 1e6, "peak_pss_mb": sampler.peak_pss / 1e6,
-            "returncode": process.returncode}
+    run = run_measured(f"{shlex.join(command)} >/dev/null 2>&1", name=Path(command[0]).name, env=env, check=False)
+    usage = run.total
+    return {"wall_s": usage.wall_s, "client_cpu_s": usage.client_cpu_s, "server_cpu_s": usage.server_cpu_s,
+            "peak_rss_mb": usage.peak_client_rss_mb, "peak_pss_mb": usage.peak_client_pss_mb,
+            "returncode": run.returncode}
 
 
 def counts(dsn: str, prefix: str) -> dict[str, int]:

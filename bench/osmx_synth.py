@@ -36,10 +36,14 @@ def coordinate(value: float) -> float:
 
 
 class Shapes:
-    """Random geometries around US places, seeded."""
+    """Random geometries around US places, seeded; `detail` scales the number of vertices of every line and
+    ring (1.0: as drawn)."""
 
-    def __init__(self, seed: int) -> None:
-        self.random = random.Random(seed)
+    def __init__(self, seed: int, detail: float = 1.0) -> None:
+        self.random, self.detail = random.Random(seed), detail
+
+    def vertices(self, drawn: int, least: int) -> int:
+        return drawn if self.detail == 1.0 else max(least, round(drawn * self.detail))
 
     def point(self) -> list[float]:
         return [coordinate(self.random.uniform(-124, -67)), coordinate(self.random.uniform(25, 49))]
@@ -47,13 +51,13 @@ class Shapes:
     def path(self, points: int, step: float = 0.0004) -> list[list[float]]:
         x, y = self.point()
         out = []
-        for _ in range(points):
+        for _ in range(self.vertices(points, 2)):
             x, y = x + self.random.uniform(-step, step), y + self.random.uniform(-step, step)
             out.append([coordinate(x), coordinate(y)])
         return out
 
     def ring(self, centre: list[float], radius: float, points: int) -> list[list[float]]:
-        ring = []
+        ring, points = [], self.vertices(points, 3)
         for k in range(points):
             angle = 2 * math.pi * k / points
             r = radius * self.random.uniform(0.8, 1.2)
@@ -146,8 +150,8 @@ def feature(geometry: dict, n: int, tag_map: dict[str, str]) -> dict:
     return {"type": "Feature", "geometry": geometry, "properties": {"id": 100_000 + n, "tagsMap": tag_map}}
 
 
-def features(layer: str, seed: int) -> Iterator[dict]:
-    shapes, n = Shapes(seed), 0
+def features(layer: str, seed: int, detail: float = 1.0) -> Iterator[dict]:
+    shapes, n = Shapes(seed, detail), 0
     while True:
         n += 1
         yield MAKERS[layer](shapes, n)

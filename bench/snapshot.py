@@ -25,7 +25,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -35,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.make_db import INPUTS, fresh_database, make_source  # noqa: E402
+from bench.measure import Disk, DiskPeak, folder_bytes  # noqa: E402
 
 INGEST = Path(sys.executable).parent / "ingest"
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -42,39 +42,7 @@ PRIVATE_PORT = 5499
 FULL_DATABASE_GB = 21 + 26  # dem_us (mid-range of 12-30 GB) and the vector tables with indexes
 
 
-def folder_bytes(folder: Path) -> int:
-    """Disk used by the files under `folder`, a file with several links (restore's scratch dump) once."""
-    seen: dict[int, int] = {}
-    for root, _, files in os.walk(folder):
-        for name in files:
-            try:
-                stat = os.lstat(os.path.join(root, name))
-            except FileNotFoundError:
-                continue
-            seen[stat.st_ino] = stat.st_blocks * 512
-    return sum(seen.values())
-
-
-class DiskSampler(threading.Thread):
-    """The peak of (the folders' bytes + the database's bytes), every 200 ms."""
-
-    def __init__(self, folders: list[Path], dsn: str | None) -> None:
-        super().__init__(daemon=True)
-        self.folders, self.dsn, self.peak, self.stop = folders, dsn, 0, threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.wait(0.2):
-            database = 0
-            if self.dsn is not None:
-                try:
-                    with psycopg.connect(self.dsn) as conn:
-                        database = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
-                except psycopg.Error:
-                    pass
-            self.peak = max(self.peak, database + sum(folder_bytes(folder) for folder in self.folders))
-
-
-def timed(argv: list[str], sampler: DiskSampler | None = None) -> float:
+def timed(argv: list[str], sampler: DiskPeak | None = None) -> float:
     if sampler:
         sampler.start()
     started = time.monotonic()
@@ -102,8 +70,9 @@ def one_input(server_dsn: str, work: Path, name: str) -> dict:
     folder = work / f"snapshot-{name}"
     shutil.rmtree(folder, ignore_errors=True)
     create_s = timed([str(INGEST), "snapshot", "create", str(folder), "--dsn", built])
-    target = fresh_database(server_dsn, f"gsqa_bench_snapshot_{name}_restored")
-    sampler = DiskSampler([folder], target)
+    target_name = f"gsqa_bench_snapshot_{name}_restored"
+    target = fresh_database(server_dsn, target_name)
+    sampler = DiskPeak(Disk({"snapshot": folder}, server_dsn, target_name))
     restore_s = timed([str(INGEST), "snapshot", "restore", str(folder), "--dsn", target], sampler)
     return {"build_s": build_s, "create_s": create_s, "restore_s": restore_s,
             "database_bytes": database_bytes(built), "snapshot_bytes": folder_bytes(folder),
@@ -138,7 +107,7 @@ def physical(work: Path, snapshot: Path) -> dict:
     finally:
         subprocess.run(as_postgres(PG_BIN / "pg_ctl", "-D", cluster, "-w", "stop"), capture_output=True)
     restored = private / "restored"
-    sampler = DiskSampler([backup, restored], None)
+    sampler = DiskPeak(Disk({"backup": backup, "restored": restored}))
     sampler.start()
     started = time.monotonic()
     subprocess.run(as_postgres("mkdir", "-m", "700", restored), check=True)
