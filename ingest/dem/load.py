@@ -1,11 +1,11 @@
 """`ingest dem`: load ASTER GDEM GeoTIFFs into public.dem_us as `raster2pgsql -s 4326 -I -C -M -F -t 256x256`.
 
 The table comes out identical to raster2pgsql's for the same files in sorted name order: the same tiles
-(dem_tiles.py), rid = position among the tiles written, heap order = rid order, the same raster
-constraints (raster_constraints.py), index and VACUUM ANALYZE. What differs is how it gets there:
+(tiles.py), rid = position among the tiles written, heap order = rid order, the same raster
+constraints (constraints.py), index and VACUUM ANALYZE. What differs is how it gets there:
 
 - stager processes read, encode and store files in parallel, each over its own connection into an
-  UNLOGGED staging table per file, where their backends build and compress the rasters (dem_workers.py);
+  UNLOGGED staging table per file, where their backends build and compress the rasters (stagers.py);
   one writer connection appends the staged files to the table in name order (_append_stage), taking the
   compressed values over as they are: a single writer keeps the heap in rid order, and the stagers keep
   both cores busy;
@@ -34,12 +34,13 @@ from tqdm import tqdm
 
 from gsqa_core import schema
 from gsqa_core.db import connect, relation_exists, resolve_dsn
+from gsqa_core.dem_grid import Grid
 from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
-from gsqa_core.schema import BOOKKEEPING_SCHEMA
-from ingest.dem_tiles import BadRaster, Grid, RasterFacts, read_facts
-from ingest.dem_workers import Staged, StageJob, StagerPool
+from gsqa_core.schema import BOOKKEEPING_SCHEMA, refuse_other_columns
+from ingest.dem.constraints import TileGrid, reconcile
+from ingest.dem.stagers import Staged, StageJob, StagerPool
+from ingest.dem.tiles import BadRaster, RasterFacts, read_facts
 from ingest.diskspace import check_room
-from ingest.initdb import refuse_other_columns
 from ingest.load_state import (
     forget_log,
     lock_target,
@@ -51,7 +52,6 @@ from ingest.load_state import (
     write_log,
 )
 from ingest.ordered_pool import JobStream
-from ingest.raster_constraints import TileGrid, reconcile
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def load_dem(
     report = DemLoadReport(table=target.qualified)
     inputs = discover(paths)
     workers = workers or os.cpu_count() or 1
-    # The stagers start first: forked before any dataset or connection is open (see dem_workers).
+    # The stagers start first: forked before any dataset or connection is open (see stagers.py).
     dsn = resolve_dsn(dsn)  # the stagers connect on their own
     with StagerPool(workers, dsn) as pool:
         facts = _read_headers(inputs, report)
@@ -257,7 +257,7 @@ def _check_disk(conn: psycopg.Connection, files: list[tuple[Path, RasterFacts]],
                 report: DemLoadReport) -> None:
     # Incompressible tiles (steep, noisy terrain) are stored at their raw size plus a few header bytes.
     raw = [facts.grid.width * facts.grid.height * 2 for _, facts in files]
-    # Each stager holds at most two staged files besides the one it stages (dem_workers.py), and the stages
+    # Each stager holds at most two staged files besides the one it stages (stagers.py), and the stages
     # of finished files are dropped a few at a time.
     staged = sum(sorted(raw, reverse=True)[:3 * workers + _STAGES_DROPPED_TOGETHER])
     warning = check_room(conn, int((sum(raw) + staged) * 1.05), f"loading {len(files)} files")

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from gsqa_core.dem_grid import SRID, Grid
 from gsqa_core.schema import BOOKKEEPING_SCHEMA
-from ingest.dem_tiles import SRID, Grid
 
 COLUMN = "rast"
 _EXTENT_TOLERANCE = 1e-9  # degrees; tiles this close to an extreme are all handed to PostGIS
