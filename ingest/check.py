@@ -23,7 +23,7 @@ from psycopg import sql
 
 from gsqa_core import schema
 from gsqa_core.db import connect, identifier, relation_exists, where
-from gsqa_core.dem_grid import ASTER_SIZE, SRID, TILE, Grid, tile_sizes, tiles_across
+from gsqa_core.dem_grid import ASTER_SIZE, SRID, TILE, tile_sizes, tiles_across
 from gsqa_core.reader import reader_dsn, reader_problem
 from ingest import indexes
 from ingest.dem.constraints import TileGrid, desired_definitions, existing_definitions
@@ -92,8 +92,7 @@ def _dem_checks(conn: psycopg.Connection, reference: bool) -> list[Check]:
 
 def logged_grids(logged: dict[str, tuple[int, Any]]) -> list[TileGrid]:
     """The tile grids of the DEM files in the load log (_logged), in file name order."""
-    return [TileGrid(Grid(d["width"], d["height"], tuple(d["geotransform"]), d["nodata"]), frozenset(d["skipped"]))
-            for _, (_, d) in sorted(logged.items())]
+    return [TileGrid.from_log(details) for _, (_, details) in sorted(logged.items())]
 
 
 def dem_grids(conn: psycopg.Connection) -> list[TileGrid]:

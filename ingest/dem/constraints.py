@@ -35,6 +35,16 @@ class TileGrid:
     grid: Grid
     skipped: frozenset[int] = frozenset()
 
+    @classmethod
+    def from_log(cls, details: dict) -> TileGrid:
+        """The tile grid a file's gsqa.load_log row records (its `details`, as `log_details` gives them)."""
+        grid = Grid(details["width"], details["height"], tuple(details["geotransform"]), details["nodata"])
+        return cls(grid, frozenset(details["skipped"]))
+
+    def log_details(self) -> dict:
+        return {"width": self.grid.width, "height": self.grid.height, "geotransform": list(self.geotransform),
+                "nodata": self.grid.nodata, "skipped": sorted(self.skipped)}
+
     @property
     def geotransform(self) -> tuple[float, ...]:
         return self.grid.geotransform

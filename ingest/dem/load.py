@@ -34,7 +34,6 @@ from tqdm import tqdm
 
 from gsqa_core import schema
 from gsqa_core.db import connect, relation_exists, resolve_dsn
-from gsqa_core.dem_grid import Grid
 from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
 from gsqa_core.schema import BOOKKEEPING_SCHEMA, refuse_other_columns
 from ingest.dem.constraints import TileGrid, reconcile
@@ -243,11 +242,6 @@ def _ensure_index(conn: psycopg.Connection, target: Target) -> None:
         target.index, target.ident))
 
 
-def _tile_grid(details: dict) -> TileGrid:
-    grid = Grid(details["width"], details["height"], tuple(details["geotransform"]), details["nodata"])
-    return TileGrid(grid, frozenset(details["skipped"]))
-
-
 def _refuse_foreign_contents(conn: psycopg.Connection, target: Target, logged: dict, inputs: set[str]) -> None:
     rows = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(target.ident)).fetchone()[0]
     refuse_unknown_rows(target.qualified, rows, logged, inputs, "tiles", "dem")
@@ -269,7 +263,7 @@ def _check_disk(conn: psycopg.Connection, files: list[tuple[Path, RasterFacts]],
 def _expect_files(conn: psycopg.Connection, target: Target, facts: dict, logged: dict, unchanged: set) -> None:
     """Put the raster constraints of the finished table in place before loading (extent excepted), so that
     each tile is checked in memory as it arrives."""
-    grids = [_tile_grid(logged[name].details) if name in unchanged else TileGrid(facts[name][1].grid)
+    grids = [TileGrid.from_log(logged[name].details) if name in unchanged else TileGrid(facts[name][1].grid)
              for name in sorted(facts)]
     with conn.transaction():
         reconcile(conn, target.schema, target.name, grids, extent=False)
@@ -351,7 +345,7 @@ def _forget_from(conn: psycopg.Connection, target: Target, name: str) -> None:
 # each file, dummy rows are inserted until one lands on a brand-new page, then rolled back: the aborted
 # dummies keep every gap full (until VACUUM), and the file's rows continue on the new page. The dummies go
 # in batches of 64 rows per INSERT, because each statement prepares the table's raster constraints anew
-# (one row at a time cost 30 ms per file); the last batch leaves at most 63 dead dummies, some 2 kB, at the
+# (a row per INSERT costs 30 ms per file); the last batch leaves at most 63 dead dummies, some 2 kB, at the
 # start of the new page.
 _PLUG_GAPS = """
 DO $plug$
@@ -420,8 +414,7 @@ def _drop(conn: psycopg.Connection, stages: list[sql.Identifier]) -> None:
 
 
 def _log_file(conn: psycopg.Connection, target: Target, facts: RasterFacts, staged: Staged) -> None:
-    details = {"width": facts.grid.width, "height": facts.grid.height, "geotransform": list(facts.grid.geotransform),
-               "nodata": facts.grid.nodata, "skipped": staged.skipped}
+    details = TileGrid(facts.grid, frozenset(staged.skipped)).log_details()
     write_log(conn, target.qualified, facts.name, facts.size, staged.checksum, staged.tiles, details)
 
 
@@ -430,7 +423,7 @@ def finish(conn: psycopg.Connection, target: Target) -> None:
     redoes it. Heap order is verified and restored (CLUSTER) if a rerun had to replace files."""
     with conn.transaction():
         _restore_heap_order(conn, target)
-        grids = [_tile_grid(entry.details) for entry in read_log(conn, target.qualified).values()]
+        grids = [TileGrid.from_log(entry.details) for entry in read_log(conn, target.qualified).values()]
         reconcile(conn, target.schema, target.name, grids, extent=True)
         _ensure_index(conn, target)
         conn.execute(sql.SQL("SELECT setval(pg_get_serial_sequence(%s, 'rid'), coalesce(max(rid), 1), "
