@@ -41,7 +41,8 @@ from psycopg.conninfo import make_conninfo
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.measure import run_measured  # noqa: E402
 from bench.terrain import TERRAINS, add_steps, step_summary, steps  # noqa: E402
-from ingest.aster_synth import spectral_terrain, write_aster_tile  # noqa: E402
+from gsqa_core.dem_grid import ASTER_SIZE, SRID, TILE  # noqa: E402
+from ingest.dem.synthetic import spectral_terrain, write_aster_tile  # noqa: E402
 
 STEP_FILES = 4  # the step statistics read this many of the files
 
@@ -68,7 +69,7 @@ def make_files(folder: Path, count: int, terrain: str = "gentle") -> list[Path]:
         path = folder / f"ASTGTMV003_N{lat:02d}W{abs(lon):03d}_dem.tif"
         if not path.exists():
             print(f"generating {path.name}", file=sys.stderr)
-            write_aster_tile(folder, lat, lon, spectral_terrain(3601, seed=index, **TERRAINS[terrain]))
+            write_aster_tile(folder, lat, lon, spectral_terrain(ASTER_SIZE, seed=index, **TERRAINS[terrain]))
         paths.append(path)
     return sorted(paths)
 
@@ -135,8 +136,8 @@ def prepare_database(server_dsn: str, name: str,
 def _commands(files: list[Path], dsn: str, compression: str) -> list[tuple[str, str, str]]:
     listing = " ".join(map(str, files))
     return [
-        ("raster2pgsql", f"raster2pgsql -s 4326 -I -C -M -F -Y 50 -t 256x256 {listing} public.bench_r2p 2>/dev/null "
-                         f"| psql -q -v ON_ERROR_STOP=1 -d '{dsn}' >/dev/null", "public.bench_r2p"),
+        ("raster2pgsql", f"raster2pgsql -s {SRID} -I -C -M -F -Y 50 -t {TILE}x{TILE} {listing} public.bench_r2p "
+                         f"2>/dev/null | psql -q -v ON_ERROR_STOP=1 -d '{dsn}' >/dev/null", "public.bench_r2p"),
         ("ingest dem", f"{Path(sys.executable).parent / 'ingest'} dem {files[0].parent} --dsn '{dsn}' "
                        f"--table public.bench_ingest --compression {compression} --replace 2>/dev/null",
          "public.bench_ingest"),

@@ -66,7 +66,8 @@ from bench.measure import Disk, Measured, Usage, power_law, run_measured  # noqa
 from bench.osm_geojson import ogr2ogr_command  # noqa: E402
 from bench.osmx_synth import LAYER_FOLDERS, LAYER_SHARE, features, write_file  # noqa: E402
 from bench.terrain import TERRAINS, add_steps, mix, sample_cells, step_summary, steps, terrain_of  # noqa: E402
-from ingest.aster_synth import aster_name, spectral_terrain, write_aster_tile  # noqa: E402
+from gsqa_core.dem_grid import ASTER_SIZE, SRID, TILE  # noqa: E402
+from ingest.dem.synthetic import aster_name, spectral_terrain, write_aster_tile  # noqa: E402
 
 BIN = Path(sys.executable).parent
 FULL_TILES, FULL_OSM_BYTES, FULL_OSM_FILES = 1182, 53e9, 3152
@@ -106,7 +107,7 @@ def make_source(data_dir: Path, scale: float, jobs: int) -> tuple[Path, dict]:
 
 def _write_tile(folder: Path, cell: tuple[int, int], seed: int) -> list[int]:
     lat, lon = cell
-    heights = spectral_terrain(3601, seed=seed, **TERRAINS[terrain_of(lat, lon)])
+    heights = spectral_terrain(ASTER_SIZE, seed=seed, **TERRAINS[terrain_of(lat, lon)])
     write_aster_tile(folder, lat, lon, heights)
     return steps(heights).tolist()
 
@@ -195,7 +196,7 @@ def build_anchors(source: Path, server_dsn: str, name: str) -> list[Usage]:
         ogr2ogr.write_text(ogr2ogr_command(source / "osm" / "osm_extract", dsn, TABLES).replace(" && ", "\n") + "\n")
         tiles = shlex.quote(str(source / "dem" / "tiles"))  # the shell's glob: sorted by name, as tile_list.txt
         commands = {
-            "dem": f"raster2pgsql -s 4326 -C -I -M -F -t 256x256 {tiles}/*.tif public.dem_us 2>/dev/null "
+            "dem": f"raster2pgsql -s {SRID} -C -I -M -F -t {TILE}x{TILE} {tiles}/*.tif public.dem_us 2>/dev/null "
                    f"| {psql} >/dev/null",
             "osm": f"bash -e {ogr2ogr}",
             **{stage: f"{psql} -c {shlex.quote(statement)} >/dev/null" for stage, statement in sql.items()},

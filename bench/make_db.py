@@ -39,12 +39,14 @@ sys.path.insert(0, str(ROOT))
 from bench.local_hub import FakeHub, repository_files  # noqa: E402
 from bench.measure import run_measured  # noqa: E402
 from bench.osmx_synth import write_layers  # noqa: E402
-from ingest.aster_synth import spectral_terrain, write_aster_tile  # noqa: E402
+from gsqa_core.dem_grid import ASTER_SIZE  # noqa: E402
+from gsqa_core.schema import REFERENCE_DEM_FILES  # noqa: E402
+from ingest.dem.synthetic import spectral_terrain, write_aster_tile  # noqa: E402
 from ingest.fetch import SOURCE_REPO  # noqa: E402
 
 INGEST = Path(sys.executable).parent / "ingest"
 INPUTS = {"demo": (4, 0), "large": (16, 400)}  # DEM tiles, MB of GeoJSON
-FULL_TILES, FULL_OSM_MB, FULL_DEM_MB = 1182, 53_000, 18_000
+FULL_TILES, FULL_OSM_MB, FULL_DEM_MB = REFERENCE_DEM_FILES, 53_000, 18_000
 BANDWIDTHS_MB_S = (10, 50, 100)
 
 
@@ -60,7 +62,7 @@ def make_source(work: Path, name: str) -> Path:
     names = []
     for index in range(tiles):
         lat, lon = 40 + index // 4, -75 + index % 4  # the demo box first: N40-N41 x W075-W074
-        names.append(write_aster_tile(folder, lat, lon, spectral_terrain(3601, index)).name)
+        names.append(write_aster_tile(folder, lat, lon, spectral_terrain(ASTER_SIZE, index)).name)
     (root / "dem" / "tile_list.txt").write_text("".join(f"{tile}\n" for tile in names))
     if osm_mb:
         write_layers(root / "osm" / "osm_extract", total_mb=osm_mb)

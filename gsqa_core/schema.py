@@ -3,12 +3,18 @@
 Column names, order and types follow docs/REFERENCE-DB.md, Tables (the GS-QA schema JSON files, loader 1)
 and "The DEM table" (raster2pgsql -F). Every tag column is VARCHAR(255); only pois and parks carry osm_id.
 Spatial indexes are not created here: they are built after the bulk load (ingest/indexes.py and the DEM
-stage), because building them first makes the load several times slower.
+stage), because building them first makes the load several times slower. `refuse_other_columns` compares
+an existing table with its declaration, for `ingest init` and the loaders alike.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+
+import psycopg
+
+from gsqa_core.dem_grid import TILES_PER_FILE
+from gsqa_core.errors import SchemaConflict
 
 READER_ROLE = "gsqa_reader"
 # TOAST compression the loaders can give their big columns (tiles, geometries): lz4 loads faster, pglz is
@@ -16,13 +22,13 @@ READER_ROLE = "gsqa_reader"
 TOAST_COMPRESSIONS = ("lz4", "pglz")
 BOOKKEEPING_SCHEMA = "gsqa"
 MIN_POSTGIS = (3, 2)  # the benchmark SQL needs ST_DumpSegments
-# The published DEM (docs/REFERENCE-DB.md): dem/tile_list.txt names 1,182 ASTER files, 225 tiles each.
+# The published DEM (docs/REFERENCE-DB.md): dem/tile_list.txt names 1,182 ASTER files.
 REFERENCE_DEM_FILES = 1_182
-REFERENCE_DEM_TILES = 265_950
+REFERENCE_DEM_TILES = REFERENCE_DEM_FILES * TILES_PER_FILE
 
 
-# The tables are plain descriptions rendered to DDL here. (SQLAlchemy Core did this before: importing it cost
-# every command a quarter of a second of start-up, for CREATE TABLE of nine tables and nothing else.)
+# The tables are plain descriptions rendered to DDL here, not SQLAlchemy Core tables: importing SQLAlchemy
+# costs every command a quarter of a second of start-up, for CREATE TABLE of nine tables and nothing else.
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,36 @@ class Table:
         if self.primary_key:
             lines.append(f"PRIMARY KEY ({', '.join(map(quoted, self.primary_key))})")
         return f"CREATE TABLE {quoted(self.schema)}.{quoted(self.name)} (\n\t" + ", \n\t".join(lines) + "\n)"
+
+
+def refuse_other_columns(conn: psycopg.Connection, table: Table, advice: str) -> None:
+    """SchemaConflict unless the existing table has exactly the columns `table` describes."""
+    actual = table_columns(conn, table.fullname)
+    expected = [(column.name, column.type.catalog) for column in table.columns]
+    if actual != expected:
+        raise SchemaConflict(
+            f"table {table.fullname} exists but its columns differ from the reference schema "
+            f"(first difference: {_first_difference(expected, actual)}). {advice}"
+        )
+
+
+def table_columns(conn: psycopg.Connection, qualified_name: str) -> list[tuple[str, str]]:
+    """(name, type) of a table's columns in order, types as PostgreSQL's format_type spells them."""
+    rows = conn.execute(
+        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+        "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+        [qualified_name],
+    )
+    return [(name, type_name) for name, type_name in rows]
+
+
+def _first_difference(expected: list[tuple[str, str]], actual: list[tuple[str, str]]) -> str:
+    for position, (want, have) in enumerate(zip(expected, actual, strict=False), start=1):
+        if want != have:
+            return f"column {position} is {' '.join(have)}, expected {' '.join(want)}"
+    if len(actual) < len(expected):
+        return f"column {len(actual) + 1} {' '.join(expected[len(actual)])} is missing"
+    return f"extra column {' '.join(actual[len(expected)])}"
 
 
 def quoted(identifier: str) -> str:

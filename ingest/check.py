@@ -14,7 +14,6 @@ transaction that is rolled back. Counting roads (18 M rows) takes the better par
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -24,14 +23,15 @@ from psycopg import sql
 
 from gsqa_core import schema
 from gsqa_core.db import connect, identifier, relation_exists, where
+from gsqa_core.dem_grid import ASTER_SIZE, SRID, TILE, tile_sizes, tiles_across
 from gsqa_core.reader import reader_dsn, reader_problem
 from ingest import indexes
-from ingest.dem_tiles import Grid
-from ingest.raster_constraints import TileGrid, desired_definitions, existing_definitions
+from ingest.dem.constraints import TileGrid, desired_definitions, existing_definitions
 
-# The published reference (docs/REFERENCE-DB.md, Tables, 2.3 and 6).
+# The published reference (docs/REFERENCE-DB.md, Tables, 2.3 and 6): its files are all ASTER-sized.
 REFERENCE_TILES = schema.REFERENCE_DEM_TILES
-REFERENCE_CENSUS = {(256, 256): 231_672, (17, 256): 16_548, (256, 17): 16_548, (17, 17): 1_182}
+REFERENCE_CENSUS = {size: tiles * schema.REFERENCE_DEM_FILES
+                    for size, tiles in tile_sizes(ASTER_SIZE, ASTER_SIZE).items()}
 REFERENCE_EXTENT = (-126.000138888889, 23.99986111111112, -65.99986111111112, 50.0001388888889)
 REFERENCE_MIN_ROWS = {"pois": 267_609, "roads": 18_491_387, "lakes": 7_919_489, "parks": 5_816_803,
                       "regions": 38_955}
@@ -92,8 +92,7 @@ def _dem_checks(conn: psycopg.Connection, reference: bool) -> list[Check]:
 
 def logged_grids(logged: dict[str, tuple[int, Any]]) -> list[TileGrid]:
     """The tile grids of the DEM files in the load log (_logged), in file name order."""
-    return [TileGrid(Grid(d["width"], d["height"], tuple(d["geotransform"]), d["nodata"]), frozenset(d["skipped"]))
-            for _, (_, d) in sorted(logged.items())]
+    return [TileGrid.from_log(details) for _, (_, details) in sorted(logged.items())]
 
 
 def dem_grids(conn: psycopg.Connection) -> list[TileGrid]:
@@ -103,7 +102,7 @@ def dem_grids(conn: psycopg.Connection) -> list[TileGrid]:
 def _tiles_per_file(conn: psycopg.Connection, logged: dict[str, tuple[int, Any]]) -> Check:
     counts = dict(conn.execute("SELECT filename, count(*) FROM public.dem_us GROUP BY filename").fetchall())
     wrong = sorted(name for name in set(counts) | set(logged) if counts.get(name) != logged.get(name, (None,))[0])
-    grid_tiles = {name: math.ceil(d["width"] / 256) * math.ceil(d["height"] / 256) - len(d["skipped"])
+    grid_tiles = {name: tiles_across(d["width"]) * tiles_across(d["height"]) - len(d["skipped"])
                   for name, (_, d) in logged.items()}
     wrong += sorted(name for name, (rows, _) in logged.items() if rows != grid_tiles[name] and name not in wrong)
     per_file = Counter(counts.values())
@@ -171,7 +170,7 @@ def _raster_columns(conn: psycopg.Connection) -> Check:
         return Check("dem.raster_columns", False, "no raster_columns row for public.dem_us")
     facts = dict(zip(["srid", "blocksize_x", "blocksize_y", "same_alignment", "num_bands", "pixel_types",
                       "nodata_values", "out_db", "spatial_index"], row, strict=True))
-    wanted = {"srid": 4326, "blocksize_x": 256, "blocksize_y": 256, "same_alignment": True, "num_bands": 1,
+    wanted = {"srid": SRID, "blocksize_x": TILE, "blocksize_y": TILE, "same_alignment": True, "num_bands": 1,
               "pixel_types": "{16BSI}", "out_db": "{f}", "spatial_index": True}
     differ = {key: facts[key] for key in wanted if facts[key] != wanted[key]}
     return Check("dem.raster_columns", not differ, f"differs from the reference: {differ}" if differ else str(facts))

@@ -208,12 +208,12 @@ def dem_command(
     path, no readable GeoTIFF, unreachable database, a refusal above); 130 interrupted (Ctrl-C): the file
     being loaded is rolled back, a rerun resumes.
     """
-    from ingest import dem
+    from ingest.dem.load import load_dem
 
     _check_compression(compression)
     with _load_stage():
-        report = dem.load_dem(paths, dsn, table=table, workers=workers, replace=replace,
-                              compression=compression, check_disk=not skip_disk_check)
+        report = load_dem(paths, dsn, table=table, workers=workers, replace=replace,
+                          compression=compression, check_disk=not skip_disk_check)
     if as_json:
         typer.echo(json.dumps(report.as_json()))
     else:

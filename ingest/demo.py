@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ingest.aster_synth import ASTER_SIZE, PIXEL, write_aster_tile
+from gsqa_core.dem_grid import ASTER_SIZE, PIXEL
+from ingest.dem.synthetic import write_aster_tile
 
 CELLS = [(39, -76), (39, -75)]  # SW corners (lat, lon) of the two tiles
 SEED = 20261201

@@ -19,9 +19,9 @@ from psycopg import sql
 
 from gsqa_core import schema
 from gsqa_core.db import connect, identifier, relation_exists, run_together, where
-from gsqa_core.errors import GsqaError, SchemaConflict
+from gsqa_core.errors import GsqaError
 from gsqa_core.reader import READER_PASSWORD_ENV
-from gsqa_core.schema import MIN_POSTGIS
+from gsqa_core.schema import MIN_POSTGIS, refuse_other_columns
 from ingest import indexes
 
 
@@ -101,36 +101,6 @@ def _refuse_conflicting_tables(conn: psycopg.Connection, existing: set[str]) -> 
     for table in schema.ALL_TABLES:
         if f"table {table.fullname}" in existing:
             refuse_other_columns(conn, table, "Drop or rename it, then rerun `ingest init`.")
-
-
-def refuse_other_columns(conn: psycopg.Connection, table: schema.Table, advice: str) -> None:
-    """SchemaConflict unless the existing table has exactly the columns `table` describes."""
-    actual = table_columns(conn, table.fullname)
-    expected = [(column.name, column.type.catalog) for column in table.columns]
-    if actual != expected:
-        raise SchemaConflict(
-            f"table {table.fullname} exists but its columns differ from the reference schema "
-            f"(first difference: {_first_difference(expected, actual)}). {advice}"
-        )
-
-
-def table_columns(conn: psycopg.Connection, qualified_name: str) -> list[tuple[str, str]]:
-    """(name, type) of a table's columns in order, types as PostgreSQL's format_type spells them."""
-    rows = conn.execute(
-        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
-        "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-        [qualified_name],
-    )
-    return [(name, type_name) for name, type_name in rows]
-
-
-def _first_difference(expected: list[tuple[str, str]], actual: list[tuple[str, str]]) -> str:
-    for position, (want, have) in enumerate(zip(expected, actual, strict=False), start=1):
-        if want != have:
-            return f"column {position} is {' '.join(have)}, expected {' '.join(want)}"
-    if len(actual) < len(expected):
-        return f"column {len(actual) + 1} {' '.join(expected[len(actual)])} is missing"
-    return f"extra column {' '.join(actual[len(expected)])}"
 
 
 def _create_missing(conn: psycopg.Connection, existing: set[str]) -> None:

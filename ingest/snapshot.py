@@ -46,6 +46,8 @@ from psycopg import sql
 from gsqa_core import schema
 from gsqa_core.db import connect, resolve_dsn, where
 from gsqa_core.errors import GsqaError
+from ingest import check, fetch, initdb
+from ingest.dem.constraints import reconcile
 
 FORMATS = ("dump",)
 MANIFEST = "manifest.json"
@@ -165,8 +167,6 @@ class CreateReport:
 def create(folder: Path, dsn: str | None, jobs: int, verify_summary: Path | None = None,
            part_size: int = PART_SIZE, image: str | None = None) -> CreateReport:
     """A snapshot of the database in `folder`; see the module docstring."""
-    from ingest import check
-
     started = time.monotonic()
     report = CreateReport(str(folder))
     if (folder / MANIFEST).is_file():
@@ -289,7 +289,7 @@ def card(manifest: dict[str, Any]) -> str:
     size = sum(part["size"] for part in manifest["parts"])
     tables = "\n".join(f"| `{table}` | {log['files']:,} | {log['rows'] or 0:,} |"
                        for table, log in manifest["load_log"].items())
-    passed = sum(check["ok"] for check in manifest["check"])
+    passed = sum(result["ok"] for result in manifest["check"])
     return f"""---
 license: odbl
 pretty_name: GS-QA2 reference database (snapshot)
@@ -365,19 +365,17 @@ class RestoreReport:
 
     @property
     def failed_checks(self) -> list[Any]:
-        return [check for check in self.checks if not check.ok]
+        return [result for result in self.checks if not result.ok]
 
     def as_json(self) -> dict[str, Any]:
         return {"source": self.source, "database": self.target, "manifest_sha256": self.manifest_sha256,
-                "version_changes": self.version_changes, "checks": [check.as_json() for check in self.checks],
+                "version_changes": self.version_changes, "checks": [result.as_json() for result in self.checks],
                 "seconds": round(self.seconds, 3)}
 
 
 def restore_folder(folder: Path, source: str, dsn: str | None, jobs: int, replace: bool = False,
                    allow_version_change: bool = False) -> RestoreReport:
     """The snapshot in `folder` into the database; see the module docstring."""
-    from ingest import check, initdb
-
     started = time.monotonic()
     manifest = read_manifest(folder)
     report = RestoreReport(source, manifest_sha256=sha256_of(folder / MANIFEST))
@@ -405,11 +403,8 @@ def restore_folder(folder: Path, source: str, dsn: str | None, jobs: int, replac
 def _respell_raster_constraints(conn: psycopg.Connection) -> None:
     """A dump spells a negative scale in a CHECK constraint differently from PostGIS, and raster_columns
     parses PostGIS's spelling: the constraints that came back otherwise are made again as the DEM stage
-    makes them (raster_constraints.reconcile)."""
-    from ingest.check import dem_grids
-    from ingest.raster_constraints import reconcile
-
-    grids = dem_grids(conn)
+    makes them (ingest.dem.constraints.reconcile)."""
+    grids = check.dem_grids(conn)
     if grids:
         with conn.transaction():
             reconcile(conn, schema.dem_us.schema, schema.dem_us.name, grids, extent=True)
@@ -613,8 +608,6 @@ def local_folder(source: str, download_to: Path | None, workers: int,
         if not folder.is_dir():
             raise GsqaError(f"{source}: not a folder (a snapshot is a folder or hf:OWNER/NAME[@REVISION])")
         return folder
-    from ingest import fetch
-
     repo, revision = parse_hub_source(source)
     target = download_to or Path("gsqa-snapshots") / repo.replace("/", "--")
     report = fetch.fetch_repository(target, repo, revision, workers=workers)

@@ -20,6 +20,8 @@ from typing import Any
 import shapely
 from shapely.geometry.base import BaseGeometry
 
+from gsqa_core import dem_grid
+
 EARTH_RADIUS_M = 6_371_008.8
 EXACT_REL_TOL = 1e-6
 EXACT_GEOMETRY_TOL_DEG = 1e-6
@@ -536,7 +538,7 @@ def _describe(row: dict[str, Any]) -> str:
 # --- known instability ----------------------------------------------------------------------------------
 
 _POINT = re.compile(r"POINT\s*\(\s*(-?\d+(?:\.\d+)?)\s+(-?\d+(?:\.\d+)?)\s*\)")
-_TILE_PX, _HALF_PX_PER_DEG = 256, 7200  # raster2pgsql -t 256x256; 1/7200 deg is half an ASTER pixel
+_HALF_PX_PER_DEG = 2 * dem_grid.PIXELS_PER_DEGREE  # the file seams and tile edges lie on half pixels
 
 
 def instability(template_id: str, sql: str) -> list[str]:
@@ -555,15 +557,18 @@ def instability(template_id: str, sql: str) -> list[str]:
 
 
 def _seam(lon: float, lat: float) -> str | None:
-    """Where a point sits on the DEM tiling: near a file seam (1-px overlap) or on an internal tile edge."""
+    """Where a point sits on the DEM tiling (gsqa_core.dem_grid): near a file seam, where neighbouring files
+    overlap, or on an internal tile edge."""
     tolerance = EXACT_GEOMETRY_TOL_DEG * _HALF_PX_PER_DEG
     for value in (lon, lat):
         if abs(value - round(value)) <= 1 / _HALF_PX_PER_DEG:
-            return "lies within 1/7200 deg of a DEM file seam (two tiles answer)"
-    east = (lon - math.floor(lon)) * _HALF_PX_PER_DEG + 1  # lon = W + (512k - 1)/7200
-    south = (math.floor(lat) + 1 - lat) * _HALF_PX_PER_DEG + 1  # lat = N + 1 - (512k - 1)/7200
+            return f"lies within 1/{_HALF_PX_PER_DEG} deg of a DEM file seam (two tiles answer)"
+    # Half pixels from the file's upper-left corner, half a pixel west of and north of its cell: tile edge k
+    # lies at 2 * TILE * k.
+    east = (lon - math.floor(lon)) * _HALF_PX_PER_DEG + 1
+    south = (math.floor(lat) + 1 - lat) * _HALF_PX_PER_DEG + 1
     for offset in (east, south):
-        k = round(offset / (2 * _TILE_PX))
-        if 1 <= k <= 14 and abs(offset - 2 * _TILE_PX * k) <= tolerance:
+        k = round(offset / (2 * dem_grid.TILE))
+        if 1 <= k < dem_grid.tiles_across(dem_grid.ASTER_SIZE) and abs(offset - 2 * dem_grid.TILE * k) <= tolerance:
             return "lies on an internal DEM tile edge (one tile returns NULL)"
     return None

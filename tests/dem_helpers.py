@@ -7,12 +7,13 @@ from pathlib import Path
 
 import psycopg
 
-from ingest.aster_synth import cheap_terrain, write_aster_tile
+from gsqa_core.dem_grid import ASTER_SIZE, TILE
+from ingest.dem.synthetic import cheap_terrain, write_aster_tile
 
 REFERENCE_FLAGS = ["-s", "4326", "-I", "-C", "-M", "-F", "-Y", "50", "-t", "256x256"]
 
 
-def write_neighbours(folder: Path, size: int = 3601, lat: int = 40, lons: tuple[int, ...] = (-100, -99),
+def write_neighbours(folder: Path, size: int = ASTER_SIZE, lat: int = 40, lons: tuple[int, ...] = (-100, -99),
                      nodata: int | None = None) -> list[Path]:
     """West-to-east neighbours sharing their 1-pixel seam column, as ASTER tiles do."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -29,7 +30,7 @@ def write_neighbours(folder: Path, size: int = 3601, lat: int = 40, lons: tuple[
 def with_nodata_tile(folder: Path, lat: int, lon: int, size: int = 600, nodata: int = -9999) -> Path:
     """A file with a NODATA tag whose second tile is entirely NODATA (raster2pgsql drops such tiles)."""
     data = cheap_terrain(size, lat + lon)
-    data[0:256, 256:512] = nodata
+    data[0:TILE, TILE:2 * TILE] = nodata
     data[300, 300] = nodata  # a NODATA pixel inside a kept tile stays
     return write_aster_tile(folder, lat, lon, data, nodata=nodata, size=size)
 

@@ -18,16 +18,16 @@ import psycopg
 import shapely
 from psycopg import sql
 
+from gsqa_core.dem_grid import PIXEL, PIXELS_PER_DEGREE
 from reproduce.dataset import Record
 
-PX = 1 / 3600  # ASTER pixel: 1 arc-second; pixel centres on whole arc-seconds
 _POINT = re.compile(r"POINT \((-?[\d.]+) (-?[\d.]+)\)")
 _GEOM_LITERAL = re.compile(r"ST_GeomFromText\('([^']+)'")
 
 
 def grid_index(lon: float, lat: float) -> tuple[int, int]:
     """The ASTER pixel holding a point: its centre in whole arc-seconds."""
-    return round(lon * 3600), round(lat * 3600)
+    return round(lon * PIXELS_PER_DEGREE), round(lat * PIXELS_PER_DEGREE)
 
 
 def insert_raster(conn: psycopg.Connection, i0: int, j0: int, values: list[list[float]]) -> None:
@@ -37,7 +37,7 @@ def insert_raster(conn: psycopg.Connection, i0: int, j0: int, values: list[list[
         "INSERT INTO dem_us (rast, filename) VALUES (ST_SetValues(ST_AddBand("
         "ST_MakeEmptyRaster(%s, %s, %s, %s, %s, %s, 0, 0, 4326), '16BSI'::text, 0, NULL), 1, 1, 1, "
         "%s::double precision[][]), 'fixture')",
-        [width, height, (i0 - 0.5) * PX, (j0 + 0.5) * PX, PX, -PX, values],
+        [width, height, (i0 - 0.5) * PIXEL, (j0 + 0.5) * PIXEL, PIXEL, -PIXEL, values],
     )
 
 
@@ -114,8 +114,8 @@ def load_ramp_dem(conn: psycopg.Connection, records: list[Record], pad_deg: floa
     for record in records:
         for wkt in _GEOM_LITERAL.findall(record.sql):
             minx, miny, maxx, maxy = shapely.from_wkt(wkt).bounds
-            i0, i1 = math.floor((minx - pad_deg) * 3600), math.ceil((maxx + pad_deg) * 3600)
-            j0, j1 = math.floor((miny - pad_deg) * 3600), math.ceil((maxy + pad_deg) * 3600)
+            i0, i1 = math.floor((minx - pad_deg) * PIXELS_PER_DEGREE), math.ceil((maxx + pad_deg) * PIXELS_PER_DEGREE)
+            j0, j1 = math.floor((miny - pad_deg) * PIXELS_PER_DEGREE), math.ceil((maxy + pad_deg) * PIXELS_PER_DEGREE)
             values = [[ramp_value(i, j) for i in range(i0, i1 + 1)] for j in range(j1, j0 - 1, -1)]
             insert_raster(conn, i0, j1, values)
 

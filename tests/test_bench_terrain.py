@@ -14,7 +14,7 @@ from bench.terrain import (
     steps,
     terrain_of,
 )
-from ingest.aster_synth import aster_name
+from ingest.dem.synthetic import aster_name
 
 
 def test_steps_count_horizontal_and_vertical_neighbours():

@@ -1,4 +1,4 @@
-"""The tile grid and WKB of dem_tiles, checked against PostGIS's own reading of them."""
+"""The tile grid and WKB of ingest.dem.tiles, checked against PostGIS's own reading of them."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from ingest.aster_synth import aster_transform, cheap_terrain, write_aster_tile
-from ingest.dem_tiles import ASTER_SIZE, BadRaster, Grid, encode_rows, read_facts
+from gsqa_core.dem_grid import ASTER_SIZE, Grid
+from ingest.dem.synthetic import aster_transform, cheap_terrain, write_aster_tile
+from ingest.dem.tiles import BadRaster, encode_rows, read_facts
 
 
 def aster_grid(nodata: int | None = None) -> Grid:

@@ -13,7 +13,8 @@ from load_helpers import end_sessions
 
 from gsqa_core import schema
 from gsqa_core.errors import SchemaConflict
-from ingest.initdb import finalize, initialize, table_columns
+from gsqa_core.schema import table_columns
+from ingest.initdb import finalize, initialize
 
 SPEC = DATA / "reference-ddl.md"
 REFERENCE_TABLE_NAMES = ["pois", "roads", "parks", "lakes", "regions", "dem_us"]

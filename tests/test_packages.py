@@ -1,10 +1,16 @@
-"""The package boundary: the verifier (`reproduce`) shares gsqa_core with the loaders, never imports them."""
+"""The package boundaries: the verifier (`reproduce`) shares gsqa_core with the loaders, never imports them; inside
+`ingest`, the stage runner sits above the loaders and the load machinery below them."""
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# The two layers of `ingest` that are not loaders; every other module of `ingest` (the packages ingest/dem/ and
+# ingest/osm/) is a loader, which may import gsqa_core, the machinery and its own package, never the runner.
+RUNNER = {"cli", "build", "fetch", "initdb", "check", "demo", "snapshot"}
+MACHINERY = {"load_state", "ordered_pool", "diskspace", "indexes"}
 
 
 def test_reproduce_imports_no_loader_module():
@@ -27,3 +33,40 @@ def test_the_command_line_tools_do_not_import_sqlalchemy():
               "print('sqlalchemy' in sys.modules and 'geoalchemy2' in sys.modules)\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
     assert done.stdout.splitlines() == ["", "True"], done.stdout
+
+
+def ingest_imports(path: Path) -> set[str]:
+    """The modules of `ingest` a file imports, anywhere in it (a function's import counts too), as dotted names
+    below `ingest`: `dem.tiles`, `check`."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name.removeprefix("ingest.") for name in found if name.startswith("ingest.")}
+
+
+def ingest_modules() -> dict[str, Path]:
+    """Every module of `ingest` by its dotted name below `ingest` (`dem.load`, `osm`, `check`)."""
+    return {".".join(path.relative_to(ROOT / "ingest").with_suffix("").parts): path
+            for path in sorted((ROOT / "ingest").rglob("*.py")) if path.name != "__init__.py"}
+
+
+def test_the_runner_and_the_machinery_are_the_modules_they_are_declared_to_be():
+    modules = ingest_modules()
+    assert RUNNER | MACHINERY <= set(modules), sorted(RUNNER | MACHINERY - set(modules))
+    assert {"dem.load", "dem.tiles", "dem.stagers", "dem.constraints", "dem.synthetic"} <= set(modules)
+
+
+def test_a_loader_never_imports_the_runner():
+    loaders = {name: path for name, path in ingest_modules().items() if name not in RUNNER | MACHINERY}
+    wrong = {name: sorted(ingest_imports(path) & RUNNER) for name, path in loaders.items()}
+    assert {name: runner for name, runner in wrong.items() if runner} == {}
+
+
+def test_the_machinery_imports_neither_the_loaders_nor_the_runner():
+    modules = ingest_modules()
+    wrong = {name: sorted(imported for imported in ingest_imports(modules[name])
+                          if imported.split(".")[0] not in MACHINERY) for name in sorted(MACHINERY)}
+    assert {name: imported for name, imported in wrong.items() if imported} == {}

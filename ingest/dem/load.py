@@ -1,11 +1,11 @@
 """`ingest dem`: load ASTER GDEM GeoTIFFs into public.dem_us as `raster2pgsql -s 4326 -I -C -M -F -t 256x256`.
 
 The table comes out identical to raster2pgsql's for the same files in sorted name order: the same tiles
-(dem_tiles.py), rid = position among the tiles written, heap order = rid order, the same raster
-constraints (raster_constraints.py), index and VACUUM ANALYZE. What differs is how it gets there:
+(tiles.py), rid = position among the tiles written, heap order = rid order, the same raster
+constraints (constraints.py), index and VACUUM ANALYZE. What differs is how it gets there:
 
 - stager processes read, encode and store files in parallel, each over its own connection into an
-  UNLOGGED staging table per file, where their backends build and compress the rasters (dem_workers.py);
+  UNLOGGED staging table per file, where their backends build and compress the rasters (stagers.py);
   one writer connection appends the staged files to the table in name order (_append_stage), taking the
   compressed values over as they are: a single writer keeps the heap in rid order, and the stagers keep
   both cores busy;
@@ -35,11 +35,11 @@ from tqdm import tqdm
 from gsqa_core import schema
 from gsqa_core.db import connect, relation_exists, resolve_dsn
 from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
-from gsqa_core.schema import BOOKKEEPING_SCHEMA
-from ingest.dem_tiles import BadRaster, Grid, RasterFacts, read_facts
-from ingest.dem_workers import Staged, StageJob, StagerPool
+from gsqa_core.schema import BOOKKEEPING_SCHEMA, refuse_other_columns
+from ingest.dem.constraints import TileGrid, reconcile
+from ingest.dem.stagers import Staged, StageJob, StagerPool
+from ingest.dem.tiles import BadRaster, RasterFacts, read_facts
 from ingest.diskspace import check_room
-from ingest.initdb import refuse_other_columns
 from ingest.load_state import (
     forget_log,
     lock_target,
@@ -51,7 +51,6 @@ from ingest.load_state import (
     write_log,
 )
 from ingest.ordered_pool import JobStream
-from ingest.raster_constraints import TileGrid, reconcile
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +146,7 @@ def load_dem(
     report = DemLoadReport(table=target.qualified)
     inputs = discover(paths)
     workers = workers or os.cpu_count() or 1
-    # The stagers start first: forked before any dataset or connection is open (see dem_workers).
+    # The stagers start first: forked before any dataset or connection is open (see stagers.py).
     dsn = resolve_dsn(dsn)  # the stagers connect on their own
     with StagerPool(workers, dsn) as pool:
         facts = _read_headers(inputs, report)
@@ -243,11 +242,6 @@ def _ensure_index(conn: psycopg.Connection, target: Target) -> None:
         target.index, target.ident))
 
 
-def _tile_grid(details: dict) -> TileGrid:
-    grid = Grid(details["width"], details["height"], tuple(details["geotransform"]), details["nodata"])
-    return TileGrid(grid, frozenset(details["skipped"]))
-
-
 def _refuse_foreign_contents(conn: psycopg.Connection, target: Target, logged: dict, inputs: set[str]) -> None:
     rows = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(target.ident)).fetchone()[0]
     refuse_unknown_rows(target.qualified, rows, logged, inputs, "tiles", "dem")
@@ -257,7 +251,7 @@ def _check_disk(conn: psycopg.Connection, files: list[tuple[Path, RasterFacts]],
                 report: DemLoadReport) -> None:
     # Incompressible tiles (steep, noisy terrain) are stored at their raw size plus a few header bytes.
     raw = [facts.grid.width * facts.grid.height * 2 for _, facts in files]
-    # Each stager holds at most two staged files besides the one it stages (dem_workers.py), and the stages
+    # Each stager holds at most two staged files besides the one it stages (stagers.py), and the stages
     # of finished files are dropped a few at a time.
     staged = sum(sorted(raw, reverse=True)[:3 * workers + _STAGES_DROPPED_TOGETHER])
     warning = check_room(conn, int((sum(raw) + staged) * 1.05), f"loading {len(files)} files")
@@ -269,7 +263,7 @@ def _check_disk(conn: psycopg.Connection, files: list[tuple[Path, RasterFacts]],
 def _expect_files(conn: psycopg.Connection, target: Target, facts: dict, logged: dict, unchanged: set) -> None:
     """Put the raster constraints of the finished table in place before loading (extent excepted), so that
     each tile is checked in memory as it arrives."""
-    grids = [_tile_grid(logged[name].details) if name in unchanged else TileGrid(facts[name][1].grid)
+    grids = [TileGrid.from_log(logged[name].details) if name in unchanged else TileGrid(facts[name][1].grid)
              for name in sorted(facts)]
     with conn.transaction():
         reconcile(conn, target.schema, target.name, grids, extent=False)
@@ -351,7 +345,7 @@ def _forget_from(conn: psycopg.Connection, target: Target, name: str) -> None:
 # each file, dummy rows are inserted until one lands on a brand-new page, then rolled back: the aborted
 # dummies keep every gap full (until VACUUM), and the file's rows continue on the new page. The dummies go
 # in batches of 64 rows per INSERT, because each statement prepares the table's raster constraints anew
-# (one row at a time cost 30 ms per file); the last batch leaves at most 63 dead dummies, some 2 kB, at the
+# (a row per INSERT costs 30 ms per file); the last batch leaves at most 63 dead dummies, some 2 kB, at the
 # start of the new page.
 _PLUG_GAPS = """
 DO $plug$
@@ -420,8 +414,7 @@ def _drop(conn: psycopg.Connection, stages: list[sql.Identifier]) -> None:
 
 
 def _log_file(conn: psycopg.Connection, target: Target, facts: RasterFacts, staged: Staged) -> None:
-    details = {"width": facts.grid.width, "height": facts.grid.height, "geotransform": list(facts.grid.geotransform),
-               "nodata": facts.grid.nodata, "skipped": staged.skipped}
+    details = TileGrid(facts.grid, frozenset(staged.skipped)).log_details()
     write_log(conn, target.qualified, facts.name, facts.size, staged.checksum, staged.tiles, details)
 
 
@@ -430,7 +423,7 @@ def finish(conn: psycopg.Connection, target: Target) -> None:
     redoes it. Heap order is verified and restored (CLUSTER) if a rerun had to replace files."""
     with conn.transaction():
         _restore_heap_order(conn, target)
-        grids = [_tile_grid(entry.details) for entry in read_log(conn, target.qualified).values()]
+        grids = [TileGrid.from_log(entry.details) for entry in read_log(conn, target.qualified).values()]
         reconcile(conn, target.schema, target.name, grids, extent=True)
         _ensure_index(conn, target)
         conn.execute(sql.SQL("SELECT setval(pg_get_serial_sequence(%s, 'rid'), coalesce(max(rid), 1), "

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from gsqa_core.dem_grid import SRID, Grid
 from gsqa_core.schema import BOOKKEEPING_SCHEMA
-from ingest.dem_tiles import SRID, Grid
 
 COLUMN = "rast"
 _EXTENT_TOLERANCE = 1e-9  # degrees; tiles this close to an extreme are all handed to PostGIS
@@ -34,6 +34,16 @@ class TileGrid:
 
     grid: Grid
     skipped: frozenset[int] = frozenset()
+
+    @classmethod
+    def from_log(cls, details: dict) -> TileGrid:
+        """The tile grid a file's gsqa.load_log row records (its `details`, as `log_details` gives them)."""
+        grid = Grid(details["width"], details["height"], tuple(details["geotransform"]), details["nodata"])
+        return cls(grid, frozenset(details["skipped"]))
+
+    def log_details(self) -> dict:
+        return {"width": self.grid.width, "height": self.grid.height, "geotransform": list(self.geotransform),
+                "nodata": self.grid.nodata, "skipped": sorted(self.skipped)}
 
     @property
     def geotransform(self) -> tuple[float, ...]:

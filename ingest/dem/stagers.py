@@ -1,10 +1,10 @@
 """Stager processes for `ingest dem`: read, encode and store files in parallel, ahead of the ordered writer.
 
-Each file is one job of an OrderedPool (ordered_pool.py). A worker reads the file one band row of tiles at a
+Each file is one job of an OrderedPool (ingest/ordered_pool.py). A worker reads the file one band row of tiles at a
 time (about 2 MB, so memory stays bounded however large the files are), encodes each tile as raster WKB and
 COPYs it over the worker's own connection into an UNLOGGED staging table of the file's own. There the
 worker's backend builds each raster and compresses it: the costly part of storing a tile, which a single
-writer backend would otherwise do for every file in turn. The writer (dem.py) then appends the staged tiles
+writer backend would otherwise do for every file in turn. The writer (load.py) then appends the staged tiles
 to the table in rid order, taking the compressed values over as they are, and drops the stage.
 
 A worker runs at most two of its files ahead of the writer, one staged and waiting in its result queue (of
@@ -24,8 +24,9 @@ import psycopg
 from psycopg import sql
 
 from gsqa_core.db import connect
+from gsqa_core.dem_grid import Grid
 from gsqa_core.errors import DatabaseUnreachable
-from ingest.dem_tiles import BadRaster, Grid, encode_rows
+from ingest.dem.tiles import BadRaster, encode_rows
 from ingest.load_state import file_checksum
 from ingest.ordered_pool import OrderedPool
 

@@ -1,7 +1,6 @@
 """Synthetic GeoTIFFs with the exact ASTER GDEM v3 geometry, for the demo data, tests and benchmarks.
 
-An ASTER tile is named after its SW integer-degree corner, is 3601x3601 Int16 at 1/3600 degree, and its
-pixel centres fall on whole arc-seconds, so its upper-left corner is (W - 1/7200, N + 1 + 1/7200). The
+The files have the name, size, pixel size and corner of gsqa_core.dem_grid, Int16 in EPSG:4326. The
 terrain is spectral (smooth relief with a 1/f^2 spectrum, 180-330 m) plus metre-scale noise: neither
 constant nor pure noise, because TOAST compression depends on it.
 """
@@ -14,8 +13,7 @@ import numpy as np
 import rasterio
 from rasterio.transform import Affine
 
-PIXEL = 1 / 3600
-ASTER_SIZE = 3601
+from gsqa_core.dem_grid import ASTER_SIZE, PIXEL, aster_origin
 
 
 def aster_name(lat: int, lon: int) -> str:
@@ -25,7 +23,8 @@ def aster_name(lat: int, lon: int) -> str:
 
 
 def aster_transform(lat: int, lon: int) -> Affine:
-    return Affine(PIXEL, 0.0, lon - PIXEL / 2, 0.0, -PIXEL, lat + 1 + PIXEL / 2)
+    x, y = aster_origin(lat, lon)
+    return Affine(PIXEL, 0.0, x, 0.0, -PIXEL, y)
 
 
 def spectral_terrain(

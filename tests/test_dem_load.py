@@ -16,8 +16,8 @@ from load_helpers import BIN, end_sessions, ingest, logged_files, query_active, 
 from gsqa_core.db import with_user
 from gsqa_core.errors import GsqaError
 from gsqa_core.schema import READER_ROLE
-from ingest.aster_synth import cheap_terrain, write_aster_tile
-from ingest.dem import Target, load_dem
+from ingest.dem.load import Target, load_dem
+from ingest.dem.synthetic import cheap_terrain, write_aster_tile
 from ingest.diskspace import NotEnoughDisk, check_room
 
 

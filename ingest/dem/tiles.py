@@ -1,12 +1,12 @@
 """Reading ASTER-like GeoTIFFs and cutting them into PostGIS raster tiles exactly as raster2pgsql -t does.
 
-raster2pgsql (raster/loader/raster2pgsql.c, convert_raster) anchors the tile grid at the file's upper-left
-pixel corner, emits tiles row by row from the north-west, leaves edge tiles unpadded (17 px on a 3601 px
-file), computes each tile's corner with GDALApplyGeoTransform, and skips a tile whose every pixel is the
-band's NODATA value when the file has one. Each tile is written as PostGIS raster WKB (RFC2): the same
-bytes raster2pgsql sends as hex, so the stored rasters are identical.
+The tile grid is raster2pgsql's (raster/loader/raster2pgsql.c, convert_raster), declared in gsqa_core.dem_grid:
+anchored at the file's upper-left pixel corner, row by row from the north-west, edge tiles unpadded, each tile's corner
+computed as GDALApplyGeoTransform does. A tile whose every pixel is the band's NODATA value is skipped when
+the file has one. Each tile is written as PostGIS raster WKB (RFC2): the same bytes raster2pgsql sends as
+hex, so the stored rasters are identical.
 
-This module runs in the stager processes (dem_workers.py): it touches no database.
+This module runs in the stager processes (stagers.py): it touches no database.
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ import rasterio
 from rasterio.errors import RasterioError
 from rasterio.windows import Window
 
-TILE = 256
-ASTER_SIZE = 3601
-SRID = 4326
+from gsqa_core.dem_grid import ASTER_SIZE, SRID, TILE, Grid, tiles_across
+
 GDAL_CACHE_MB = 64  # one band row of tiles is 1.8 MB; the cache only needs a few strips
 
 # RFC2 raster WKB: endianness (1 = little), version 0, band count, scale x/y, upper-left x/y, skew x/y,
@@ -36,27 +35,6 @@ _BAND_HAS_NODATA = 0x40
 
 class BadRaster(Exception):
     """A source file that cannot be loaded; the message names what was expected."""
-
-
-@dataclass(frozen=True)
-class Grid:
-    """A source file's pixel grid: size, GDAL geotransform and NODATA value."""
-
-    width: int
-    height: int
-    geotransform: tuple[float, ...]
-    nodata: int | None
-
-    def tiles(self) -> Iterator[tuple[int, int, int, int]]:
-        """(pixel column, pixel row, width, height) of every tile, row by row from the north-west."""
-        for row in range(0, self.height, TILE):
-            for col in range(0, self.width, TILE):
-                yield col, row, min(TILE, self.width - col), min(TILE, self.height - row)
-
-    def tile_origin(self, col: int, row: int) -> tuple[float, float]:
-        """Upper-left corner of the tile at pixel (col, row), computed as GDALApplyGeoTransform does."""
-        gt = self.geotransform
-        return gt[0] + col * gt[1] + row * gt[2], gt[3] + col * gt[4] + row * gt[5]
 
 
 @dataclass(frozen=True)
@@ -126,7 +104,7 @@ def encode_rows(path: Path, grid: Grid) -> Iterator[TileRow]:
                     height = min(TILE, grid.height - top)
                     pixels = src.read(1, window=Window(0, top, grid.width, height)).astype("<i2", copy=False)
                     row = _encode_row(grid, top, pixels, index)
-                    index += (grid.width + TILE - 1) // TILE
+                    index += tiles_across(grid.width)
                     yield row
         except RasterioError as error:  # rasterio's own message points at the GDAL error it chains
             raise BadRaster(f"{path}: truncated or corrupt ({_first_line(error.__cause__ or error)})") from None
