@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.dem import Sampler  # noqa: E402
-from ingest.osm_pbf import kind_of  # noqa: E402
+from ingest.osm.pbf_sources import kind_of  # noqa: E402
 
 # Run the command under bash, not exec'd: the sampler counts the process tree below bash.
 SHELL = '"$@" >/dev/null 2>&1'

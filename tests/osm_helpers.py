@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ingest.osm_rules import POI_PASSES
+from ingest.osm.rules import POI_PASSES
 
 # 15-17 significant digits, as a JVM extractor prints OSM's fixed-point coordinates back in double.
 PRECISE = [-73.98571234567891, 40.759379000000003]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ingest.osm_rules import LAYERS, MISSING, POI_PASSES, BadFeature, may_yield_rows, python_str, rows_of
+from ingest.osm.rules import LAYERS, MISSING, POI_PASSES, BadFeature, may_yield_rows, python_str, rows_of
 
 POIS, ROADS, PARKS, REGIONS = LAYERS["pois"], LAYERS["roads"], LAYERS["parks"], LAYERS["regions"]
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import simdjson
 
-from ingest.osm_rules import MISSING, BadFeature, Layer, Values, rows_of
+from ingest.osm.rules import MISSING, BadFeature, Layer, Values, rows_of
 
 if TYPE_CHECKING:
     import shapely
