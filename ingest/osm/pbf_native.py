@@ -15,7 +15,17 @@ from typing import Any
 from ingest.osm.batches import BATCH_BYTES, MAX_REPORTED_PER_JOB, Batch
 from ingest.osm.pbf_plans import ReadPlan
 from ingest.osm.pbf_sources import KINDS, LISTED_BROKEN, PbfReport, source_name, unreadable
-from ingest.osm.rules import LAYER_BY_FOLDER, POI_PASSES, VARCHAR_LIMIT
+from ingest.osm.rules import (
+    AREA_RELATION_TYPES,
+    AREA_RULES,
+    LAYER_BY_FOLDER,
+    LINE_OR_RING,
+    NODE_RULES,
+    POI_PASSES,
+    VARCHAR_LIMIT,
+    WAY_RULES,
+    OsmxRule,
+)
 
 NATIVE_READER_ENV = "GSQA_NATIVE_READER"  # 0: read with pyosmium even where the native reader is built
 NATIVE_READER_PACKAGES = "g++ python3-dev libosmium2-dev libprotozero-dev zlib1g-dev"  # system-packages.txt, native
@@ -23,7 +33,7 @@ NATIVE_READER_PACKAGES = "g++ python3-dev libosmium2-dev libprotozero-dev zlib1g
 
 @functools.cache
 def native_reader() -> Any:
-    """The native reader's module (ingest/_osmread, built at install where a compiler and libosmium's headers
+    """The native reader's module (ingest/osm/_osmread, built at install where a compiler and libosmium's headers
     are), or None when it is not built or switched off ($GSQA_NATIVE_READER=0)."""
     if os.environ.get(NATIVE_READER_ENV) == "0":
         return None
@@ -47,13 +57,10 @@ def reader_note() -> str | None:
 
 
 def read_natively(plan: ReadPlan, send: Callable[[str, str, tuple], None]) -> PbfReport:
-    """A direct load: every extract of the plan read by the native reader (ingest/_osmread.cpp, libosmium),
-    which gives the same sources, rows and report as read_features would (compared byte for byte on the
-    extracts of tests/data/osm and bench/osm_pbf.py when it was written) in a seventh of the CPU: pyosmium's
-    calls per object were most of a load. Each source's batches go to `send`, then its end; an extract that
-    cannot be read to its end fails its open sources, and the reader goes on with the next one.
-    (--export-geojson reads with pyosmium, so the test that loads a PBF and its exported layers checks the two
-    readers against each other.)"""
+    """A direct load: every extract of the plan read by the native reader, which gives the same sources, rows
+    and report as the pyosmium reader (pbf_pyosmium.run_reader with copy_rows). Each source's batches go to
+    `send`, then its end; an extract that cannot be read to its end fails its open sources, and the reader goes
+    on with the next one."""
     native = native_reader()
     report = PbfReport(sources=[str(path) for path, _ in plan.extracts], location_index=plan.index)
     seen = native.Seen() if plan.several else None
@@ -75,17 +82,17 @@ def _read_extract(native: Any, path: Path, layers: dict[str, set[str]], plan: Re
             send(kind, layer, ("done", None))
             open_sources.discard((kind, layer))
 
-    specs = [{layer: _native_rules(layer, path) for layer in sorted(layers.get(kind, ()))} for kind in KINDS]
+    specs = [{layer: native_layer_rules(layer, path) for layer in sorted(layers.get(kind, ()))} for kind in KINDS]
     try:
-        return _native_report(native.read_extract(str(path), plan.index or "flex_mem", *specs, plan.bbox,
-                                                  _native_limits(), seen, emit))
+        return _native_report(native.read_extract(str(path), plan.index or "flex_mem", native_classification(),
+                                                  *specs, plan.bbox, native_limits(), seen, emit))
     except RuntimeError as error:  # a damaged block: the extract's open sources fail, the others stand
         for kind, layer in sorted(open_sources):
             send(kind, layer, ("failed", unreadable(path, error)))
         return PbfReport(sources=[])
 
 
-def _native_rules(folder: str, path: Path) -> dict[str, Any]:
+def native_layer_rules(folder: str, path: Path) -> dict[str, Any]:
     """Loader 1's rules for one layer as the native reader takes them (declared in rules.py)."""
     layer = LAYER_BY_FOLDER[folder]
     rules = {"table": layer.name, "attributes": len(layer.attribute_columns), "tag_columns": layer.tag_columns,
@@ -97,7 +104,21 @@ def _native_rules(folder: str, path: Path) -> dict[str, Any]:
     return rules
 
 
-def _native_limits() -> dict[str, int]:
+@functools.cache
+def native_classification() -> dict[str, Any]:
+    """The osmx classification (rules.OSMX_RULES) as the native reader takes it: the rules of each kind of
+    object, in the order of the declaration."""
+
+    def spec(rule: OsmxRule) -> dict[str, Any]:
+        return {"layer": rule.layer, "key": rule.key, "values": list(rule.values),
+                "except_values": list(rule.except_values), "with_tag": rule.with_tag,
+                "ring_when_closed": rule.shape == LINE_OR_RING}
+
+    return {"nodes": [spec(rule) for rule in NODE_RULES], "ways": [spec(rule) for rule in WAY_RULES],
+            "areas": [spec(rule) for rule in AREA_RULES], "area_relation_types": list(AREA_RELATION_TYPES)}
+
+
+def native_limits() -> dict[str, int]:
     """Loader 1's column limit and the batch and report bounds of the Python side, for the native reader."""
     return {"varchar": VARCHAR_LIMIT, "batch_bytes": BATCH_BYTES, "reported": MAX_REPORTED_PER_JOB,
             "listed_broken": LISTED_BROKEN}
