@@ -22,7 +22,8 @@ from loader1 import table_rows
 from ingest.osm import pbf_native, pbf_plans
 from ingest.osm.load import load_pbf
 from ingest.osm.pbf_export import export
-from ingest.osm.pbf_sources import PbfReport
+from ingest.osm.pbf_pyosmium import copy_rows, run_reader
+from ingest.osm.pbf_sources import FOLDERS, PbfReport, layer_sources
 from ingest.osm.rules import KIND_LAYERS
 
 TABLES = ["pois", "roads", "parks", "lakes", "regions"]
@@ -155,12 +156,50 @@ def test_a_pbf_loads_the_same_rows_as_its_exported_layers(new_database, tmp_path
 
 def test_the_native_reader_is_built_where_its_build_tools_are() -> None:
     """CI and the loader image install g++ and libosmium's headers (system-packages.txt), so the install built
-    ingest/_osmread; elsewhere (no compiler) a direct load reads with pyosmium, and this says so."""
+    ingest/osm/_osmread; elsewhere (no compiler) a direct load reads with pyosmium, and this says so."""
     if pbf_native.native_reader() is None:
         if os.environ.get("GSQA_REQUIRE_TOOLS") == "1":
-            pytest.fail("GSQA_REQUIRE_TOOLS=1 but the native PBF reader (ingest/_osmread) was not built")
+            pytest.fail("GSQA_REQUIRE_TOOLS=1 but the native PBF reader (ingest/osm/_osmread) was not built")
         pytest.skip("NO NATIVE PBF READER: installed without g++ or libosmium's headers; loads read with pyosmium")
     assert pbf_native.reader_note() is None
+
+
+def reader_batches(paths: list[Path], work: Path, native: bool) -> dict[tuple[str, str], list[tuple]]:
+    """Every message each reader sends per (kind, layer) for a direct load of all layers of `paths`."""
+    sent: dict[tuple[str, str], list[tuple]] = {}
+
+    def send(kind: str, layer: str, message: tuple) -> None:
+        state, batch = message
+        sent.setdefault((kind, layer), []).append(
+            (state, batch.data, batch.rows, batch.features, batch.skipped, batch.skipped_count)
+            if state == "item" else message)
+
+    wanted = {layer: set(layer_sources(paths, layer)) for layer in FOLDERS}
+    for plan in pbf_plans.reader_plans(paths, wanted, work, None):
+        if native:
+            pbf_native.read_natively(plan, send)
+        else:
+            run_reader(plan, lambda path, layers, features: copy_rows(path, layers, features, send), geojson=False)
+    return sent
+
+
+def test_the_native_reader_sends_the_pyosmium_readers_batches_byte_for_byte(tmp_path: Path) -> None:
+    """Both readers follow rules.py's declarations: the same batches (rows, counts, skip lists), in the same
+    order, for the four real extracts at once (duplicates across them skipped) and for the OPL cases."""
+    if pbf_native.native_reader() is None:
+        pytest.skip("NO NATIVE PBF READER: installed without g++ or libosmium's headers; nothing to compare")
+    extracts = sorted((DATA / "osm").glob("*.osm.pbf"))
+    for paths in (extracts, [pbf_from_opl(OPL, tmp_path / "cases.osm.pbf")]):
+        native = reader_batches(paths, tmp_path, native=True)
+        assert native == reader_batches(paths, tmp_path, native=False)
+        assert set(native) == {(kind, layer) for kind, layers in KIND_LAYERS.items() for layer in layers}
+        assert all(messages[-1] == ("done", None) for messages in native.values())
+    rows = {source: sum(item[2] for item in messages if item[0] == "item") for source, messages in native.items()}
+    assert rows == {("nodes", "pois"): 2, ("nodes", "parks"): 1, ("ways", "roads"): 2, ("ways", "lakes"): 2,
+                    ("ways", "parks"): 1, ("ways", "postal_codes"): 0, ("areas", "lakes"): 0, ("areas", "parks"): 2,
+                    ("areas", "postal_codes"): 1}  # n9's 300-character description is a skipped feature
+    assert [item[4] for item in native[("nodes", "pois")] if item[0] == "item" and item[4]] == [
+        [(2, 9, "node 9: tag 'description' is 300 characters long; pois columns hold 255")]]
 
 
 def test_without_the_native_reader_a_load_gives_the_same_tables_and_says_so(new_database, tmp_path: Path) -> None:

@@ -261,5 +261,12 @@ NODE_KEYS = _unique(rule.key for rule in NODE_RULES)
 AREA_KEYS = _unique(rule.key for rule in AREA_RULES)
 WAY_KEYS = {layer: _unique(rule.key for rule in WAY_RULES + AREA_RULES if rule.layer == layer)
             for layer in KIND_LAYERS[WAYS]}  # a way without one of its layers' keys gives none of their features
-RULES_VERSION = hashlib.sha256(json.dumps([[*vars(rule).values()] for rule in OSMX_RULES]
-                                          + [list(AREA_RELATION_TYPES)]).encode()).hexdigest()[:16]
+
+
+def rules_version(rules: tuple[OsmxRule, ...]) -> str:
+    """A hash of the classification, logged with every source a PBF load writes."""
+    declared = [[*vars(rule).values()] for rule in rules] + [list(AREA_RELATION_TYPES)]
+    return hashlib.sha256(json.dumps(declared).encode()).hexdigest()[:16]
+
+
+RULES_VERSION = rules_version(OSMX_RULES)
