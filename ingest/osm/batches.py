@@ -11,7 +11,8 @@ MAX_REPORTED_PER_JOB = 1000  # skipped features are counted without limit; their
 
 
 class SourceError(Exception):
-    """The whole file cannot be loaded; the message names the file and what was expected."""
+    """The whole source (a GeoJSON file, or what one PBF reader makes of an extract) cannot be loaded; the
+    message names the file and what was expected."""
 
 
 @dataclass

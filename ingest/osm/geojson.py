@@ -4,14 +4,14 @@ Two layouts, told apart by the start of a file (`sniff`):
 
 - lines (the fast path): the `features` array holds one feature per line, as extractors write them.
   The file is cut at line starts into byte ranges of about RANGE_BYTES that workers parse at the same
-  time, a line at a time with simdjson (no Python object per coordinate; osm_features.py). A malformed
+  time, a line at a time with simdjson (no Python object per coordinate; features.py). A malformed
   line is one skipped feature: the next line starts afresh. The range holding the end of the file must
   find the closing `]` of the array, or the file is truncated.
 - stream: anything else that is JSON (pretty-printed, one single line, ...): one worker reads the whole
   file with ijson's C backend, feature by feature, in constant memory. A JSON error here cannot be
   stepped over, so it fails the file.
 
-Every job yields Batch items of about BATCH_BYTES (each counts its features); an input problem that
+Every job yields Batch items (batches.py) of about BATCH_BYTES, each counting its features; an input problem that
 spoils the whole file (truncated, not JSON, unreadable) raises SourceError.
 """
 

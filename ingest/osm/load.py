@@ -1,18 +1,22 @@
-"""`ingest osm`: the five vector tables from the osmx GeoJSON layers, row for row as loader 1 built them.
+"""`ingest osm`: the five vector tables from the osmx GeoJSON layers (load_osm) or from OpenStreetMap PBF
+extracts (load_pbf), row for row as loader 1 built them.
 
 Loader 1 (docs/REFERENCE-DB.md, Load rules) inserted each layer's features file by file with a SERIAL id; pois in
-three passes over all files (tourism, amenity, leisure). We load the same rows (osm_rules.py), in file
+three category passes over all files (tourism, amenity, leisure). We load the same rows (rules.py), in file
 name order (loader 1 took the file system's order, which nobody can reproduce), and:
 
-- parser processes read several pieces of the files at once (osm_geojson.py, ordered_pool.py) while a
+- GeoJSON: parser processes read several pieces of the files at once (geojson.py, ordered_pool.py) while a
   connection writes them in file order with binary COPY, so ids and the heap follow file and feature
   order; ids come from the table's sequence, set at the start of each file to the rows already there;
   two such writer lanes load different layers at the same time (_run_lanes);
+- PBF: two reader processes (pbf_readers.py) turn the extracts into sources, one per extract, kind of object
+  and layer (pbf_sources.py), each a stream of the same batches a GeoJSON file gives; one writer lane per
+  layer loads its sources in name order, exactly as files (below, "file" is a file or a source);
 - each file is one transaction together with its gsqa.load_log row (load_state.py): kill the load
   anywhere and a rerun resumes after the last committed file; a changed file is reloaded with every file
   after it (their ids follow it);
 - pois rows go to gsqa.pois_stage first, one transaction per file, and are then numbered in one
-  transaction in loader 1's pass order (pass, file, position in file) into public.pois: the pass order
+  transaction in loader 1's order (category pass, file, position in file) into public.pois: the pass order
   spans all files, so ids are known only once every file has been read. A rerun redoes the numbering if
   the staged files changed; parsing is never repeated for unchanged files;
 - once a lane has loaded a layer, it builds the table's GiST index and analyzes it (indexes.py) while the
