@@ -1,6 +1,9 @@
-"""Loader 1's rules, feature by feature, without a database."""
+"""The OSM rules of ingest/osm/rules.py without a database: loader 1's, feature by feature, and the osmx
+classification (with the osm2pgsql style of bench/ that mirrors it)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -152,3 +155,27 @@ def test_a_new_rule_is_one_entry_and_changes_the_rules_version() -> None:
 def test_a_rule_names_a_layer_folder_and_a_shape_its_objects_can_have(rule: dict) -> None:
     with pytest.raises(ValueError, match="no such layer, or a shape its objects cannot have"):
         OsmxRule(**rule)
+
+
+def lua_set(values: tuple[str, ...]) -> str:
+    return "{ " + ", ".join(f"['{value}'] = true" for value in values) + " }" if values else "{}"
+
+
+def lua_rules() -> str:
+    """The classification as the Lua of bench/osm2pgsql_flex.lua, between its OSMX_RULES lines."""
+    lines = ["local rules = {"]
+    for objects in (NODES, WAYS, AREAS):
+        lines.append(f"    {objects} = {{")
+        lines += [f"        {{ layer = '{rule.layer}', key = '{rule.key}', values = {lua_set(rule.values)}, "
+                  f"except_values = {lua_set(rule.except_values)}, "
+                  f"with_tag = {repr(rule.with_tag) if rule.with_tag else 'nil'}, "
+                  f"ring_when_closed = {str(rule.shape == rules.LINE_OR_RING).lower()} }},"
+                  for rule in rules.rules_for(objects)]
+        lines.append("    },")
+    return "\n".join([*lines, "}", f"local area_relation_types = {lua_set(rules.AREA_RELATION_TYPES)}"])
+
+
+def test_the_osm2pgsql_style_of_the_benchmark_mirrors_the_declaration() -> None:
+    style = (Path(__file__).resolve().parent.parent / "bench" / "osm2pgsql_flex.lua").read_text()
+    block = style.split("-- BEGIN OSMX_RULES\n", 1)[1].split("\n-- END OSMX_RULES", 1)[0]
+    assert block == lua_rules(), f"bench/osm2pgsql_flex.lua: replace its OSMX_RULES block with\n{lua_rules()}"
