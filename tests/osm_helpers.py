@@ -41,7 +41,7 @@ def write_layer(path: Path, features: list[dict], layout: str = "lines") -> Path
 
 
 def rule_layers() -> dict[str, dict[str, list[dict]]]:
-    """Layer folder -> file name -> features exercising every rule of osm_rules."""
+    """Layer folder -> file name -> features exercising every rule of ingest/osm/rules.py (loader 1's)."""
     every_category = [feature(point(-100 + k / 100, 40), 1000 + k, {"name": f"{key} {value}", key: value})
                       for k, (key, value) in enumerate((key, value) for key, values in POI_PASSES for value in values)]
     pois_a = [
