@@ -200,12 +200,15 @@ public:
     ExtractReader(const Classification& rules, std::map<std::string, Sink>& node_sinks, std::map<std::string, Sink>& sinks,
                   std::optional<Envelope> bbox, const Limits& limits, py::object emit)
         : m_rules(rules), m_node_sinks(node_sinks), m_sinks(sinks), m_bbox(bbox), m_limits(limits), m_emit(std::move(emit)) {
+        auto add_key = [](std::vector<std::string>& keys, const std::string& key) {
+            if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+        };
         for (const auto* kind : {&m_rules.ways, &m_rules.areas}) {
             for (const auto& rule : *kind) {
-                if (m_sinks.count(rule.layer)) m_way_keys.push_back(rule.key);
+                if (m_sinks.count(rule.layer)) add_key(m_way_keys, rule.key);
             }
         }
-        for (const auto& rule : m_rules.areas) m_area_keys.push_back(rule.key);
+        for (const auto& rule : m_rules.areas) add_key(m_area_keys, rule.key);
     }
 
     // The ways of the wanted layers get their node locations; the others (buildings: most ways of an
@@ -253,6 +256,7 @@ public:
 
     void node(const osmium::Node& node) {
         if (m_locations) m_locations->node(node);
+        if (node.tags().empty()) return;  // most nodes: a way's shape points, in no layer
         std::vector<const char*> wanted;
         for (const OsmxRule* rule : matching(m_rules.nodes, node.tags())) {
             if (m_node_sinks.count(rule->layer)) wanted.push_back(rule->layer.c_str());

@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ingest.osm.rules import KIND_LAYERS, LAYERS
+from ingest.osm.rules import AREAS, KIND_LAYERS, LAYERS, NODES, WAYS
 
 FOLDERS = tuple(layer.folder for layer in LAYERS.values())  # the osmx layers, by folder
-# The kinds of features: of nodes (no node locations needed), of ways (lines, and closed ways' areas) and of
-# relation areas (assembled from multipolygon and boundary relations).
-KINDS = tuple(KIND_LAYERS)
+# The kinds of features, in the order a PBF file holds their objects (their sources are numbered so): of nodes
+# (no node locations needed), of ways (lines, and closed ways' areas) and of relation areas (assembled from
+# multipolygon and boundary relations).
+KINDS = (NODES, WAYS, AREAS)
 LISTED_BROKEN = 50
 
 
