@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import load_helpers
@@ -22,8 +23,7 @@ from loader1 import table_rows
 from ingest.osm import pbf_native, pbf_plans
 from ingest.osm.load import load_pbf
 from ingest.osm.pbf_export import export
-from ingest.osm.pbf_pyosmium import copy_rows, run_reader
-from ingest.osm.pbf_sources import FOLDERS, PbfReport, layer_sources
+from ingest.osm.pbf_sources import PbfReport
 from ingest.osm.rules import KIND_LAYERS
 
 TABLES = ["pois", "roads", "parks", "lakes", "regions"]
@@ -164,23 +164,51 @@ def test_the_native_reader_is_built_where_its_build_tools_are() -> None:
     assert pbf_native.reader_note() is None
 
 
-def reader_batches(paths: list[Path], work: Path, native: bool) -> dict[tuple[str, str], list[tuple]]:
-    """Every message each reader sends per (kind, layer) for a direct load of all layers of `paths`."""
-    sent: dict[tuple[str, str], list[tuple]] = {}
+# Run in a process of its own: the native reader leaves libosmium's thread pool behind in its process, and a
+# reader process forked later from that process (a load run in the test process) would wait on workers that fork
+# did not copy.
+READER_BATCHES = """
+import hashlib, json, sys, tempfile
+from pathlib import Path
+from ingest.osm import pbf_native, pbf_plans
+from ingest.osm.pbf_pyosmium import copy_rows, run_reader
+from ingest.osm.pbf_sources import FOLDERS, layer_sources
 
-    def send(kind: str, layer: str, message: tuple) -> None:
+def batches(paths, work, native):
+    sent = {}
+    def send(kind, layer, message):
+        source = sent.setdefault(f"{kind} {layer}",
+                                 {"digest": hashlib.sha256(), "rows": 0, "skipped": [], "last": None})
         state, batch = message
-        sent.setdefault((kind, layer), []).append(
-            (state, batch.data, batch.rows, batch.features, batch.skipped, batch.skipped_count)
-            if state == "item" else message)
-
+        source["last"] = state
+        if state == "item":
+            source["digest"].update(repr((batch.rows, batch.features, batch.skipped, batch.skipped_count)).encode())
+            source["digest"].update(batch.data)
+            source["rows"] += batch.rows
+            source["skipped"] += batch.skipped
+        else:
+            source["digest"].update(repr(message).encode())
     wanted = {layer: set(layer_sources(paths, layer)) for layer in FOLDERS}
     for plan in pbf_plans.reader_plans(paths, wanted, work, None):
         if native:
             pbf_native.read_natively(plan, send)
         else:
             run_reader(plan, lambda path, layers, features: copy_rows(path, layers, features, send), geojson=False)
-    return sent
+    return {name: {**source, "digest": source["digest"].hexdigest()} for name, source in sorted(sent.items())}
+
+paths = [Path(arg) for arg in sys.argv[1:]]
+with tempfile.TemporaryDirectory() as work:
+    print(json.dumps({"native": batches(paths, Path(work), True), "pyosmium": batches(paths, Path(work), False)}))
+"""
+
+
+def reader_batches(paths: list[Path]) -> dict[str, dict[str, dict]]:
+    """Per reader (native, pyosmium), per source ("kind layer"): a digest of every message it sent for a direct
+    load of all layers of `paths`, its rows, its skipped features and its last message's state."""
+    done = subprocess.run([sys.executable, "-c", READER_BATCHES, *map(str, paths)], capture_output=True, text=True,
+                          cwd=DATA.parent.parent, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
 
 
 def test_the_native_reader_sends_the_pyosmium_readers_batches_byte_for_byte(tmp_path: Path) -> None:
@@ -190,16 +218,16 @@ def test_the_native_reader_sends_the_pyosmium_readers_batches_byte_for_byte(tmp_
         pytest.skip("NO NATIVE PBF READER: installed without g++ or libosmium's headers; nothing to compare")
     extracts = sorted((DATA / "osm").glob("*.osm.pbf"))
     for paths in (extracts, [pbf_from_opl(OPL, tmp_path / "cases.osm.pbf")]):
-        native = reader_batches(paths, tmp_path, native=True)
-        assert native == reader_batches(paths, tmp_path, native=False)
-        assert set(native) == {(kind, layer) for kind, layers in KIND_LAYERS.items() for layer in layers}
-        assert all(messages[-1] == ("done", None) for messages in native.values())
-    rows = {source: sum(item[2] for item in messages if item[0] == "item") for source, messages in native.items()}
-    assert rows == {("nodes", "pois"): 2, ("nodes", "parks"): 1, ("ways", "roads"): 2, ("ways", "lakes"): 2,
-                    ("ways", "parks"): 1, ("ways", "postal_codes"): 0, ("areas", "lakes"): 0, ("areas", "parks"): 2,
-                    ("areas", "postal_codes"): 1}  # n9's 300-character description is a skipped feature
-    assert [item[4] for item in native[("nodes", "pois")] if item[0] == "item" and item[4]] == [
-        [(2, 9, "node 9: tag 'description' is 300 characters long; pois columns hold 255")]]
+        sent = reader_batches(paths)
+        native = sent["native"]
+        assert native == sent["pyosmium"]
+        assert set(native) == {f"{kind} {layer}" for kind, layers in KIND_LAYERS.items() for layer in layers}
+        assert {source["last"] for source in native.values()} == {"done"}
+    assert {name: source["rows"] for name, source in native.items()} == {
+        "nodes pois": 2, "nodes parks": 1, "ways roads": 2, "ways lakes": 2, "ways parks": 1, "ways postal_codes": 0,
+        "areas lakes": 0, "areas parks": 2, "areas postal_codes": 1}
+    assert {name: source["skipped"] for name, source in native.items() if source["skipped"]} == {
+        "nodes pois": [[2, 9, "node 9: tag 'description' is 300 characters long; pois columns hold 255"]]}
 
 
 def test_without_the_native_reader_a_load_gives_the_same_tables_and_says_so(new_database, tmp_path: Path) -> None:
