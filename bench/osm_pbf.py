@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.measure import run_measured  # noqa: E402
-from ingest.osm_pbf import kind_of  # noqa: E402
+from ingest.osm.pbf_sources import kind_of  # noqa: E402
 
 INGEST = Path(sys.executable).parent / "ingest"
 STYLE = ROOT / "bench" / "osm2pgsql_flex.lua"

@@ -212,9 +212,9 @@ def _dem_stage(done: str | None, options: BuildOptions, dsn: str | None) -> Stag
 
 def osm_inputs(source: Path) -> dict[str, list[Path]]:
     """The GeoJSON files under `source`, by table."""
-    from ingest.osm import find_layer_folders
-    from ingest.osm_geojson import layer_files
-    from ingest.osm_rules import LAYERS
+    from ingest.osm.geojson import layer_files
+    from ingest.osm.load import find_layer_folders
+    from ingest.osm.rules import LAYERS
 
     folders = find_layer_folders(source)
     return {LAYERS[name].table.fullname: layer_files(folder) for name, folder in folders.items()}
@@ -223,8 +223,9 @@ def osm_inputs(source: Path) -> dict[str, list[Path]]:
 def _osm_stage(done: str | None, options: BuildOptions, dsn: str | None) -> StageResult:
     """The published GeoJSON layers (osm/osm_extract/), or else OpenStreetMap extracts (osm/*.osm.pbf), read
     straight into the tables."""
-    from ingest import osm, osm_pbf
-    from ingest.osm_rules import LAYERS
+    from ingest.osm.load import load_osm, load_pbf
+    from ingest.osm.pbf_sources import layer_sources
+    from ingest.osm.rules import LAYERS
 
     extracts = sorted((options.data_dir / "osm").glob("*.osm.pbf"))
     geojson = (options.data_dir / fetch.OSM_DIR).is_dir()
@@ -238,13 +239,13 @@ def _osm_stage(done: str | None, options: BuildOptions, dsn: str | None) -> Stag
     read = None
     if geojson:
         by_table = {table: len(paths) for table, paths in osm_inputs(options.data_dir).items()}
-        report = osm.load_osm(options.data_dir, dsn, workers=options.workers, compression=options.compression,
-                              progress=options.progress, bbox=options.bbox)
+        report = load_osm(options.data_dir, dsn, workers=options.workers, compression=options.compression,
+                          progress=options.progress, bbox=options.bbox)
     else:
-        by_table = {layer.table.fullname: len(osm_pbf.layer_sources(extracts, layer.folder))
+        by_table = {layer.table.fullname: len(layer_sources(extracts, layer.folder))
                     for layer in LAYERS.values()}
-        report, read = osm.load_pbf(extracts, dsn, compression=options.compression, progress=options.progress,
-                                    bbox=options.bbox, work=options.data_dir / "osm")
+        report, read = load_pbf(extracts, dsn, compression=options.compression, progress=options.progress,
+                                bbox=options.bbox, work=options.data_dir / "osm")
     expected = {"files": sum(by_table.values()), "tables": by_table}
     details = {**({"pbf": read.as_json()} if read else {}), **report.as_json()}
     failed = {name: error for layer in report.layers.values() for name, error in layer.failed.items()}

@@ -22,8 +22,8 @@ from ingest import initdb
 
 if TYPE_CHECKING:
     from ingest.fetch import FetchReport
-    from ingest.osm import OsmLoadReport
-    from ingest.osm_pbf import PbfReport as OsmPbfReport
+    from ingest.osm.load import OsmLoadReport
+    from ingest.osm.pbf_sources import PbfReport as OsmPbfReport
 
 app = command_group(
     "ingest",
@@ -299,22 +299,24 @@ def osm_command(
     nothing started (no *.geojson file, not a PBF, unreachable database, a refusal above); 130 interrupted
     (Ctrl-C): the file being loaded is rolled back, a rerun resumes.
     """
-    from ingest import osm, osm_pbf
     from ingest.fetch import parse_bbox
+    from ingest.osm.load import load_osm, load_pbf
+    from ingest.osm.pbf_checks import all_pbf
+    from ingest.osm.pbf_export import export
 
     _check_compression(compression)
     wanted = [name.strip() for name in layers.split(",") if name.strip()] if layers else None
     read, report = None, None
     with _load_stage():
         box = parse_bbox(bbox) if bbox else None
-        if not osm_pbf.all_pbf(sources):
-            report = osm.load_osm(sources[0], dsn, layers=wanted, workers=workers, replace=replace,
-                                  compression=compression, bbox=box, index=not no_index)
+        if not all_pbf(sources):
+            report = load_osm(sources[0], dsn, layers=wanted, workers=workers, replace=replace,
+                              compression=compression, bbox=box, index=not no_index)
         elif export_geojson is not None:
-            read = osm_pbf.export(sources, export_geojson, bbox=box)
+            read = export(sources, export_geojson, bbox=box)
         else:
-            report, read = osm.load_pbf(sources, dsn, layers=wanted, replace=replace, compression=compression,
-                                        bbox=box, work=work, index=not no_index)
+            report, read = load_pbf(sources, dsn, layers=wanted, replace=replace, compression=compression,
+                                    bbox=box, work=work, index=not no_index)
     code = max(1 if read and read.broken else 0, report.exit_code if report else 0)
     if as_json:
         typer.echo(json.dumps({**({"pbf": read.as_json()} if read else {}), **(report.as_json() if report else {})}))
@@ -628,7 +630,7 @@ def snapshot_restore(
 
 
 def _print_osm_report(report: OsmLoadReport, listed: int = 20) -> None:
-    from ingest.osm import describe_skip
+    from ingest.osm.load import describe_skip
 
     for layer in report.layers.values():
         typer.echo(f"{layer.table}: loaded {len(layer.loaded)} of {layer.files} files ({layer.rows_written:,} rows "

@@ -113,7 +113,7 @@ class OrderedPool:
 
 def _serve(work: Work, failure: type[Exception], passed_on: tuple[type[Exception], ...],
            warm_up: Callable[[], None] | None, jobs: multiprocessing.Queue, results: multiprocessing.Queue) -> None:
-    _die_with_parent()
+    die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     if warm_up:
         warm_up()
@@ -144,7 +144,7 @@ def _widen_pipe(queue: multiprocessing.Queue) -> None:
         pass
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """A killed loader must not leave workers behind (Linux: PR_SET_PDEATHSIG)."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)

@@ -17,7 +17,7 @@ import psycopg
 from psycopg import sql
 from shapely.geometry import shape
 
-from ingest.osm_rules import LAYERS, POI_PASSES
+from ingest.osm.rules import LAYERS, POI_PASSES
 
 
 def _features(folder: Path) -> list[dict[str, Any]]:

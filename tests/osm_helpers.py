@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ingest.osm_rules import POI_PASSES
+from ingest.osm.rules import POI_PASSES
 
 # 15-17 significant digits, as a JVM extractor prints OSM's fixed-point coordinates back in double.
 PRECISE = [-73.98571234567891, 40.759379000000003]
@@ -41,7 +41,7 @@ def write_layer(path: Path, features: list[dict], layout: str = "lines") -> Path
 
 
 def rule_layers() -> dict[str, dict[str, list[dict]]]:
-    """Layer folder -> file name -> features exercising every rule of osm_rules."""
+    """Layer folder -> file name -> features exercising every rule of ingest/osm/rules.py (loader 1's)."""
     every_category = [feature(point(-100 + k / 100, 40), 1000 + k, {"name": f"{key} {value}", key: value})
                       for k, (key, value) in enumerate((key, value) for key, values in POI_PASSES for value in values)]
     pois_a = [

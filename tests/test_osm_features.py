@@ -10,8 +10,8 @@ import pytest
 import shapely
 import simdjson
 
-from ingest.osm_features import encoder, geometry_wkb, shapely_wkb
-from ingest.osm_rules import LAYERS, BadFeature
+from ingest.osm.features import encoder, geometry_wkb, shapely_wkb
+from ingest.osm.rules import LAYERS, BadFeature
 
 
 def fast(geometry: dict) -> bytes:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from osm_helpers import feature, point, write_layer
 
-from ingest.osm_geojson import SourceError, jobs_for, parse_job, sniff
+from ingest.osm.geojson import SourceError, jobs_for, parse_job, sniff
 
 FEATURES = [feature(point(-74 + k / 1000, 40), k, {"name": f"Road {k}", "highway": "service"}) for k in range(200)]
 

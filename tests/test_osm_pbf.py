@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import load_helpers
@@ -19,8 +20,11 @@ from conftest import DATA
 from load_helpers import BIN, end_sessions, paused, wait_for
 from loader1 import table_rows
 
-from ingest import osm_pbf
-from ingest.osm import load_pbf
+from ingest.osm import pbf_native, pbf_plans
+from ingest.osm.load import load_pbf
+from ingest.osm.pbf_export import export
+from ingest.osm.pbf_sources import PbfReport
+from ingest.osm.rules import KIND_LAYERS
 
 TABLES = ["pois", "roads", "parks", "lakes", "regions"]
 LONG = "x" * 300
@@ -76,13 +80,13 @@ def by_id(folder: Path, layer: str) -> dict[int, dict]:
 
 
 @pytest.fixture(scope="module")
-def cases(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, osm_pbf.ExportReport]:
+def cases(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, PbfReport]:
     folder = tmp_path_factory.mktemp("cases")
     source = pbf_from_opl(OPL, folder / "cases.osm.pbf")
-    return folder / "layers", osm_pbf.export([source], folder / "layers", progress=False)
+    return folder / "layers", export([source], folder / "layers", progress=False)
 
 
-def test_layer_rules_on_each_kind_of_object(cases: tuple[Path, osm_pbf.ExportReport]) -> None:
+def test_layer_rules_on_each_kind_of_object(cases: tuple[Path, PbfReport]) -> None:
     folder, _ = cases
     pois, parks = by_id(folder, "pois"), by_id(folder, "parks")
     assert sorted(pois) == [1, 3, 9]  # named with tourism/amenity/leisure; the unnamed bench is not a POI
@@ -104,7 +108,7 @@ def test_layer_rules_on_each_kind_of_object(cases: tuple[Path, osm_pbf.ExportRep
     assert regions[101]["properties"]["tagsMap"]["admin_level"] == "8"
 
 
-def test_what_cannot_be_built_is_listed_by_type_and_id(cases: tuple[Path, osm_pbf.ExportReport]) -> None:
+def test_what_cannot_be_built_is_listed_by_type_and_id(cases: tuple[Path, PbfReport]) -> None:
     folder, report = cases
     assert 24 not in by_id(folder, "roads") and 102 not in by_id(folder, "lakes")
     assert dict(report.broken) == {"way": 1, "relation": 1}
@@ -115,12 +119,12 @@ def test_what_cannot_be_built_is_listed_by_type_and_id(cases: tuple[Path, osm_pb
 def test_overlapping_extracts_are_taken_once_and_a_box_keeps_what_overlaps(tmp_path: Path) -> None:
     first = pbf_from_opl(OPL, tmp_path / "a.osm.pbf")
     second = pbf_from_opl(OPL, tmp_path / "b.osm.pbf")
-    report = osm_pbf.export([first, second], tmp_path / "both", progress=False)
-    single = osm_pbf.export([first], tmp_path / "one", progress=False)
+    report = export([first, second], tmp_path / "both", progress=False)
+    single = export([first], tmp_path / "one", progress=False)
     assert report.features == single.features and report.broken == single.broken
     # Every object the first file gave a layer (nodes 1, 3, 9; ways 20-24, 28; relations 100-103) is skipped once.
     assert report.duplicates == 13
-    boxed = osm_pbf.export([first], tmp_path / "box", bbox=(7.0, 43.0, 7.00015, 43.00015), progress=False)
+    boxed = export([first], tmp_path / "box", bbox=(7.0, 43.0, 7.00015, 43.00015), progress=False)
     assert boxed.features["pois"] == 1 and boxed.outside > 0
 
 
@@ -152,12 +156,78 @@ def test_a_pbf_loads_the_same_rows_as_its_exported_layers(new_database, tmp_path
 
 def test_the_native_reader_is_built_where_its_build_tools_are() -> None:
     """CI and the loader image install g++ and libosmium's headers (system-packages.txt), so the install built
-    ingest/_osmread; elsewhere (no compiler) a direct load reads with pyosmium, and this says so."""
-    if osm_pbf.native_reader() is None:
+    ingest/osm/_osmread; elsewhere (no compiler) a direct load reads with pyosmium, and this says so."""
+    if pbf_native.native_reader() is None:
         if os.environ.get("GSQA_REQUIRE_TOOLS") == "1":
-            pytest.fail("GSQA_REQUIRE_TOOLS=1 but the native PBF reader (ingest/_osmread) was not built")
+            pytest.fail("GSQA_REQUIRE_TOOLS=1 but the native PBF reader (ingest/osm/_osmread) was not built")
         pytest.skip("NO NATIVE PBF READER: installed without g++ or libosmium's headers; loads read with pyosmium")
-    assert osm_pbf.reader_note() is None
+    assert pbf_native.reader_note() is None
+
+
+# Run in a process of its own: the native reader leaves libosmium's thread pool behind in its process, and a
+# reader process forked later from that process (a load run in the test process) would wait on workers that fork
+# did not copy.
+READER_BATCHES = """
+import hashlib, json, sys, tempfile
+from pathlib import Path
+from ingest.osm import pbf_native, pbf_plans
+from ingest.osm.pbf_pyosmium import copy_rows, run_reader
+from ingest.osm.pbf_sources import FOLDERS, layer_sources
+
+def batches(paths, work, native):
+    sent = {}
+    def send(kind, layer, message):
+        source = sent.setdefault(f"{kind} {layer}",
+                                 {"digest": hashlib.sha256(), "rows": 0, "skipped": [], "last": None})
+        state, batch = message
+        source["last"] = state
+        if state == "item":
+            source["digest"].update(repr((batch.rows, batch.features, batch.skipped, batch.skipped_count)).encode())
+            source["digest"].update(batch.data)
+            source["rows"] += batch.rows
+            source["skipped"] += batch.skipped
+        else:
+            source["digest"].update(repr(message).encode())
+    wanted = {layer: set(layer_sources(paths, layer)) for layer in FOLDERS}
+    for plan in pbf_plans.reader_plans(paths, wanted, work, None):
+        if native:
+            pbf_native.read_natively(plan, send)
+        else:
+            run_reader(plan, lambda path, layers, features: copy_rows(path, layers, features, send), geojson=False)
+    return {name: {**source, "digest": source["digest"].hexdigest()} for name, source in sorted(sent.items())}
+
+paths = [Path(arg) for arg in sys.argv[1:]]
+with tempfile.TemporaryDirectory() as work:
+    print(json.dumps({"native": batches(paths, Path(work), True), "pyosmium": batches(paths, Path(work), False)}))
+"""
+
+
+def reader_batches(paths: list[Path]) -> dict[str, dict[str, dict]]:
+    """Per reader (native, pyosmium), per source ("kind layer"): a digest of every message it sent for a direct
+    load of all layers of `paths`, its rows, its skipped features and its last message's state."""
+    done = subprocess.run([sys.executable, "-c", READER_BATCHES, *map(str, paths)], capture_output=True, text=True,
+                          cwd=DATA.parent.parent, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def test_the_native_reader_sends_the_pyosmium_readers_batches_byte_for_byte(tmp_path: Path) -> None:
+    """Both readers follow rules.py's declarations: the same batches (rows, counts, skip lists), in the same
+    order, for the four real extracts at once (duplicates across them skipped) and for the OPL cases."""
+    if pbf_native.native_reader() is None:
+        pytest.skip("NO NATIVE PBF READER: installed without g++ or libosmium's headers; nothing to compare")
+    extracts = sorted((DATA / "osm").glob("*.osm.pbf"))
+    for paths in (extracts, [pbf_from_opl(OPL, tmp_path / "cases.osm.pbf")]):
+        sent = reader_batches(paths)
+        native = sent["native"]
+        assert native == sent["pyosmium"]
+        assert set(native) == {f"{kind} {layer}" for kind, layers in KIND_LAYERS.items() for layer in layers}
+        assert {source["last"] for source in native.values()} == {"done"}
+    assert {name: source["rows"] for name, source in native.items()} == {
+        "nodes pois": 2, "nodes parks": 1, "ways roads": 2, "ways lakes": 2, "ways parks": 1, "ways postal_codes": 0,
+        "areas lakes": 0, "areas parks": 2, "areas postal_codes": 1}
+    assert {name: source["skipped"] for name, source in native.items() if source["skipped"]} == {
+        "nodes pois": [[2, 9, "node 9: tag 'description' is 300 characters long; pois columns hold 255"]]}
 
 
 def test_without_the_native_reader_a_load_gives_the_same_tables_and_says_so(new_database, tmp_path: Path) -> None:
@@ -166,11 +236,11 @@ def test_without_the_native_reader_a_load_gives_the_same_tables_and_says_so(new_
     extracts = [str(shutil.copy(path, tmp_path)) for path in sorted((DATA / "osm").glob("*.osm.pbf"))]
     native, fallback = new_database("pbf_native", initialized=True), new_database("pbf_pyosmium", initialized=True)
     first = ingest("osm", *extracts, "--dsn", native, "--json")
-    second = ingest("osm", *extracts, "--dsn", fallback, "--json", env={osm_pbf.NATIVE_READER_ENV: "0"})
+    second = ingest("osm", *extracts, "--dsn", fallback, "--json", env={pbf_native.NATIVE_READER_ENV: "0"})
     assert (first.returncode, second.returncode) == (1, 1), second.stderr  # Monaco's cut relations
-    note = f"ingest osm: {osm_pbf.NATIVE_READER_ENV}=0 is set; reading with pyosmium: the same rows"
+    note = f"ingest osm: {pbf_native.NATIVE_READER_ENV}=0 is set; reading with pyosmium: the same rows"
     assert second.stderr.count(note) == 1 and "reading with pyosmium" not in first.stderr
-    assert f"apt-get install {osm_pbf.NATIVE_READER_PACKAGES}" in second.stderr
+    assert f"apt-get install {pbf_native.NATIVE_READER_PACKAGES}" in second.stderr
     reports = [json.loads(result.stdout) for result in (first, second)]
     for report in reports:
         report.pop("seconds"), report["pbf"].pop("seconds")
@@ -242,10 +312,10 @@ def test_a_layer_loaded_earlier_is_not_read_again(new_database, tmp_path: Path) 
     assert rest["layers"]["parks"]["loaded"] and set(rest["pbf"]["features"]) <= {"parks", "lakes", "postal_codes"}
 
 
-@pytest.mark.parametrize("readers", [osm_pbf.READERS, osm_pbf.READERS_ON_DISK])
+@pytest.mark.parametrize("readers", [pbf_plans.READERS, pbf_plans.READERS_ON_DISK])
 def test_every_source_has_exactly_one_reader(readers: dict) -> None:
     produced = [(kind, layer) for kinds in readers.values() for kind, layers in kinds.items() for layer in layers]
-    assert sorted(produced) == sorted((kind, layer) for kind, layers in osm_pbf.KIND_LAYERS.items()
+    assert sorted(produced) == sorted((kind, layer) for kind, layers in KIND_LAYERS.items()
                                       for layer in layers)
 
 
@@ -255,7 +325,7 @@ def test_node_locations_on_disk_load_the_same_rows(new_database, tmp_path: Path,
     extract = shutil.copy(DATA / "osm" / "monaco.osm.pbf", tmp_path)
     in_memory, on_disk = new_database("pbf_in_memory", initialized=True), new_database("pbf_on_disk", initialized=True)
     assert ingest("osm", str(extract), "--dsn", in_memory).returncode == 1  # cut relations, as above
-    monkeypatch.setattr(osm_pbf, "IN_MEMORY_LIMIT", 0)
+    monkeypatch.setattr(pbf_plans, "IN_MEMORY_LIMIT", 0)
     _, read = load_pbf([Path(extract)], on_disk, progress=False, work=tmp_path)
     assert read.location_index == f"sparse_file_array,{tmp_path / 'node-locations-ways+areas.bin'}"
     assert not list(tmp_path.glob("node-locations-*"))
@@ -316,8 +386,8 @@ def test_a_damaged_block_fails_that_extract_only(new_database, tmp_path: Path) -
 
 def test_node_locations_on_disk_for_large_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     source = pbf_from_opl(OPL, tmp_path / "cases.osm.pbf")
-    monkeypatch.setattr(osm_pbf, "IN_MEMORY_LIMIT", 0)
-    report = osm_pbf.export([source], tmp_path / "layers", progress=False)
+    monkeypatch.setattr(pbf_plans, "IN_MEMORY_LIMIT", 0)
+    report = export([source], tmp_path / "layers", progress=False)
     assert report.location_index == f"sparse_file_array,{tmp_path / 'layers' / 'node-locations-ways+areas.bin'}"
     assert sorted(by_id(tmp_path / "layers", "roads")) == [20, 21]
     assert not list((tmp_path / "layers").glob("node-locations-*"))  # removed after the export

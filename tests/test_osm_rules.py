@@ -1,10 +1,26 @@
-"""Loader 1's rules, feature by feature, without a database."""
+"""The OSM rules of ingest/osm/rules.py without a database: loader 1's, feature by feature, and the osmx
+classification (with the osm2pgsql style of bench/ that mirrors it)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from ingest.osm_rules import LAYERS, MISSING, POI_PASSES, BadFeature, may_yield_rows, python_str, rows_of
+from ingest.osm import rules
+from ingest.osm.rules import (
+    AREAS,
+    LAYERS,
+    MISSING,
+    NODES,
+    POI_PASSES,
+    WAYS,
+    BadFeature,
+    OsmxRule,
+    may_yield_rows,
+    python_str,
+    rows_of,
+)
 
 POIS, ROADS, PARKS, REGIONS = LAYERS["pois"], LAYERS["roads"], LAYERS["parks"], LAYERS["regions"]
 
@@ -84,3 +100,82 @@ def test_the_pois_prefilter_never_drops_a_feature_the_rules_keep() -> None:
     assert not may_yield_rows(POIS, b'{"tagsMap": {"name": "x", "shop": "bakery"}}')
     assert may_yield_rows(POIS, b'{"tagsMap": {"n\\u0061me": "x", "tourism": "museum"}}')  # escapes: parse it
     assert may_yield_rows(ROADS, b"anything")
+
+
+# The osmx classification, written out independently of the declaration: (objects, tags) -> (layer, rule shape).
+CLASSIFIED = [
+    (NODES, {"amenity": "bench"}, []),
+    (NODES, {"amenity": "cafe", "name": "C"}, [("pois", "point")]),
+    (NODES, {"tourism": "x", "name": "T"}, [("pois", "point")]),
+    (NODES, {"leisure": "park"}, [("parks", "point")]),
+    (NODES, {"leisure": "park", "name": "P"}, [("pois", "point"), ("parks", "point")]),
+    (NODES, {"highway": "crossing", "name": "N"}, []),
+    (WAYS, {"highway": "residential"}, [("roads", "line, or ring when closed")]),
+    (WAYS, {"waterway": "river"}, [("lakes", "line")]),
+    (WAYS, {"waterway": "riverbank"}, []),
+    (WAYS, {"building": "yes", "natural": "water"}, []),
+    (AREAS, {"natural": "water"}, [("lakes", "area")]),
+    (AREAS, {"natural": "lagoon"}, []),
+    (AREAS, {"waterway": "riverbank"}, [("lakes", "area")]),
+    (AREAS, {"waterway": "river"}, []),
+    (AREAS, {"landuse": "reservoir", "leisure": "marina"}, [("lakes", "area"), ("parks", "area")]),
+    (AREAS, {"boundary": "protected_area"}, [("parks", "area")]),
+    (AREAS, {"boundary": "administrative"}, [("postal_codes", "area")]),
+    (AREAS, {"boundary": "postal_code", "natural": "bay"}, [("lakes", "area"), ("postal_codes", "area")]),
+    (AREAS, {"boundary": "political"}, []),
+]
+
+
+@pytest.mark.parametrize("objects, tags, expected", CLASSIFIED)
+def test_the_osmx_classification(objects: str, tags: dict, expected: list) -> None:
+    found = rules.matching(rules.rules_for(objects), tags)
+    assert [(rule.layer, rule.shape) for rule in found] == expected
+
+
+def test_what_the_readers_filter_on_derives_from_the_declaration() -> None:
+    assert rules.KIND_LAYERS == {"nodes": ("pois", "parks"), "ways": ("roads", "lakes", "parks", "postal_codes"),
+                                 "areas": ("lakes", "parks", "postal_codes")}
+    assert rules.NODE_KEYS == ("tourism", "amenity", "leisure")
+    assert rules.AREA_KEYS == ("natural", "waterway", "landuse", "leisure", "boundary")
+    assert rules.WAY_KEYS == {"roads": ("highway",), "lakes": ("waterway", "natural", "landuse"),
+                              "parks": ("leisure", "boundary"), "postal_codes": ("boundary",)}
+
+
+def test_a_new_rule_is_one_entry_and_changes_the_rules_version() -> None:
+    lagoon = OsmxRule("lakes", AREAS, "natural", ("lagoon",))
+    extended = (*rules.OSMX_RULES, lagoon)
+    assert rules.matching(tuple(rule for rule in extended if rule.objects == AREAS), {"natural": "lagoon"}) == [lagoon]
+    assert rules.rules_version(extended) != rules.RULES_VERSION == rules.rules_version(rules.OSMX_RULES)
+    assert len(rules.RULES_VERSION) == 16
+
+
+@pytest.mark.parametrize("rule", [dict(layer="regions", objects=AREAS, key="boundary"),
+                                  dict(layer="roads", objects=NODES, key="highway"),
+                                  dict(layer="roads", objects=WAYS, key="highway", shape="area")])
+def test_a_rule_names_a_layer_folder_and_a_shape_its_objects_can_have(rule: dict) -> None:
+    with pytest.raises(ValueError, match="no such layer, or a shape its objects cannot have"):
+        OsmxRule(**rule)
+
+
+def lua_set(values: tuple[str, ...]) -> str:
+    return "{ " + ", ".join(f"['{value}'] = true" for value in values) + " }" if values else "{}"
+
+
+def lua_rules() -> str:
+    """The classification as the Lua of bench/osm2pgsql_flex.lua, between its OSMX_RULES lines."""
+    lines = ["local rules = {"]
+    for objects in (NODES, WAYS, AREAS):
+        lines.append(f"    {objects} = {{")
+        lines += [f"        {{ layer = '{rule.layer}', key = '{rule.key}', values = {lua_set(rule.values)}, "
+                  f"except_values = {lua_set(rule.except_values)}, "
+                  f"with_tag = {repr(rule.with_tag) if rule.with_tag else 'nil'}, "
+                  f"ring_when_closed = {str(rule.shape == rules.LINE_OR_RING).lower()} }},"
+                  for rule in rules.rules_for(objects)]
+        lines.append("    },")
+    return "\n".join([*lines, "}", f"local area_relation_types = {lua_set(rules.AREA_RELATION_TYPES)}"])
+
+
+def test_the_osm2pgsql_style_of_the_benchmark_mirrors_the_declaration() -> None:
+    style = (Path(__file__).resolve().parent.parent / "bench" / "osm2pgsql_flex.lua").read_text()
+    block = style.split("-- BEGIN OSMX_RULES\n", 1)[1].split("\n-- END OSMX_RULES", 1)[0]
+    assert block == lua_rules(), f"bench/osm2pgsql_flex.lua: replace its OSMX_RULES block with\n{lua_rules()}"

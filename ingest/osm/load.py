@@ -1,18 +1,22 @@
-"""`ingest osm`: the five vector tables from the osmx GeoJSON layers, row for row as loader 1 built them.
+"""`ingest osm`: the five vector tables from the osmx GeoJSON layers (load_osm) or from OpenStreetMap PBF
+extracts (load_pbf), row for row as loader 1 built them.
 
 Loader 1 (docs/REFERENCE-DB.md, Load rules) inserted each layer's features file by file with a SERIAL id; pois in
-three passes over all files (tourism, amenity, leisure). We load the same rows (osm_rules.py), in file
+three category passes over all files (tourism, amenity, leisure). We load the same rows (rules.py), in file
 name order (loader 1 took the file system's order, which nobody can reproduce), and:
 
-- parser processes read several pieces of the files at once (osm_geojson.py, ordered_pool.py) while a
+- GeoJSON: parser processes read several pieces of the files at once (geojson.py, ordered_pool.py) while a
   connection writes them in file order with binary COPY, so ids and the heap follow file and feature
   order; ids come from the table's sequence, set at the start of each file to the rows already there;
   two such writer lanes load different layers at the same time (_run_lanes);
+- PBF: two reader processes (pbf_readers.py) turn the extracts into sources, one per extract, kind of object
+  and layer (pbf_sources.py), each a stream of the same batches a GeoJSON file gives; one writer lane per
+  layer loads its sources in name order, exactly as files (below, "file" is a file or a source);
 - each file is one transaction together with its gsqa.load_log row (load_state.py): kill the load
   anywhere and a rerun resumes after the last committed file; a changed file is reloaded with every file
   after it (their ids follow it);
 - pois rows go to gsqa.pois_stage first, one transaction per file, and are then numbered in one
-  transaction in loader 1's pass order (pass, file, position in file) into public.pois: the pass order
+  transaction in loader 1's order (category pass, file, position in file) into public.pois: the pass order
   spans all files, so ids are known only once every file has been read. A rerun redoes the numbering if
   the staged files changed; parsing is never repeated for unchanged files;
 - once a lane has loaded a layer, it builds the table's GiST index and analyzes it (indexes.py) while the
@@ -41,7 +45,7 @@ from tqdm import tqdm
 from gsqa_core import schema
 from gsqa_core.db import connect, identifier, relation_exists, run_together, where
 from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
-from ingest import indexes, osm_pbf
+from ingest import indexes
 from ingest.load_state import (
     LogEntry,
     file_checksum,
@@ -55,9 +59,15 @@ from ingest.load_state import (
     write_log,
 )
 from ingest.ordered_pool import JobStream, OrderedPool
-from ingest.osm_features import COPY_HEADER, COPY_TRAILER
-from ingest.osm_geojson import Job, SourceError, jobs_for, layer_files, parse_job
-from ingest.osm_rules import LAYER_BY_FOLDER, LAYERS, Layer
+from ingest.osm.batches import SourceError
+from ingest.osm.features import COPY_HEADER, COPY_TRAILER
+from ingest.osm.geojson import Job, jobs_for, layer_files, parse_job
+from ingest.osm.pbf_checks import check_inputs
+from ingest.osm.pbf_native import reader_note
+from ingest.osm.pbf_plans import reader_plans
+from ingest.osm.pbf_readers import Readers, ReadProgress
+from ingest.osm.pbf_sources import PbfReport, layer_sources
+from ingest.osm.rules import LAYER_BY_FOLDER, LAYERS, RULES_VERSION, Layer
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +77,7 @@ STAGE = schema.pois_stage.fullname
 LANES = 2
 # Batches a parser may hold ready: a whole piece of a file (RANGE_BYTES), so that while the writer drains one
 # parser's piece the other parsers finish theirs instead of waiting on a full queue.
-QUEUE_BATCHES = 8
+READY_BATCHES_PER_PARSER = 8
 _REPORTED_SKIPS = 10_000  # skipped features listed in the report (all are counted)
 _LOGGED_SKIPS = 100  # skipped features a file's load_log row lists, for the reports of later reruns
 
@@ -206,7 +216,8 @@ def load_osm(source: Path, dsn: str | None = None, *, layers: list[str] | None =
     with contextlib.ExitStack() as stack:
         # The parsers start first: forked before any connection is open or thread started (ordered_pool).
         pools = [stack.enter_context(OrderedPool(max(1, workers // len(lanes)), parse_job, SourceError,
-                                                 queue_items=QUEUE_BATCHES, name=f"ingest-osm-parser-{number}"))
+                                                 queue_items=READY_BATCHES_PER_PARSER,
+                                                 name=f"ingest-osm-parser-{number}"))
                  for number in range(len(lanes))]
         control = stack.enter_context(connect(dsn, autocommit=True))  # holds the locks until the end
         plans = {plan.layer.name: plan for plan in _prepare(control, selected, files, replace, workers, compression,
@@ -221,29 +232,29 @@ def load_osm(source: Path, dsn: str | None = None, *, layers: list[str] | None =
 
 def load_pbf(paths: list[Path], dsn: str | None = None, *, layers: list[str] | None = None, replace: bool = False,
              compression: str = "lz4", progress: bool = True, bbox: tuple[float, float, float, float] | None = None,
-             work: Path | None = None, index: bool = True) -> tuple[OsmLoadReport, osm_pbf.PbfReport]:
-    """Load OpenStreetMap extracts straight into the tables: the readers of osm_pbf.py stream binary COPY
+             work: Path | None = None, index: bool = True) -> tuple[OsmLoadReport, PbfReport]:
+    """Load OpenStreetMap extracts straight into the tables: the reader processes (pbf_readers.py) stream binary COPY
     rows, one writer connection per layer takes each source (extract x reader) in name order, one
     transaction each with its load_log row, as for GeoJSON files. A rerun skips sources logged with the
     same extract (size, checksum), box and rules; nodes are read again only if a nodes source is missing."""
     started = time.monotonic()
-    osm_pbf.check_inputs(paths, bbox)
-    if note := osm_pbf.reader_note():
+    check_inputs(paths, bbox)
+    if note := reader_note():
         print(note, file=sys.stderr)
     report = OsmLoadReport(source=", ".join(map(str, paths)))
     selected = select_layers(dict.fromkeys(LAYERS, Path()), layers, report)
-    files = {layer.name: osm_pbf.layer_sources(paths, layer.folder) for layer in selected}
+    files = {layer.name: layer_sources(paths, layer.folder) for layer in selected}
     for layer in selected:
         report.layers[layer.name] = LayerReport(table=layer.table.fullname, files=len(files[layer.name]))
     with contextlib.ExitStack() as stack:
-        readers = stack.enter_context(osm_pbf.Readers())  # forked before any connection is open
+        readers = stack.enter_context(Readers())  # forked before any connection is open
         control = stack.enter_context(connect(dsn, autocommit=True))  # holds the locks until the end
         plans = _prepare(control, selected, files, replace, 2, compression, bbox,
-                         {"bbox": _listed(bbox), "rules": osm_pbf.RULES_VERSION})
+                         {"bbox": _listed(bbox), "rules": RULES_VERSION})
         wanted = {plan.layer.folder: set(plan.todo) for plan in plans}
-        readers.start(osm_pbf.reader_plans(paths, wanted, work or paths[0].parent, bbox))
+        readers.start(reader_plans(paths, wanted, work or paths[0].parent, bbox))
         writers = [stack.enter_context(connect(dsn, autocommit=True)) for _ in plans]
-        with osm_pbf.ReadProgress(readers, progress, lambda: sum(plan.copied for plan in plans)):
+        with ReadProgress(readers, progress, lambda: sum(plan.copied for plan in plans)):
             _run_lanes([_Lane(_PbfFeed(readers), writer, [plan], number)
                         for number, (writer, plan) in enumerate(zip(writers, plans, strict=True))], report, False,
                        index)
@@ -279,9 +290,9 @@ class _GeoJsonFeed:
 
 
 class _PbfFeed:
-    """A lane's sources of OpenStreetMap extracts: each the stream of one reader process (osm_pbf.py)."""
+    """A lane's sources of OpenStreetMap extracts: each the stream of one reader process (pbf_readers.py)."""
 
-    def __init__(self, readers: osm_pbf.Readers) -> None:
+    def __init__(self, readers: Readers) -> None:
         self.readers = readers
 
     def jobs(self, plan: _Plan, name: str) -> list[Job]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import simdjson
 
-from ingest.osm_rules import MISSING, BadFeature, Layer, Values, rows_of
+from ingest.osm.rules import MISSING, BadFeature, Layer, Values, rows_of
 
 if TYPE_CHECKING:
     import shapely
@@ -173,7 +173,7 @@ def overlaps(wkb: bytes, bbox: tuple[float, float, float, float]) -> bool:
 def row_packer(layer: Layer, source_name: str) -> Callable[[list[tuple[int, Values]], bytes, int], list[bytes]]:
     """(rows_of's rows, geometry WKB, position in the source) -> the binary COPY rows. Direct tables get
     (geometry, attributes...); pois gets the staging row (source_name, pass, position, geometry,
-    attributes...), numbered later in loader 1's pass order (see osm.py). Both readers (GeoJSON and PBF)
+    attributes...), numbered later in loader 1's category pass order (see load.py). Both readers (GeoJSON and PBF)
     pack their rows here; it runs once per feature, so it is written for speed: most of a row's 12 to 46
     attribute columns are NULL, and each run of NULLs between two values is one ready-made piece."""
     columns = layer.attribute_columns

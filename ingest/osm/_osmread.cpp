@@ -1,18 +1,16 @@
-// The native PBF reader of `ingest osm FILE.osm.pbf` (a direct load; --export-geojson reads with pyosmium):
-// libosmium reads one extract for one reader process (ingest/osm_pbf.read_natively) and hands over binary
-// COPY rows. Pyosmium's calls per object (its object wrappers, a Python call per tag) were most of a load's
-// CPU; here the city of bench/osm_pbf.py takes 1.7-1.9 s of CPU instead of 12.5-16 s.
-//
-// It does what osm_pbf.read_features and the rules did per feature, with the same results (compared byte
-// for byte, batch data, counts, skip lists and report, on the extracts of tests/data/osm, Helsinki, the OPL
-// cases of tests/test_osm_pbf.py and both synthetic inputs of bench/osm_pbf.py, alone and in pairs):
-// - pass 1: nodes (pois, parks points), ways of the wanted layers (after a key check, before their
-//   location lookups: most ways of an extract are buildings), relations with area keys into osmium's
-//   MultipolygonManager and the wanted/member bookkeeping; pass 2 (areas wanted only): the member ways with
-//   their locations, areas assembled; an area made of a closed member way is dropped (the way is a feature of
-//   its own);
-// - loader 1's rules come from Python (osm_pbf._native_rules, from ingest/osm_rules.Layer): tag -> column,
-//   the name column, osm_id, the pois passes and staging rows, the 255-character limit (in characters);
+// The native PBF reader of a direct load (ingest/osm/pbf_native.py; --export-geojson reads with pyosmium):
+// libosmium reads one extract for one reader process and hands over binary COPY rows, in a seventh of the
+// pyosmium reader's CPU (docs/PERFORMANCE.md). It gives the same batches, counts, skip lists and report as the
+// pyosmium reader (ingest/osm/pbf_pyosmium.py), byte for byte (tests/test_osm_pbf.py compares them):
+// - the rules come from Python as data, declared once in ingest/osm/rules.py: the osmx classification (which
+//   node, way or area gives a feature of which layer, with which shape: Classification) and loader 1's rules
+//   per layer (tag -> column, the name column, osm_id, the pois category passes and staging rows, the
+//   255-character limit in characters: Rules);
+// - the first read of the file: nodes (pois, parks points), ways of the wanted layers (after a key check,
+//   before their location lookups: most ways of an extract are buildings), relations with area keys into
+//   osmium's MultipolygonManager (its first pass) and the wanted/member bookkeeping; the second read (areas
+//   wanted only): the member ways with their locations, areas assembled (the manager's second pass); an area
+//   made of a closed member way is dropped (the way is a feature of its own);
 // - a source's rows go out in ~1 MB batches through emit(kind, layer, data, rows, features, skipped,
 //   skipped_count, done); a kind's sources end as soon as the file moves on to the next kind, so that a
 //   writer waiting for a source's end never waits for the rest of the file;
@@ -49,13 +47,13 @@ namespace py = pybind11;
 
 namespace {
 
-// Loader 1's column limit and the batch and report bounds, from Python (osm_pbf._native_limits), so that each
+// Loader 1's column limit and the batch and report bounds, from Python (pbf_native.native_limits), so that each
 // is declared once and both readers give the same batches and reports.
 struct Limits {
-    std::size_t varchar = 0;  // characters a tag value may have (ingest/osm_rules.VARCHAR_LIMIT)
-    std::size_t batch_bytes = 0;  // a batch is sent once it holds this much (ingest/osm_geojson.BATCH_BYTES)
-    std::size_t reported = 0;  // skipped features listed per batch (ingest/osm_geojson.MAX_REPORTED_PER_JOB)
-    std::size_t listed_broken = 0;  // objects that could not be built, listed (ingest/osm_pbf.LISTED_BROKEN)
+    std::size_t varchar = 0;  // characters a tag value may have (rules.VARCHAR_LIMIT)
+    std::size_t batch_bytes = 0;  // a batch is sent once it holds this much (batches.BATCH_BYTES)
+    std::size_t reported = 0;  // skipped features listed per batch (batches.MAX_REPORTED_PER_JOB)
+    std::size_t listed_broken = 0;  // objects that could not be built, listed (pbf_sources.LISTED_BROKEN)
 };
 
 Limits limits_from(const py::dict& spec) {
@@ -103,7 +101,55 @@ std::size_t code_points(const char* text) {  // Python's len() of the decoded st
     return count;
 }
 
-// One table's rules, from ingest/osm_rules.Layer (the rules stay declared there).
+// One osmx rule (rules.OsmxRule): an object with the tag `key` gives a feature of `layer` when the value is one
+// of `values` (any when there are none), not one of `except_values`, and the object has `with_tag` (if named).
+struct OsmxRule {
+    std::string layer, key, with_tag;
+    std::vector<std::string> values, except_values;
+    bool ring_when_closed = false;  // a way's feature: the Polygon of its ring when the way is closed
+
+    bool matches(const osmium::TagList& tags) const {
+        const char* value = tags[key.c_str()];
+        if (!value) return false;
+        if (!values.empty() && std::find(values.begin(), values.end(), value) == values.end()) return false;
+        if (std::find(except_values.begin(), except_values.end(), value) != except_values.end()) return false;
+        return with_tag.empty() || tags.has_key(with_tag.c_str());
+    }
+};
+
+// The osmx classification (rules.OSMX_RULES), from Python (pbf_native.native_classification).
+struct Classification {
+    std::vector<OsmxRule> nodes, ways, areas;  // in the order of the declaration
+    std::vector<std::string> area_relation_types;  // rules.AREA_RELATION_TYPES
+};
+
+std::vector<OsmxRule> osmx_rules_from(const py::list& specs) {
+    std::vector<OsmxRule> rules;
+    for (const auto& item : specs) {
+        auto spec = item.cast<py::dict>();
+        rules.push_back({spec["layer"].cast<std::string>(), spec["key"].cast<std::string>(),
+                         spec["with_tag"].cast<std::string>(), spec["values"].cast<std::vector<std::string>>(),
+                         spec["except_values"].cast<std::vector<std::string>>(), spec["ring_when_closed"].cast<bool>()});
+    }
+    return rules;
+}
+
+Classification classification_from(const py::dict& spec) {
+    return {osmx_rules_from(spec["nodes"]), osmx_rules_from(spec["ways"]), osmx_rules_from(spec["areas"]),
+            spec["area_relation_types"].cast<std::vector<std::string>>()};
+}
+
+// The first matching rule of each layer, in the order of the declaration (rules.matching).
+std::vector<const OsmxRule*> matching(const std::vector<OsmxRule>& rules, const osmium::TagList& tags) {
+    std::vector<const OsmxRule*> found;
+    for (const auto& rule : rules) {
+        bool taken = std::any_of(found.begin(), found.end(), [&](const OsmxRule* other) { return other->layer == rule.layer; });
+        if (!taken && rule.matches(tags)) found.push_back(&rule);
+    }
+    return found;
+}
+
+// One table's rules, from ingest/osm/rules.Layer (declared there).
 struct Rules {
     std::string table;
     int attributes = 0;  // columns after geometry
@@ -130,7 +176,7 @@ Rules rules_from(const py::dict& spec) {
 
 struct BadFeature { std::string reason; };
 
-// A source's batches, as ingest.osm_geojson.Batcher collects them.
+// A source's batches, as ingest/osm/batches.Batcher collects them.
 struct Batch {
     std::string data;
     long rows = 0, features = 0, taken = 0, skipped_count = 0;
@@ -143,7 +189,7 @@ struct Sink {
     bool ended = false;
 };
 
-// OSM objects already taken from an earlier extract of the same reader (osm_pbf._Seen): neighbouring
+// OSM objects already taken from an earlier extract of the same reader (pbf_pyosmium._Seen): neighbouring
 // Geofabrik extracts share the objects that cross their border.
 struct Seen {
     osmium::index::IdSetDense<osmium::unsigned_object_id_type> nodes, ways, relations;
@@ -151,12 +197,22 @@ struct Seen {
 
 class ExtractReader : public osmium::handler::Handler {
 public:
-    ExtractReader(std::map<std::string, Sink>& node_sinks, std::map<std::string, Sink>& sinks,
-               std::optional<Envelope> bbox, const Limits& limits, py::object emit)
-        : m_node_sinks(node_sinks), m_sinks(sinks), m_bbox(bbox), m_limits(limits), m_emit(std::move(emit)) {}
+    ExtractReader(const Classification& rules, std::map<std::string, Sink>& node_sinks, std::map<std::string, Sink>& sinks,
+                  std::optional<Envelope> bbox, const Limits& limits, py::object emit)
+        : m_rules(rules), m_node_sinks(node_sinks), m_sinks(sinks), m_bbox(bbox), m_limits(limits), m_emit(std::move(emit)) {
+        auto add_key = [](std::vector<std::string>& keys, const std::string& key) {
+            if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+        };
+        for (const auto* kind : {&m_rules.ways, &m_rules.areas}) {
+            for (const auto& rule : *kind) {
+                if (m_sinks.count(rule.layer)) add_key(m_way_keys, rule.key);
+            }
+        }
+        for (const auto& rule : m_rules.areas) add_key(m_area_keys, rule.key);
+    }
 
     // The ways of the wanted layers get their node locations; the others (buildings: most ways of an
-    // extract) are dropped before the lookups, as the KeyFilter of osm_pbf._objects does.
+    // extract) are dropped before the lookups, as the KeyFilter of pbf_pyosmium._objects does.
     void way(osmium::Way& way) {
         end_sources(m_node_sinks);
         if (m_sinks.empty() || std::none_of(m_way_keys.begin(), m_way_keys.end(),
@@ -165,18 +221,15 @@ public:
         }
         if (m_locations) m_locations->way(way);
         const auto& tags = way.tags();
-        std::vector<std::pair<const char*, bool>> wanted;  // layer, ring
+        std::vector<std::pair<const char*, bool>> wanted;  // layer, ring (as pbf_pyosmium.way_features)
         std::optional<bool> closed;
-        const char* highway = tags["highway"];
-        if (highway) {
-            closed = is_closed(way);
-            wanted.emplace_back("roads", *closed);
+        for (const OsmxRule* rule : matching(m_rules.ways, tags)) {
+            if (rule->ring_when_closed && !closed) closed = is_closed(way);
+            wanted.emplace_back(rule->layer.c_str(), rule->ring_when_closed && *closed);
         }
-        const char* waterway = tags["waterway"];
-        if (waterway && std::strcmp(waterway, "riverbank") != 0) wanted.emplace_back("lakes", false);
-        auto areas = area_layers(tags);
+        auto areas = matching(m_rules.areas, tags);
         if (!areas.empty() && (closed ? *closed : is_closed(way))) {
-            for (const char* layer : areas) wanted.emplace_back(layer, true);
+            for (const OsmxRule* rule : areas) wanted.emplace_back(rule->layer.c_str(), true);
         }
         wanted.erase(std::remove_if(wanted.begin(), wanted.end(),
                                     [&](const auto& feature) { return !m_sinks.count(feature.first); }),
@@ -203,11 +256,11 @@ public:
 
     void node(const osmium::Node& node) {
         if (m_locations) m_locations->node(node);
-        const auto& tags = node.tags();
-        if (!tags.has_key("tourism") && !tags.has_key("amenity") && !tags.has_key("leisure")) return;
+        if (node.tags().empty()) return;  // most nodes: a way's shape points, in no layer
         std::vector<const char*> wanted;
-        if (tags.has_key("name") && m_node_sinks.count("pois")) wanted.push_back("pois");
-        if (tags.has_key("leisure") && m_node_sinks.count("parks")) wanted.push_back("parks");
+        for (const OsmxRule* rule : matching(m_rules.nodes, node.tags())) {
+            if (m_node_sinks.count(rule->layer)) wanted.push_back(rule->layer.c_str());
+        }
         if (wanted.empty() || !first_time(m_seen ? &m_seen->nodes : nullptr, node.id())) return;
         for (const char* layer : wanted) {
             auto sink = m_node_sinks.find(layer);
@@ -218,14 +271,14 @@ public:
         }
     }
 
-    // First pass of the areas: relations with area keys (ingest/osm_pbf._Members and the area manager).
+    // The area manager's first pass: relations with area keys (pbf_pyosmium._Members and the area manager).
     void relation(const osmium::Relation& relation) {
         if (!m_manager) return;
         const auto& tags = relation.tags();
-        static const char* keys[] = {"natural", "waterway", "leisure", "boundary", "landuse"};
-        if (std::none_of(std::begin(keys), std::end(keys), [&](const char* key) { return tags.has_key(key); })) return;
+        if (std::none_of(m_area_keys.begin(), m_area_keys.end(), [&](const std::string& key) { return tags.has_key(key.c_str()); })) return;
         const char* type = tags["type"];
-        if (type && (!std::strcmp(type, "multipolygon") || !std::strcmp(type, "boundary")) && !area_layers(tags).empty()) {
+        const auto& types = m_rules.area_relation_types;
+        if (type && std::find(types.begin(), types.end(), type) != types.end() && !matching(m_rules.areas, tags).empty()) {
             m_wanted_relations.insert(relation.id());
             for (const auto& member : relation.members()) {
                 if (member.type() == osmium::item_type::way) m_member_ways.insert(member.ref());
@@ -238,10 +291,10 @@ public:
     void areas(osmium::memory::Buffer&& buffer) {
         for (const auto& area : buffer.select<osmium::Area>()) {
             if (area.from_way()) continue;
-            auto layers = area_layers(area.tags());
-            layers.erase(std::remove_if(layers.begin(), layers.end(),
-                                        [&](const char* layer) { return !m_area_sinks.count(layer); }),
-                         layers.end());
+            std::vector<const char*> layers;
+            for (const OsmxRule* rule : matching(m_rules.areas, area.tags())) {
+                if (m_area_sinks.count(rule->layer)) layers.push_back(rule->layer.c_str());
+            }
             if (layers.empty()) continue;
             int64_t osm_id = area.orig_id();
             m_built_relations.insert(osm_id);
@@ -265,7 +318,7 @@ public:
         }
     }
 
-    // The sources of a kind end as soon as the file moves on to the next kind (as osm_pbf._pack_features
+    // The sources of a kind end as soon as the file moves on to the next kind (as pbf_pyosmium.copy_rows
     // ends them): a writer waiting for a source's end must not wait for the rest of the file, while this
     // reader blocks on a full queue of another layer.
     void end_sources(std::map<std::string, Sink>& sinks) {
@@ -299,7 +352,8 @@ public:
     osmium::area::MultipolygonManager<osmium::area::Assembler>* m_manager = nullptr;
     osmium::handler::NodeLocationsForWays<osmium::index::map::Map<osmium::unsigned_object_id_type, osmium::Location>>*
         m_locations = nullptr;
-    std::vector<std::string> m_way_keys;  // osm_pbf.WAY_KEYS of the wanted layers
+    std::vector<std::string> m_way_keys;  // rules.WAY_KEYS of the wanted layers
+    std::vector<std::string> m_area_keys;  // rules.AREA_KEYS
     Seen* m_seen = nullptr;  // several extracts: skip what an earlier one gave
     long m_duplicates = 0;
 
@@ -311,6 +365,7 @@ public:
     }
 
 private:
+    const Classification& m_rules;
     std::map<std::string, Sink>& m_node_sinks;
     std::map<std::string, Sink>& m_sinks;
     std::optional<Envelope> m_bbox;
@@ -323,26 +378,12 @@ private:
 
     static bool is_closed(const osmium::Way& way) { return way.is_closed() && way.nodes().size() >= 4; }
 
-    static std::vector<const char*> area_layers(const osmium::TagList& tags) {
-        std::vector<const char*> layers;
-        const char* natural = tags["natural"];
-        const char* waterway = tags["waterway"];
-        const char* landuse = tags["landuse"];
-        const char* boundary = tags["boundary"];
-        auto is = [](const char* value, const char* expected) { return value && std::strcmp(value, expected) == 0; };
-        if (is(natural, "water") || is(natural, "bay") || is(natural, "wetland") || is(waterway, "riverbank")
-            || is(landuse, "reservoir")) layers.push_back("lakes");
-        if (tags["leisure"] || is(boundary, "national_park") || is(boundary, "protected_area")) layers.push_back("parks");
-        if (is(boundary, "administrative") || is(boundary, "postal_code")) layers.push_back("postal_codes");
-        return layers;
-    }
-
     static std::string polygon_of_one_ring(const std::string& line) {
         static const char head[] = "\x01\x03\x00\x00\x00\x01\x00\x00\x00";
         return std::string(head, 9) + line.substr(5);
     }
 
-    // Whether a feature's envelope overlaps --bbox, as ingest.osm_features.envelope_overlaps decides.
+    // Whether a feature's envelope overlaps --bbox, as ingest/osm/features.envelope_overlaps decides.
     bool overlaps(const Envelope& envelope) const {
         const auto& box = *m_bbox;
         return envelope[0] <= box[2] && envelope[2] >= box[0] && envelope[1] <= box[3] && envelope[3] >= box[1];
@@ -366,7 +407,7 @@ private:
         m_listed.push_back("way " + std::to_string(way.id()) + ": " + reason);
     }
 
-    // The passes a pois feature is inserted in (ingest/osm_rules.poi_passes); {0} for the other tables.
+    // The category passes a pois feature is inserted in (rules.poi_passes); {0} for the other tables.
     static std::vector<int> passes_of(const Rules& rules, const osmium::TagList& tags) {
         if (rules.staged_as.empty()) return {0};
         std::vector<int> passes;
@@ -381,7 +422,7 @@ private:
         return passes;
     }
 
-    // loader 1's rows for the feature (ingest/osm_rules.rows_of, osm_features.row_packer), or BadFeature
+    // loader 1's rows for the feature (rules.rows_of, features.row_packer), or BadFeature
     std::string rows(const Rules& rules, const osmium::OSMObject& object, int64_t osm_id,
                      const std::string& wkb, const std::vector<int>& passes, long position) const {
         std::vector<const char*> values(rules.attributes, nullptr);
@@ -468,7 +509,7 @@ private:
     }
 };
 
-// Pass 2 of the areas: the member ways (with their locations) for the area manager.
+// The second read of the file, for the areas: the member ways (with their locations) for the area manager.
 struct MemberWays : public osmium::handler::Handler {
     const std::unordered_set<osmium::object_id_type>& members;
     osmium::handler::NodeLocationsForWays<osmium::index::map::Map<osmium::unsigned_object_id_type, osmium::Location>>& locations;
@@ -481,9 +522,10 @@ struct MemberWays : public osmium::handler::Handler {
     void relation(const osmium::Relation& relation) { manager.handle_relation(relation); }
 };
 
-py::dict read_extract(const std::string& path, const std::string& index_name, const py::dict& node_specs,
-                   const py::dict& specs, const py::dict& area_specs, std::optional<Envelope> bbox,
-                   const py::dict& limits, Seen* seen, py::object emit) {
+py::dict read_extract(const std::string& path, const std::string& index_name, const py::dict& classification,
+                      const py::dict& node_specs, const py::dict& specs, const py::dict& area_specs,
+                      std::optional<Envelope> bbox, const py::dict& limits, Seen* seen, py::object emit) {
+    const Classification rules = classification_from(classification);
     std::map<std::string, Sink> node_sinks, sinks;
     for (const auto& [layer, spec] : node_specs) {
         node_sinks[layer.cast<std::string>()].rules = rules_from(spec.cast<py::dict>());
@@ -496,7 +538,7 @@ py::dict read_extract(const std::string& path, const std::string& index_name, co
     std::unique_ptr<Index> index = factory.create_map(index_name);
     osmium::handler::NodeLocationsForWays<Index> locations{*index};
     locations.ignore_errors();
-    ExtractReader reader{node_sinks, sinks, bbox, limits_from(limits), std::move(emit)};
+    ExtractReader reader{rules, node_sinks, sinks, bbox, limits_from(limits), std::move(emit)};
     osmium::area::Assembler::config_type config;
     osmium::area::MultipolygonManager<osmium::area::Assembler> manager{config};
     for (const auto& [layer, spec] : area_specs) {
@@ -504,12 +546,6 @@ py::dict read_extract(const std::string& path, const std::string& index_name, co
     }
     if (!area_specs.empty()) reader.m_manager = &manager;
     reader.m_seen = seen;
-    static const std::map<std::string, std::vector<std::string>> way_keys{
-        {"roads", {"highway"}}, {"lakes", {"waterway", "natural", "landuse"}}, {"parks", {"leisure", "boundary"}},
-        {"postal_codes", {"boundary"}}};
-    for (const auto& [layer, sink] : sinks) {
-        for (const auto& key : way_keys.at(layer)) reader.m_way_keys.push_back(key);
-    }
     bool located = !sinks.empty() || !area_specs.empty();  // a reader of nodes alone needs no locations
     if (located) reader.m_locations = &locations;
     auto entities = osmium::osm_entity_bits::node;
@@ -518,14 +554,14 @@ py::dict read_extract(const std::string& path, const std::string& index_name, co
     osmium::io::Reader input{osmium::io::File{path, "pbf"}, entities};
     osmium::apply(input, reader);
     input.close();
-    reader.end_sources(node_sinks);  // pass 1 is over: the nodes and ways sources end before the areas come
+    reader.end_sources(node_sinks);  // the first read is over: the nodes and ways sources end before the areas come
     reader.end_sources(sinks);
     if (!area_specs.empty()) {
         manager.prepare_for_lookup();
         manager.set_callback([&reader](osmium::memory::Buffer&& buffer) { reader.areas(std::move(buffer)); });
-        MemberWays pass2{{}, reader.m_member_ways, locations, manager};
+        MemberWays second_read{{}, reader.m_member_ways, locations, manager};
         osmium::io::Reader again{osmium::io::File{path, "pbf"}, osmium::osm_entity_bits::way | osmium::osm_entity_bits::relation};
-        osmium::apply(again, pass2);
+        osmium::apply(again, second_read);
         again.close();
         manager.flush_output();
     }
@@ -536,7 +572,7 @@ py::dict read_extract(const std::string& path, const std::string& index_name, co
 }  // namespace
 
 PYBIND11_MODULE(_osmread, module) {
-    module.doc() = "The native PBF reader of a direct load (ingest/osm_pbf.read_natively): loader 1's rows as "
+    module.doc() = "The native PBF reader of a direct load (ingest/osm/pbf_native.py): loader 1's rows as "
                    "binary COPY batches, straight from libosmium";
     py::class_<Seen>(module, "Seen").def(py::init<>());
     module.def("read_extract", &read_extract);

@@ -1,9 +1,11 @@
-"""Loader 1's rules: which OSM features become which rows of the five vector tables, and with what values.
+"""The OSM rules, declared here as data: which OpenStreetMap object becomes a feature of which osmx layer
+(OSMX_RULES, the PBF path only), and which feature becomes which rows of the five vector tables, with what
+values (loader 1's rules, both paths).
 
 "Loader 1" is the set of `*_processor.py` scripts that built the database the stored answers come from
-(docs/REFERENCE-DB.md, Load rules; docs/REFERENCE-DB.md here). Both readers, the osmx GeoJSON one
-(`osm_geojson.py`) and the OpenStreetMap PBF one, hand every feature to `rows_of`, so the rules live here
-and nowhere else:
+(docs/REFERENCE-DB.md, Load rules). The GeoJSON reader (`geojson.py`) and the pyosmium PBF reader
+(`pbf_pyosmium.py`) hand every feature to `rows_of`; the native PBF reader (`_osmread.cpp`) applies the same
+rules in C++, given as data by `pbf_native.py` from the declarations here:
 
 - each table column is looked up in the feature's tags: the name column from `name`, a column `addr_x`
   from the tag `addr:x` (every underscore becomes a colon), any other column from the tag of its own name;
@@ -12,7 +14,7 @@ and nowhere else:
   `null` -> "None"), unchanged: no trimming, no case folding;
 - `osm_id` (pois and parks only) is the feature's `id`, an integer;
 - pois keeps only named features whose `tourism`, `amenity` or `leisure` value is in loader 1's lists, in
-  three passes (tourism, amenity, leisure) over all files: a feature in two lists yields two rows;
+  three category passes (tourism, amenity, leisure) over all files: a feature in two lists yields two rows;
 - nothing is repaired, de-duplicated or coerced.
 
 A feature loader 1 could not have inserted (its INSERT would have failed) raises BadFeature with the reason.
@@ -20,6 +22,8 @@ A feature loader 1 could not have inserted (its INSERT would have failed) raises
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -172,3 +176,97 @@ def rows_of(layer: Layer, feature_id: Any, tags: Any) -> list[tuple[int, Values]
         return []
     values = attribute_values(layer, feature_id, tags)
     return [(number, values) for number in passes]
+
+
+# --- the osmx classification: which OSM object becomes a feature of which layer -----------------------------
+
+NODES, WAYS, AREAS = "nodes", "ways", "areas"  # the objects a rule applies to
+# Shapes: a node's Point; a way's LineString, or (LINE_OR_RING) a Polygon of its one ring when the way is closed
+# (first node = last, 4 or more nodes); an area's Polygon: of a closed way's ring, or of a multipolygon or
+# boundary relation's rings as osmium assembles them (a MultiPolygon for more than one outer ring).
+POINT, LINE, LINE_OR_RING, AREA = "point", "line", "line, or ring when closed", "area"
+SHAPES = {NODES: (POINT,), WAYS: (LINE, LINE_OR_RING), AREAS: (AREA,)}
+AREA_RELATION_TYPES = ("multipolygon", "boundary")  # the relations osmium assembles into areas
+
+
+@dataclass(frozen=True)
+class OsmxRule:
+    """An object of kind `objects` with the tag `key` becomes a feature of the osmx layer (folder) `layer`:
+    when its value is one of `values` (any value when there are none) and not one of `except_values`, and
+    the object also has the tag `with_tag` (when one is named)."""
+
+    layer: str
+    objects: str
+    key: str
+    values: tuple[str, ...] = ()
+    except_values: tuple[str, ...] = ()
+    shape: str = AREA
+    with_tag: str = ""
+
+    def __post_init__(self) -> None:
+        if self.layer not in LAYER_BY_FOLDER or self.shape not in SHAPES.get(self.objects, ()):
+            raise ValueError(f"{self}: no such layer, or a shape its objects cannot have")
+
+    def matches(self, tags: dict[str, str]) -> bool:
+        value = tags.get(self.key)
+        return (value is not None and (not self.values or value in self.values)
+                and value not in self.except_values and (not self.with_tag or self.with_tag in tags))
+
+
+# What osmx made of OpenStreetMap, as the benchmark's answers show it (docs/DESIGN.md, The PBF path). A
+# layer's features of one kind of object come in the order of the layers' first rules here; an object gives
+# at most one feature per layer and kind (a closed way may give a line and an area of the same layer). pois
+# needs a name: loader 1 keeps no others.
+OSMX_RULES: tuple[OsmxRule, ...] = (
+    OsmxRule("pois", NODES, "tourism", shape=POINT, with_tag="name"),
+    OsmxRule("pois", NODES, "amenity", shape=POINT, with_tag="name"),
+    OsmxRule("pois", NODES, "leisure", shape=POINT, with_tag="name"),
+    OsmxRule("parks", NODES, "leisure", shape=POINT),
+    OsmxRule("roads", WAYS, "highway", shape=LINE_OR_RING),
+    OsmxRule("lakes", WAYS, "waterway", except_values=("riverbank",), shape=LINE),
+    OsmxRule("lakes", AREAS, "natural", ("water", "bay", "wetland")),
+    OsmxRule("lakes", AREAS, "waterway", ("riverbank",)),
+    OsmxRule("lakes", AREAS, "landuse", ("reservoir",)),
+    OsmxRule("parks", AREAS, "leisure"),
+    OsmxRule("parks", AREAS, "boundary", ("national_park", "protected_area")),
+    OsmxRule("postal_codes", AREAS, "boundary", ("administrative", "postal_code")),
+)
+
+
+def rules_for(objects: str) -> tuple[OsmxRule, ...]:
+    return tuple(rule for rule in OSMX_RULES if rule.objects == objects)
+
+
+def _unique(items: Any) -> tuple:
+    return tuple(dict.fromkeys(items))
+
+
+def matching(rules: tuple[OsmxRule, ...], tags: dict[str, str]) -> list[OsmxRule]:
+    """The first matching rule of each layer, in the order of the declaration."""
+    found: dict[str, OsmxRule] = {}
+    for rule in rules:
+        if rule.layer not in found and rule.matches(tags):
+            found[rule.layer] = rule
+    return list(found.values())
+
+
+# Derived: the layers each kind of source of a PBF extract serves (areas: of relations; closed ways' areas come
+# with the ways), the keys an object needs to be read at all, and the version of the rules a source was loaded
+# with (a source loaded under other rules is loaded again).
+NODE_RULES, WAY_RULES, AREA_RULES = rules_for(NODES), rules_for(WAYS), rules_for(AREAS)
+KIND_LAYERS = {NODES: _unique(rule.layer for rule in NODE_RULES),
+               WAYS: _unique(rule.layer for rule in WAY_RULES + AREA_RULES),
+               AREAS: _unique(rule.layer for rule in AREA_RULES)}
+NODE_KEYS = _unique(rule.key for rule in NODE_RULES)
+AREA_KEYS = _unique(rule.key for rule in AREA_RULES)
+WAY_KEYS = {layer: _unique(rule.key for rule in WAY_RULES + AREA_RULES if rule.layer == layer)
+            for layer in KIND_LAYERS[WAYS]}  # a way without one of its layers' keys gives none of their features
+
+
+def rules_version(rules: tuple[OsmxRule, ...]) -> str:
+    """A hash of the classification, logged with every source a PBF load writes."""
+    declared = [[*vars(rule).values()] for rule in rules] + [list(AREA_RELATION_TYPES)]
+    return hashlib.sha256(json.dumps(declared).encode()).hexdigest()[:16]
+
+
+RULES_VERSION = rules_version(OSMX_RULES)

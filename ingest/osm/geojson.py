@@ -4,14 +4,14 @@ Two layouts, told apart by the start of a file (`sniff`):
 
 - lines (the fast path): the `features` array holds one feature per line, as extractors write them.
   The file is cut at line starts into byte ranges of about RANGE_BYTES that workers parse at the same
-  time, a line at a time with simdjson (no Python object per coordinate; osm_features.py). A malformed
+  time, a line at a time with simdjson (no Python object per coordinate; features.py). A malformed
   line is one skipped feature: the next line starts afresh. The range holding the end of the file must
   find the closing `]` of the array, or the file is truncated.
 - stream: anything else that is JSON (pretty-printed, one single line, ...): one worker reads the whole
   file with ijson's C backend, feature by feature, in constant memory. A JSON error here cannot be
   stepped over, so it fails the file.
 
-Every job yields Batch items of about BATCH_BYTES (each counts its features); an input problem that
+Every job yields Batch items (batches.py) of about BATCH_BYTES, each counting its features; an input problem that
 spoils the whole file (truncated, not JSON, unreadable) raises SourceError.
 """
 
@@ -20,36 +20,22 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import ijson
 import simdjson
 
-from ingest.osm_features import encoder
-from ingest.osm_rules import LAYERS, BadFeature, may_yield_rows
+from ingest.osm.batches import Batch, Batcher, SourceError
+from ingest.osm.features import encoder
+from ingest.osm.rules import LAYERS, BadFeature, may_yield_rows
 
 SNIFF_BYTES = 64 << 10  # where the `features` array starts
 MAX_LINE_BYTES = 256 << 20  # a first line longer than this is not the one-feature-per-line layout
 RANGE_BYTES = 8 << 20
-BATCH_BYTES = 1 << 20
 _CLOSE = ord("]")
 _FEATURES_START = re.compile(rb'"features"\s*:\s*\[')
-MAX_REPORTED_PER_JOB = 1000  # skipped features are counted without limit; their details up to this
-
-
-class SourceError(Exception):
-    """The whole file cannot be loaded; the message names the file and what was expected."""
-
-
-@dataclass
-class Batch:
-    data: bytes  # binary COPY tuples, no header
-    rows: int
-    features: int
-    skipped: list[tuple[int, int, str]] = field(default_factory=list)  # (feature in job, offset, reason)
-    skipped_count: int = 0
 
 
 @dataclass(frozen=True)
@@ -108,43 +94,6 @@ def jobs_for(path: Path, layer: str, range_bytes: int | None = None,
     ends = starts[1:] + [size]
     return [Job(str(path), path.name, layer, "lines", start, end, end == size, bbox)
             for start, end in zip(starts, ends, strict=True)]
-
-
-class Batcher:
-    """Collects encoded rows and skipped features into Batch items. `add` runs once per feature of a 53 GB
-    load: it only appends; the counts a Batch carries are taken with it."""
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []  # one per row
-        self.size = 0
-        self.features = 0  # in all batches so far
-        self.taken = 0  # features in the batches already taken
-        self.skipped: list[tuple[int, int, str]] = []
-        self.skipped_count = 0
-
-    def add(self, rows: list[bytes]) -> None:
-        self.features += 1
-        self.parts += rows
-        self.size += sum(map(len, rows))
-
-    def pass_over(self) -> None:
-        """A feature that yields no row."""
-        self.features += 1
-
-    def skip(self, offset: int, reason: str) -> None:
-        self.skipped_count += 1
-        if len(self.skipped) < MAX_REPORTED_PER_JOB:
-            self.skipped.append((self.features, offset, reason))
-        self.features += 1
-
-    def full(self) -> bool:
-        return self.size >= BATCH_BYTES
-
-    def take(self) -> Batch:
-        batch = Batch(b"".join(self.parts), len(self.parts), self.features - self.taken, self.skipped,
-                      self.skipped_count)
-        self.parts, self.size, self.taken, self.skipped, self.skipped_count = [], 0, self.features, [], 0
-        return batch
 
 
 def parse_job(job: Job) -> Generator[Batch, None, None]:

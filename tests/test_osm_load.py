@@ -18,8 +18,8 @@ from osm_helpers import PRECISE, feature, point, write_layer, write_rule_layers
 
 from bench.osmx_synth import write_layers
 from ingest.initdb import initialize
-from ingest.osm import load_osm
-from ingest.osm_rules import POI_PASSES
+from ingest.osm.load import load_osm
+from ingest.osm.rules import POI_PASSES
 
 TABLES = ["pois", "roads", "parks", "lakes", "regions"]
 

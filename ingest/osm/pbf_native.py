@@ -1,0 +1,134 @@
+"""The native PBF reader (`_osmread.cpp`, libosmium, built at install where a compiler and libosmium's headers
+are): a direct load's reader, in a seventh of the pyosmium reader's CPU. It gives the same sources, rows and
+report as the pyosmium reader (pbf_pyosmium.py), byte for byte: both follow the declarations of rules.py,
+which it receives here as data (the osmx classification, loader 1's rules per layer, the batch bounds)."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ingest.osm.batches import BATCH_BYTES, MAX_REPORTED_PER_JOB, Batch
+from ingest.osm.pbf_plans import ReadPlan
+from ingest.osm.pbf_sources import KINDS, LISTED_BROKEN, PbfReport, source_name, unreadable
+from ingest.osm.rules import (
+    AREA_RELATION_TYPES,
+    AREA_RULES,
+    LAYER_BY_FOLDER,
+    LINE_OR_RING,
+    NODE_RULES,
+    POI_PASSES,
+    VARCHAR_LIMIT,
+    WAY_RULES,
+    OsmxRule,
+)
+
+NATIVE_READER_ENV = "GSQA_NATIVE_READER"  # 0: read with pyosmium even where the native reader is built
+NATIVE_READER_PACKAGES = "g++ python3-dev libosmium2-dev libprotozero-dev zlib1g-dev"  # system-packages.txt, native
+
+
+@functools.cache
+def native_reader() -> Any:
+    """The native reader's module (ingest/osm/_osmread, built at install where a compiler and libosmium's headers
+    are), or None when it is not built or switched off ($GSQA_NATIVE_READER=0)."""
+    if os.environ.get(NATIVE_READER_ENV) == "0":
+        return None
+    try:
+        from ingest.osm import _osmread
+    except ImportError:
+        return None
+    return _osmread
+
+
+def reader_note() -> str | None:
+    """One line for stderr when a direct load reads with pyosmium: why, what it costs, how to get the native
+    reader; None when the native reader reads."""
+    if native_reader() is not None:
+        return None
+    why = (f"{NATIVE_READER_ENV}=0 is set" if os.environ.get(NATIVE_READER_ENV) == "0"
+           else "the native PBF reader was not built when this package was installed")
+    return (f"ingest osm: {why}; reading with pyosmium: the same rows, about 3 to 9 times the reading CPU "
+            f"(docs/PERFORMANCE.md). For the native reader: apt-get install {NATIVE_READER_PACKAGES}, then "
+            "install this package again (make venv, or pip install .)")
+
+
+def read_natively(plan: ReadPlan, send: Callable[[str, str, tuple], None]) -> PbfReport:
+    """A direct load: every extract of the plan read by the native reader, which gives the same sources, rows
+    and report as the pyosmium reader (pbf_pyosmium.run_reader with copy_rows). Each source's batches go to
+    `send`, then its end; an extract that cannot be read to its end fails its open sources, and the reader goes
+    on with the next one."""
+    native = native_reader()
+    report = PbfReport(sources=[str(path) for path, _ in plan.extracts], location_index=plan.index)
+    seen = native.Seen() if plan.several else None
+    for path, layers in plan.extracts:
+        report.merge(_read_extract(native, path, layers, plan, seen, send))
+    if plan.index.startswith("sparse_file_array,"):
+        Path(plan.index.split(",", 1)[1]).unlink(missing_ok=True)
+    return report
+
+
+def _read_extract(native: Any, path: Path, layers: dict[str, set[str]], plan: ReadPlan, seen: Any,
+                  send: Callable[[str, str, tuple], None]) -> PbfReport:
+    open_sources = {(kind, layer) for kind in KINDS for layer in layers.get(kind, ())}
+
+    def emit(kind: str, layer: str, data: bytes, rows: int, features: int, skipped: list, skipped_count: int,
+             done: bool) -> None:
+        send(kind, layer, ("item", Batch(data, rows, features, list(skipped), skipped_count)))
+        if done:
+            send(kind, layer, ("done", None))
+            open_sources.discard((kind, layer))
+
+    specs = [{layer: native_layer_rules(layer, path) for layer in sorted(layers.get(kind, ()))} for kind in KINDS]
+    try:
+        return _native_report(native.read_extract(str(path), plan.index or "flex_mem", native_classification(),
+                                                  *specs, plan.bbox, native_limits(), seen, emit))
+    except RuntimeError as error:  # a damaged block: the extract's open sources fail, the others stand
+        for kind, layer in sorted(open_sources):
+            send(kind, layer, ("failed", unreadable(path, error)))
+        return PbfReport(sources=[])
+
+
+def native_layer_rules(folder: str, path: Path) -> dict[str, Any]:
+    """Loader 1's rules for one layer as the native reader takes them (declared in rules.py)."""
+    layer = LAYER_BY_FOLDER[folder]
+    rules = {"table": layer.name, "attributes": len(layer.attribute_columns), "tag_columns": layer.tag_columns,
+             "name_column": layer.tag_columns[layer.name_column],
+             "osm_id_column": -1 if layer.osm_id_index is None else layer.osm_id_index}
+    if layer.in_passes:
+        rules["staged_as"] = source_name(path, "nodes")  # the pois staging rows carry their source
+        rules["passes"] = [(key, list(values)) for key, values in POI_PASSES]
+    return rules
+
+
+@functools.cache
+def native_classification() -> dict[str, Any]:
+    """The osmx classification (rules.OSMX_RULES) as the native reader takes it: the rules of each kind of
+    object, in the order of the declaration."""
+
+    def spec(rule: OsmxRule) -> dict[str, Any]:
+        return {"layer": rule.layer, "key": rule.key, "values": list(rule.values),
+                "except_values": list(rule.except_values), "with_tag": rule.with_tag,
+                "ring_when_closed": rule.shape == LINE_OR_RING}
+
+    return {"nodes": [spec(rule) for rule in NODE_RULES], "ways": [spec(rule) for rule in WAY_RULES],
+            "areas": [spec(rule) for rule in AREA_RULES], "area_relation_types": list(AREA_RELATION_TYPES)}
+
+
+def native_limits() -> dict[str, int]:
+    """Loader 1's column limit and the batch and report bounds of the Python side, for the native reader."""
+    return {"varchar": VARCHAR_LIMIT, "batch_bytes": BATCH_BYTES, "reported": MAX_REPORTED_PER_JOB,
+            "listed_broken": LISTED_BROKEN}
+
+
+def _native_report(found: dict[str, Any]) -> PbfReport:
+    part = PbfReport(sources=[])
+    part.features = Counter(found["features"])
+    part.broken = Counter({kind: count for kind, count in found["broken"].items() if count})
+    part.broken_listed = list(found["broken_listed"])
+    part.duplicates, part.outside = found["duplicates"], found["outside"]
+    part.wanted_relations, part.built_relations = set(found["wanted_relations"]), set(found["built_relations"])
+    return part

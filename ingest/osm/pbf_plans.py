@@ -1,0 +1,79 @@
+"""Which reader process reads what: the two readers' share of the kinds and layers (READERS, or READERS_ON_DISK
+for large inputs), and each one's ReadPlan, with where it keeps its node locations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ingest.osm.pbf_sources import source_name
+from ingest.osm.rules import KIND_LAYERS
+
+# Input bytes above which node locations go to one file, not RAM. Below it two readers keep an index each:
+# flex_mem takes about 16 bytes per node, so 1 GiB of PBF (about 130 M nodes) costs 2 x 2 GB.
+IN_MEMORY_LIMIT = 1024**3
+
+
+def locations_on_disk(paths: list[Path]) -> bool:
+    return sum(path.stat().st_size for path in paths) > IN_MEMORY_LIMIT
+
+
+def location_index(paths: list[Path], work: Path, reader: str) -> str:
+    """In memory for small inputs; on disk (a sparse file array, 16 bytes per node) for large ones."""
+    if not locations_on_disk(paths):
+        return "flex_mem"
+    return f"sparse_file_array,{work / f'node-locations-{reader}.bin'}"
+
+
+# The reader processes: name -> the layers each produces per kind, about equal work on real and on synthetic
+# data. Ways and relation areas both need node locations, so each of the two keeps an index of its own (one
+# reader for both, the other reading only nodes, read less in all but left that one idle: town 0.75x of
+# osm2pgsql against 0.84x); the lakes' ways go to the second for balance. Each reader produces its sources in
+# name order (an extract's nodes, then its ways, then its areas), as the writers take them.
+READERS = {"ways": {"ways": ("roads", "parks", "postal_codes")},
+           "nodes+areas": {"nodes": ("pois", "parks"), "ways": ("lakes",), "areas": ("lakes", "parks", "postal_codes")}}
+# With node locations on disk (large inputs: a file of 16 bytes per node, about 24 GB for the US), one reader
+# takes every kind that needs them: one such file instead of two, sorted and searched once, next to the page
+# cache PostgreSQL needs; the other reader is lighter then.
+READERS_ON_DISK = {"ways+areas": {"ways": KIND_LAYERS["ways"], "areas": KIND_LAYERS["areas"]},
+                   "nodes": {"nodes": KIND_LAYERS["nodes"]}}
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """One reader's work: per extract (in source name order) the layers to produce per kind."""
+
+    name: str  # in READERS or READERS_ON_DISK
+    produces: dict[str, tuple[str, ...]]  # kind -> layers, its entry there
+    extracts: list[tuple[Path, dict[str, set[str]]]]
+    index: str  # of the node locations; "" for a reader that needs none
+    bbox: tuple[float, float, float, float] | None
+    several: bool  # more than one extract in the run: keep ids to skip duplicates
+
+
+def extract_order(paths: list[Path]) -> list[Path]:
+    """The extracts in the order of their sources' names (the same for every kind, see check_inputs)."""
+    return sorted(paths, key=lambda path: source_name(path, "nodes"))
+
+
+def reader_plans(paths: list[Path], wanted: dict[str, set[str]], work: Path,
+                 bbox: tuple[float, float, float, float] | None) -> list[ReadPlan]:
+    """`wanted`: layer -> the source names to produce. A reader with nothing to produce is not started."""
+    plans = []
+    for reader, produced in (READERS_ON_DISK if locations_on_disk(paths) else READERS).items():
+        extracts = []
+        for path in extract_order(paths):
+            layers = {kind: {layer for layer in kind_layers if source_name(path, kind) in wanted.get(layer, ())}
+                      for kind, kind_layers in produced.items()}
+            if any(layers.values()):
+                extracts.append((path, layers))
+        if extracts:
+            index = location_index(paths, work, reader) if {"ways", "areas"} & set(produced) else ""
+            plans.append(ReadPlan(reader, produced, extracts, index, bbox, len(paths) > 1))
+    return plans
+
+
+def file_reads(layers: dict[str, set[str]]) -> int:
+    """Times a reader reads an extract (`layers`: kind -> the layers it produces from it): once, twice when
+    it assembles relation areas (the second read feeds the area assembler the relations' member ways)."""
+    return 2 if layers.get("areas") else 1
