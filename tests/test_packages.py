@@ -70,3 +70,19 @@ def test_the_machinery_imports_neither_the_loaders_nor_the_runner():
     wrong = {name: sorted(imported for imported in ingest_imports(modules[name])
                           if imported.split(".")[0] not in MACHINERY) for name in sorted(MACHINERY)}
     assert {name: imported for name, imported in wrong.items() if imported} == {}
+
+
+def test_no_module_imports_another_modules_private_name():
+    """`from M import _name` only where `_name` is a module of package M (the native reader, ingest.osm._osmread);
+    a name kept private by its module is not another module's to use."""
+    wrong = []
+    for package in ("gsqa_core", "ingest", "reproduce"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if not isinstance(node, ast.ImportFrom) or (node.module or "").split(".")[0] not in (
+                        "gsqa_core", "ingest", "reproduce"):
+                    continue
+                folder = ROOT.joinpath(*node.module.split("."))
+                wrong += [f"{path.relative_to(ROOT)}: {node.module}.{alias.name}" for alias in node.names
+                          if alias.name.startswith("_") and not any(folder.glob(alias.name + ".*"))]
+    assert wrong == []
