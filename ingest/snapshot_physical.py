@@ -1,0 +1,242 @@
+"""The physical snapshot format: a cold copy of a PostgreSQL cluster's data directory, taken with the server
+cleanly shut down, as one tar stream cut into parts (data/cluster.tar.part000, ...).
+
+Create (`ingest snapshot create DIR --format physical --data-dir PGDATA`, run as root or as the cluster's
+owner, on the machine of the server): the database is checked and described while the server runs (kept in
+DIR/.work/described.json), then the server is stopped (`pg_ctl stop -m fast`) if it runs, the data directory
+is tarred (GNU tar, sorted, so that the same stopped cluster gives the same bytes) into the parts, and the
+server is started again with the options it had (postmaster.opts). A rerun after kill -9 keeps the parts
+already written if the cluster's last checkpoint is still the one they were cut from.
+
+Restore (`ingest snapshot restore SOURCE --data-dir PGDATA --replace`, the server stopped): every part is
+checked first; the cluster's settings and logins files (postgresql.conf, pg_hba.conf, ...) are kept aside, the
+data directory is deleted and the parts are extracted in its place as its owner (the owner of PGDATA, or of
+its parent folder if it does not exist: the db image's postgres in a Docker volume), with the kept files put
+back. A rerun after kill -9 does the same again. The server's next start finds a cleanly shut down cluster:
+no recovery, and its statistics (the planner's and the activity statistics, pg_stat/) are the publisher's.
+docs/DESIGN.md, "Snapshots", has the why.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from gsqa_core.errors import GsqaError
+
+ARCHIVE = "cluster.tar"
+# The target's own: how it listens, who may log in and how; never the publisher's.
+KEPT_FILES = ("postgresql.conf", "postgresql.auto.conf", "pg_hba.conf", "pg_ident.conf")
+# Files of a running or stopped server that are no part of its data.
+_NOT_COPIED = ("postmaster.pid", "postmaster.opts")
+_CHUNK = 1 << 20
+
+
+def part_name(number: int) -> str:
+    return f"{ARCHIVE}.part{number:03d}"
+
+
+# --- the cluster on disk -----------------------------------------------------------------------------------
+
+
+def server_bin(data_dir: Path) -> Path:
+    """The server's programs of the cluster's major version (Debian's layout, as in the db image)."""
+    major = (data_dir / "PG_VERSION").read_text().strip()
+    return Path(f"/usr/lib/postgresql/{major}/bin")
+
+
+def control_data(data_dir: Path) -> dict[str, str]:
+    """`pg_controldata` of the cluster, as a dict of its lines."""
+    result = subprocess.run([str(server_bin(data_dir) / "pg_controldata"), str(data_dir)], capture_output=True,
+                            text=True, env={**os.environ, "LC_ALL": "C"})
+    if result.returncode != 0:
+        raise GsqaError(f"--data-dir {data_dir}: pg_controldata cannot read it: {result.stderr.strip()}")
+    return dict(line.split(":", 1) for line in result.stdout.splitlines() if ":" in line)
+
+
+def _control(data_dir: Path, key: str) -> str:
+    return control_data(data_dir)[key].strip()
+
+
+def _owner(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_uid, stat.st_gid
+
+
+def as_owner(argv: list[str], owner: tuple[int, int]) -> list[str]:
+    """The command as the cluster's owner: the server's tools refuse root, and the files a restore writes
+    must be the server's."""
+    if os.geteuid() != 0 or owner[0] == 0:
+        return argv
+    return ["setpriv", f"--reuid={owner[0]}", f"--regid={owner[1]}", "--clear-groups", "--", *argv]
+
+
+def _run(argv: list[str], what: str) -> None:
+    result = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if result.returncode != 0:
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        raise GsqaError(f"{what} failed (exit {result.returncode}): {lines[-1] if lines else 'no message'}")
+
+
+# --- create ------------------------------------------------------------------------------------------------
+
+
+def copy_cluster(data_dir: Path, data: Path, work: Path, system_identifier: str, part_size: int) -> None:
+    """The stopped cluster at data_dir as tar parts in `data`; see the module docstring."""
+    if not (data_dir / "PG_VERSION").is_file():
+        raise GsqaError(f"--data-dir {data_dir}: not a PostgreSQL data directory (no PG_VERSION)")
+    found = _control(data_dir, "Database system identifier")
+    if found != system_identifier:
+        raise GsqaError(f"--data-dir {data_dir}: the cluster of another server (system identifier {found}; the "
+                        f"database's server has {system_identifier})")
+    owner = _owner(data_dir)
+    bin_dir = server_bin(data_dir)
+    restart = work / "postmaster.opts"
+    if (data_dir / "postmaster.pid").exists():
+        if not restart.exists():
+            shutil.copyfile(data_dir / "postmaster.opts", restart)
+        _run(as_owner([str(bin_dir / "pg_ctl"), "stop", "-D", str(data_dir), "-m", "fast", "-w", "-t", "600"], owner),
+             f"pg_ctl stop -D {data_dir}")
+    state = _control(data_dir, "Database cluster state")
+    if state != "shut down":
+        raise GsqaError(f"--data-dir {data_dir}: the cluster is {state!r}, not cleanly shut down: start it and stop "
+                        "it with `pg_ctl stop -m fast`, then run again")
+    _tar_into_parts(data_dir, data, work, _control(data_dir, "Latest checkpoint location"), part_size)
+    if restart.exists():
+        options = shlex.split(restart.read_text())[1:]  # the server's arguments without the program
+        _run(as_owner([str(bin_dir / "pg_ctl"), "start", "-D", str(data_dir), "-w", "-t", "600", "-o",
+                       shlex.join(_without_data_dir(options))], owner), f"pg_ctl start -D {data_dir}")
+        restart.unlink()
+
+
+def _without_data_dir(options: list[str]) -> list[str]:
+    kept, skip = [], False
+    for option in options:
+        if skip:
+            skip = False
+        elif option == "-D":
+            skip = True
+        else:
+            kept.append(option)
+    return kept
+
+
+def _tar_into_parts(data_dir: Path, data: Path, work: Path, checkpoint: str, part_size: int) -> None:
+    """GNU tar of the data directory cut into parts; parts a killed run wrote from the same checkpoint are
+    kept (the stream is the same), others are deleted first."""
+    cut_from = work / "checkpoint"
+    if not cut_from.exists() or cut_from.read_text() != checkpoint:
+        for stale in data.iterdir():
+            stale.unlink()
+        cut_from.write_text(checkpoint)
+    argv = ["tar", "--create", "--file=-", "--format=gnu", "--sort=name", f"--directory={data_dir}",
+            *(f"--exclude=./{name}" for name in _NOT_COPIED), "."]
+    with subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "--", *argv], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE) as tar:
+        number = 0
+        while _write_part(tar.stdout, data / part_name(number), part_size):
+            number += 1
+        error = tar.stderr.read().decode(errors="replace").strip()
+    if tar.returncode != 0:
+        raise GsqaError(f"tar of {data_dir} failed (exit {tar.returncode}): {error.splitlines()[-1:]}")
+
+
+def _write_part(stream: Any, target: Path, size: int) -> bool:
+    """The next `size` bytes of the stream into target (skipped if a killed run wrote it whole); False at
+    the end of the stream."""
+    keep = target.exists()
+    scratch = target.with_name(target.name + ".partial")
+    out = None if keep else open(scratch, "wb")  # noqa: SIM115 - closed below
+    left = size
+    try:
+        while left and (chunk := stream.read(min(left, _CHUNK))):
+            if out:
+                out.write(chunk)
+            left -= len(chunk)
+    finally:
+        if out:
+            out.close()
+    if left == size:  # nothing was left in the stream
+        scratch.unlink(missing_ok=True)
+        return False
+    if out:
+        os.replace(scratch, target)
+    return left == 0
+
+
+def describe_cluster(conn: Any) -> dict[str, Any]:
+    """What a physical snapshot's manifest says about the cluster: its identity (a restored data directory
+    has the same) and its databases (all of them come along)."""
+    return {"system_identifier": str(conn.execute("SELECT system_identifier FROM pg_control_system()").fetchone()[0]),
+            "databases": [name for (name,) in conn.execute(
+                "SELECT datname FROM pg_database WHERE NOT datistemplate ORDER BY 1")]}
+
+
+# --- restore -----------------------------------------------------------------------------------------------
+
+
+def restore_cluster(folder: Path, part_paths: list[str], data_dir: Path, replace: bool) -> None:
+    """The parts (checked already) extracted in place of the data directory; see the module docstring."""
+    if (data_dir / "postmaster.pid").exists():
+        raise GsqaError(f"--data-dir {data_dir}: a server runs on it (or was killed: postmaster.pid is there): stop "
+                        "it first")
+    scratch = data_dir.parent / f".{data_dir.name}.gsqa-restore"
+    kept, cluster = scratch / "kept", scratch / "cluster"
+    if (data_dir / "PG_VERSION").exists() and not kept.exists():
+        if not replace:
+            raise GsqaError(f"--data-dir {data_dir}: holds a cluster: give --replace to replace it with the snapshot")
+        _keep_settings(data_dir, scratch)
+    owner = _owner(data_dir if data_dir.exists() else data_dir.parent)
+    shutil.rmtree(data_dir, ignore_errors=True)
+    shutil.rmtree(cluster, ignore_errors=True)
+    cluster.mkdir(parents=True, mode=0o700)
+    os.chown(cluster, *owner)
+    extract = as_owner(["tar", "--extract", "--file=-", f"--directory={cluster}"], owner)
+    with subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "--", *extract], stdin=subprocess.PIPE,
+                          stderr=subprocess.PIPE) as tar:
+        try:
+            for path in part_paths:
+                with open(folder / path, "rb") as handle:
+                    while chunk := handle.read(_CHUNK):
+                        tar.stdin.write(chunk)
+            tar.stdin.close()
+        except BrokenPipeError:
+            pass
+        error = tar.stderr.read().decode(errors="replace").strip()
+    if tar.returncode != 0:
+        raise GsqaError(f"tar could not extract the snapshot into {cluster} (exit {tar.returncode}): "
+                        f"{error.splitlines()[-1] if error else 'no message'}")
+    for name in KEPT_FILES if kept.exists() else ():
+        if (kept / name).exists():
+            shutil.copy2(kept / name, cluster / name)
+            os.chown(cluster / name, *owner)
+    os.rename(cluster, data_dir)
+    shutil.rmtree(scratch)
+
+
+def _keep_settings(data_dir: Path, scratch: Path) -> None:
+    partial = scratch / "kept.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    for name in KEPT_FILES:
+        if (data_dir / name).exists():
+            shutil.copy2(data_dir / name, partial / name)
+    os.rename(partial, scratch / "kept")
+
+
+# --- what a server must be to run the data directory --------------------------------------------------------
+
+# A data directory runs only on the build that wrote it (catalog version, alignment, the extensions' libraries
+# its catalogs name): version() (which names the build and the compiler) and the libraries must be equal. The
+# databases' collations come along with the cluster.
+BUILD_KEYS = ("server_build", "postgis", "geos", "proj", "gdal")
+
+
+def build_differences(built: dict[str, Any], here: dict[str, Any]) -> list[str]:
+    return [f"{key} {built.get(key)!r} in the snapshot, {here.get(key)!r} on this server"
+            for key in BUILD_KEYS if str(built.get(key)) != str(here.get(key))]
+
