@@ -25,12 +25,16 @@ DEMO_BBOX ?= -75,40,-73,42
 ALL_ARGS = all /data --what $(WHAT) $(if $(OFFLINE),--offline) $(if $(BBOX),--bbox $(BBOX))
 # FROM=DIR or FROM=hf:OWNER/NAME[@REVISION]: restore that snapshot (`ingest snapshot restore`) instead of
 # building; a folder is mounted into the loader, a hub snapshot is downloaded into GSQA_DATA/gsqa-snapshots/.
-# REPLACE=1 drops what the database holds first.
+# REPLACE=1 drops what the database holds first. The snapshot's format decides how (docs/DESIGN.md,
+# "Snapshots"): a dump is restored into the running database by the loader; a physical snapshot replaces
+# the stopped db's data directory (the `restore` service: the loader image, as root, with the volume), then
+# db starts on it and the loader finishes (the reader's password, `ingest check`).
 FROM ?=
 REPLACE ?=
 SNAPSHOT_HUB = $(filter hf:%,$(FROM))
 LOADER_MOUNT = $(if $(FROM),$(if $(SNAPSHOT_HUB),,--volume $(abspath $(FROM)):/snapshot))
-LOADER_ARGS = $(if $(FROM),snapshot restore $(or $(SNAPSHOT_HUB),/snapshot) $(if $(REPLACE),--replace),$(ALL_ARGS))
+SNAPSHOT_SOURCE = $(or $(SNAPSHOT_HUB),/snapshot)
+LOADER_RUN = $(COMPOSE) run --rm$(if $(LOADER_MOUNT), $(LOADER_MOUNT)) loader
 DATABASE_URL_HOST = postgresql://postgres:$(POSTGRES_PASSWORD)@127.0.0.1:$(GSQA_DB_PORT)/gsqa
 
 # Both images start from this; without a registry, `make base-image` builds it with debootstrap.
@@ -59,12 +63,36 @@ help:
 # The bulk-load switches are reverted whatever the build's outcome; the build's exit code is kept.
 db: db-up
 	@mkdir -p "$(GSQA_DATA)"
+ifeq ($(FROM),)
 	$(PSQL_IN_DB) -f /opt/gsqa/bulk_load_on.sql
-	status=0; $(COMPOSE) run --rm$(if $(LOADER_MOUNT), $(LOADER_MOUNT)) loader $(LOADER_ARGS) || status=$$?; \
+	status=0; $(LOADER_RUN) $(ALL_ARGS) || status=$$?; \
 	$(PSQL_IN_DB) -f /opt/gsqa/bulk_load_off.sql || status=$$?; \
 	$(print_where); \
-	if [ $$status -ne 0 ]; then echo "make db: the build stopped (exit $$status); fix what it names and run the same make command again: it continues where it stopped" >&2; fi; \
+	$(say_stopped); \
 	exit $$status
+else
+	$(set_superuser_password)
+	status=0; found=$$($(LOADER_RUN) snapshot restore $(SNAPSHOT_SOURCE) --preflight$(if $(REPLACE), --replace)) || status=$$?; \
+	set -- $$found; \
+	if [ $$status -ne 0 ]; then :; \
+	elif [ "$$1" = physical ]; then \
+		{ $(COMPOSE) stop db && \
+		  $(COMPOSE) --profile restore run --rm$(if $(LOADER_MOUNT), $(LOADER_MOUNT)) restore snapshot restore "$$2" --data-dir /pgdata/pgdata --replace && \
+		  $(COMPOSE) up --detach --wait db && $(set_superuser_password) && \
+		  $(LOADER_RUN) snapshot restore $(SNAPSHOT_SOURCE); } || status=$$?; \
+	else \
+		$(PSQL_IN_DB) -f /opt/gsqa/bulk_load_on.sql && { $(LOADER_RUN) snapshot restore $(SNAPSHOT_SOURCE)$(if $(REPLACE), --replace) || status=$$?; }; \
+		$(PSQL_IN_DB) -f /opt/gsqa/bulk_load_off.sql || status=$$?; \
+	fi; \
+	$(print_where); \
+	$(say_stopped); \
+	exit $$status
+endif
+
+say_stopped = if [ $$status -ne 0 ]; then echo "make db: the build stopped (exit $$status); fix what it names and run the same make command again: it continues where it stopped" >&2; fi
+# The superuser logs in with POSTGRES_PASSWORD: a physical snapshot brings its publisher's password, so it is
+# set (on the Unix socket, trusted inside the container) before the loader logs in, on every restore.
+set_superuser_password = echo "ALTER ROLE CURRENT_USER PASSWORD :'password'" | $(COMPOSE) exec -T db psql -q -v ON_ERROR_STOP=1 -v "password=$(POSTGRES_PASSWORD)" -U postgres -d gsqa
 
 demo: BBOX = $(DEMO_BBOX)
 demo: WHAT = dem

@@ -4,7 +4,8 @@ cleanly shut down, as one tar stream cut into parts (data/cluster.tar.part000, .
 Create (`ingest snapshot create DIR --format physical --data-dir PGDATA`, run as root or as the cluster's
 owner, on the machine of the server): the database is checked and described while the server runs (kept in
 DIR/.work/described.json), then the server is stopped (`pg_ctl stop -m fast`) if it runs, the data directory
-is tarred (GNU tar, sorted, so that the same stopped cluster gives the same bytes) into the parts, and the
+is tarred (GNU tar, sorted, so that the same stopped cluster gives the same bytes; of pg_wal only the segment
+of the shutdown checkpoint, the others being old or recycled) into the parts, and the
 server is started again with the options it had (postmaster.opts). A rerun after kill -9 keeps the parts
 already written if the cluster's last checkpoint is still the one they were cut from.
 
@@ -20,6 +21,7 @@ docs/DESIGN.md, "Snapshots", has the why.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -34,6 +36,7 @@ KEPT_FILES = ("postgresql.conf", "postgresql.auto.conf", "pg_hba.conf", "pg_iden
 # Files of a running or stopped server that are no part of its data.
 _NOT_COPIED = ("postmaster.pid", "postmaster.opts")
 _CHUNK = 1 << 20
+_WAL_SEGMENT = re.compile(r"[0-9A-F]{24}")
 
 
 def part_name(number: int) -> str:
@@ -105,7 +108,9 @@ def copy_cluster(data_dir: Path, data: Path, work: Path, system_identifier: str,
     if state != "shut down":
         raise GsqaError(f"--data-dir {data_dir}: the cluster is {state!r}, not cleanly shut down: start it and stop "
                         "it with `pg_ctl stop -m fast`, then run again")
-    _tar_into_parts(data_dir, data, work, _control(data_dir, "Latest checkpoint location"), part_size)
+    control = control_data(data_dir)
+    _tar_into_parts(data_dir, data, work, control["Latest checkpoint location"].strip(),
+                    _unneeded_wal(data_dir, control["Latest checkpoint's REDO WAL file"].strip()), part_size)
     if restart.exists():
         options = shlex.split(restart.read_text())[1:]  # the server's arguments without the program
         _run(as_owner([str(bin_dir / "pg_ctl"), "start", "-D", str(data_dir), "-w", "-t", "600", "-o",
@@ -125,7 +130,15 @@ def _without_data_dir(options: list[str]) -> list[str]:
     return kept
 
 
-def _tar_into_parts(data_dir: Path, data: Path, work: Path, checkpoint: str, part_size: int) -> None:
+def _unneeded_wal(data_dir: Path, redo_file: str) -> list[str]:
+    """The WAL segments a cleanly shut down cluster does not need to start: all but the one holding its
+    shutdown checkpoint (the others are old or recycled for reuse, up to max_wal_size)."""
+    return sorted(f"./pg_wal/{path.name}" for path in (data_dir / "pg_wal").iterdir()
+                  if _WAL_SEGMENT.fullmatch(path.name) and path.name != redo_file)
+
+
+def _tar_into_parts(data_dir: Path, data: Path, work: Path, checkpoint: str, unneeded: list[str],
+                    part_size: int) -> None:
     """GNU tar of the data directory cut into parts; parts a killed run wrote from the same checkpoint are
     kept (the stream is the same), others are deleted first."""
     cut_from = work / "checkpoint"
@@ -133,8 +146,10 @@ def _tar_into_parts(data_dir: Path, data: Path, work: Path, checkpoint: str, par
         for stale in data.iterdir():
             stale.unlink()
         cut_from.write_text(checkpoint)
+    excluded = work / "excluded"
+    excluded.write_text("".join(f"{name}\n" for name in [*(f"./{name}" for name in _NOT_COPIED), *unneeded]))
     argv = ["tar", "--create", "--file=-", "--format=gnu", "--sort=name", f"--directory={data_dir}",
-            *(f"--exclude=./{name}" for name in _NOT_COPIED), "."]
+            f"--exclude-from={excluded}", "."]
     with subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "--", *argv], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE) as tar:
         number = 0
