@@ -7,8 +7,11 @@ A snapshot folder holds
                     the `ingest check` report and, with --verify, a `reproduce verify --json-out` summary
     README.md       the dataset card (the hub shows it)
     data/           the parts: the files of a directory-format dump (`pg_dump -Fd`); a table's data file
-                    larger than PART_SIZE is cut into NAME.part000, NAME.part001, ...
+                    larger than PART_SIZE is cut into NAME.part000, NAME.part001, ...; or, in the physical
+                    format, a cold copy of the cluster's data directory (snapshot_physical.py, which has its
+                    create and restore)
 
+The manifest and the checks of the parts are both formats'; the rest of this docstring is the dump's.
 Create dumps into DIR/.work/dump (a dump that finished is marked, so a rerun after kill -9 does not dump
 again), then moves each file into data/ (cutting the large ones), hashes the parts and writes the manifest
 last: a folder with a manifest is complete. Restore checks every part's size and sha256 against the manifest
