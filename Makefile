@@ -14,7 +14,9 @@ POSTGRES_PASSWORD ?= gsqa
 # The loader runs as you, so that the files it fetches are yours.
 GSQA_UID ?= $(shell id -u)
 GSQA_GID ?= $(shell id -g)
-export GSQA_DATA GSQA_DB_PORT POSTGRES_PASSWORD GSQA_UID GSQA_GID
+# The images' names (docker-compose.yml): GSQA_IMAGES/postgis and GSQA_IMAGES/loader.
+GSQA_IMAGES ?= gsqa-refdb
+export GSQA_DATA GSQA_DB_PORT POSTGRES_PASSWORD GSQA_UID GSQA_GID GSQA_IMAGES
 
 # `make db` options: OFFLINE=1 uses only what is in GSQA_DATA; BBOX=W,S,E,N builds a region; WHAT=dem (or
 # osm) builds one part. `make demo` is a DEM-only region around Philadelphia (4 tiles, about 100 MB).
@@ -42,13 +44,14 @@ BASE_IMAGE ?= debian:bookworm-slim
 # CA certificates added on this host (e.g. a TLS-intercepting proxy's), copied into the loader image.
 EXTRA_CA_DIR ?= /usr/local/share/ca-certificates
 
-.PHONY: help db demo db-up db-local replicas base-image ca-certificates where down clean venv test system-packages lint
+.PHONY: help db demo snapshot db-up db-local replicas base-image ca-certificates where down clean venv test system-packages lint
 
 help:
 	@echo "make db        build the images, start the Docker PostGIS, run \`ingest all /data\` in the loader"
 	@echo "               (fetch, dem, osm, finalize, check); OFFLINE=1, BBOX=W,S,E,N, WHAT=dem|osm;"
 	@echo "               FROM=DIR|hf:OWNER/NAME restores that snapshot instead (REPLACE=1)"
 	@echo "make demo      a small DEM-only database of the box $(DEMO_BBOX) in minutes"
+	@echo "make snapshot  TO=DIR: a physical snapshot of the Docker database (db stopped meanwhile); FORMAT=dump"
 	@echo "make db-local  \`ingest all $(GSQA_DATA)\` against the server named by DATABASE_URL (no Docker)"
 	@echo "make where     where the database listens and how to verify against it"
 	@echo "make replicas  N hot standbys of the database (N=2) for reproduce verify --replica"
@@ -93,6 +96,27 @@ say_stopped = if [ $$status -ne 0 ]; then echo "make db: the build stopped (exit
 # The superuser logs in with POSTGRES_PASSWORD: a physical snapshot brings its publisher's password, so it is
 # set (on the Unix socket, trusted inside the container) before the loader logs in, on every restore.
 set_superuser_password = echo "ALTER ROLE CURRENT_USER PASSWORD :'password'" | $(COMPOSE) exec -T db psql -q -v ON_ERROR_STOP=1 -v "password=$(POSTGRES_PASSWORD)" -U postgres -d gsqa
+
+# TO=DIR: `ingest snapshot create` of the Docker database into DIR. Physical (what `make db FROM=` restores
+# fastest; docs/DESIGN.md, "Snapshots"): the restore service checks and describes the running database, db is
+# stopped, the same command copies its data directory, db starts again; FORMAT=dump: pg_dump, db running.
+TO ?=
+FORMAT ?= physical
+DB_IMAGE = $(GSQA_IMAGES)/postgis:15-bookworm
+SNAPSHOT_CREATE = $(COMPOSE) --profile restore run --rm --volume $(abspath $(TO)):/out restore snapshot create /out --image "$$(docker image inspect --format '{{.Id}}' $(DB_IMAGE))"
+snapshot: db-up
+	@test -n "$(TO)" || { echo "make snapshot: give TO=DIR, the folder to write the snapshot into" >&2; exit 2; }
+	@mkdir -p "$(TO)"
+ifeq ($(FORMAT),dump)
+	status=0; $(SNAPSHOT_CREATE) || status=$$?; \
+	$(COMPOSE) --profile restore run --rm --volume $(abspath $(TO)):/out --entrypoint chown restore -R $(GSQA_UID):$(GSQA_GID) /out; exit $$status
+else
+	$(SNAPSHOT_CREATE) --format physical --data-dir /pgdata/pgdata || test -f "$(TO)/.work/described.json"
+	$(COMPOSE) stop db
+	status=0; $(SNAPSHOT_CREATE) --format physical --data-dir /pgdata/pgdata || status=$$?; \
+	$(COMPOSE) up --detach --wait db || status=$$?; \
+	$(COMPOSE) --profile restore run --rm --volume $(abspath $(TO)):/out --entrypoint chown restore -R $(GSQA_UID):$(GSQA_GID) /out; exit $$status
+endif
 
 demo: BBOX = $(DEMO_BBOX)
 demo: WHAT = dem

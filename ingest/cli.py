@@ -512,8 +512,9 @@ def snapshot_create(
     image; the load and stage log summaries; the `ingest check` report; --verify's summary) and README.md
     (the dataset card). Only a database that passes `ingest check` is snapshotted.
 
-    Interrupted (even kill -9), the same command resumes: a finished dump is not made again. A DIR that
-    already holds a finished snapshot is left as it is.
+    Interrupted (even kill -9), the same command resumes: a finished dump is not made again, nor the parts of
+    a physical copy whose cluster has not run since. A DIR that already holds a finished snapshot is left as
+    it is. For the Docker database, `make snapshot TO=DIR` makes the physical one.
 
     Example: ingest snapshot create /srv/gsqa-snapshot --verify verify.json
 

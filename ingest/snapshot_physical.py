@@ -24,7 +24,9 @@ import os
 import re
 import shlex
 import shutil
+import struct
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,17 +54,41 @@ def server_bin(data_dir: Path) -> Path:
     return Path(f"/usr/lib/postgresql/{major}/bin")
 
 
-def control_data(data_dir: Path) -> dict[str, str]:
-    """`pg_controldata` of the cluster, as a dict of its lines."""
-    result = subprocess.run([str(server_bin(data_dir) / "pg_controldata"), str(data_dir)], capture_output=True,
-                            text=True, env={**os.environ, "LC_ALL": "C"})
-    if result.returncode != 0:
-        raise GsqaError(f"--data-dir {data_dir}: pg_controldata cannot read it: {result.stderr.strip()}")
-    return dict(line.split(":", 1) for line in result.stdout.splitlines() if ":" in line)
+@dataclass(frozen=True)
+class Control:
+    """What create needs of the cluster's global/pg_control."""
+
+    system_identifier: str
+    shut_down: bool  # cleanly: no recovery at the next start
+    checkpoint: int  # the last checkpoint's location: the cluster has not run since, if unchanged
+    checkpoint_wal_file: str  # the WAL segment holding the shutdown checkpoint (its redo point)
 
 
-def _control(data_dir: Path, key: str) -> str:
-    return control_data(data_dir)[key].strip()
+# The head of PostgreSQL's ControlFileData (unchanged since 9.x), read directly so that the loader image needs
+# no server package: system_identifier, pg_control_version, catalog_version_no, state, (padding), time,
+# checkPoint, checkPointCopy.redo, checkPointCopy.ThisTimeLineID.
+_CONTROL_HEAD = struct.Struct("=QIIi4xqQQI")
+_DB_SHUTDOWNED = 1
+
+
+def read_control(data_dir: Path) -> Control:
+    try:
+        head = (data_dir / "global" / "pg_control").read_bytes()[:_CONTROL_HEAD.size]
+        identifier, _, _, state, _, checkpoint, redo, timeline = _CONTROL_HEAD.unpack(head)
+    except (OSError, struct.error) as error:
+        raise GsqaError(f"--data-dir {data_dir}: cannot read global/pg_control ({error})") from None
+    segment = _wal_segment_size(data_dir)
+    number, per_id = redo // segment, 0x1_0000_0000 // segment
+    return Control(str(identifier), state == _DB_SHUTDOWNED, checkpoint,
+                   f"{timeline:08X}{number // per_id:08X}{number % per_id:08X}")
+
+
+def _wal_segment_size(data_dir: Path) -> int:
+    """Every WAL segment file has the cluster's segment size (initdb --wal-segsize)."""
+    for path in (data_dir / "pg_wal").iterdir():
+        if _WAL_SEGMENT.fullmatch(path.name):
+            return path.stat().st_size
+    raise GsqaError(f"--data-dir {data_dir}: no WAL segment in pg_wal: not a cluster that was shut down cleanly")
 
 
 def _owner(path: Path) -> tuple[int, int]:
@@ -92,7 +118,7 @@ def copy_cluster(data_dir: Path, data: Path, work: Path, system_identifier: str,
     """The stopped cluster at data_dir as tar parts in `data`; see the module docstring."""
     if not (data_dir / "PG_VERSION").is_file():
         raise GsqaError(f"--data-dir {data_dir}: not a PostgreSQL data directory (no PG_VERSION)")
-    found = _control(data_dir, "Database system identifier")
+    found = read_control(data_dir).system_identifier
     if found != system_identifier:
         raise GsqaError(f"--data-dir {data_dir}: the cluster of another server (system identifier {found}; the "
                         f"database's server has {system_identifier})")
@@ -100,17 +126,19 @@ def copy_cluster(data_dir: Path, data: Path, work: Path, system_identifier: str,
     bin_dir = server_bin(data_dir)
     restart = work / "postmaster.opts"
     if (data_dir / "postmaster.pid").exists():
+        if not (bin_dir / "pg_ctl").exists():  # the server runs elsewhere (the Docker database): `make snapshot`
+            raise GsqaError(f"--data-dir {data_dir}: a server runs on it (postmaster.pid) and there is no pg_ctl here "
+                            "to stop it: stop the server, then run the same command again")
         if not restart.exists():
             shutil.copyfile(data_dir / "postmaster.opts", restart)
         _run(as_owner([str(bin_dir / "pg_ctl"), "stop", "-D", str(data_dir), "-m", "fast", "-w", "-t", "600"], owner),
              f"pg_ctl stop -D {data_dir}")
-    state = _control(data_dir, "Database cluster state")
-    if state != "shut down":
-        raise GsqaError(f"--data-dir {data_dir}: the cluster is {state!r}, not cleanly shut down: start it and stop "
-                        "it with `pg_ctl stop -m fast`, then run again")
-    control = control_data(data_dir)
-    _tar_into_parts(data_dir, data, work, control["Latest checkpoint location"].strip(),
-                    _unneeded_wal(data_dir, control["Latest checkpoint's REDO WAL file"].strip()), part_size)
+    control = read_control(data_dir)
+    if not control.shut_down:
+        raise GsqaError(f"--data-dir {data_dir}: the cluster was not shut down cleanly (a crash, or a standby): start "
+                        "its server and stop it with `pg_ctl stop -m fast`, then run again")
+    _tar_into_parts(data_dir, data, work, str(control.checkpoint),
+                    _unneeded_wal(data_dir, control.checkpoint_wal_file), part_size)
     if restart.exists():
         options = shlex.split(restart.read_text())[1:]  # the server's arguments without the program
         _run(as_owner([str(bin_dir / "pg_ctl"), "start", "-D", str(data_dir), "-w", "-t", "600", "-o",

@@ -115,8 +115,23 @@ def test_make_db_from_a_physical_snapshot_then_reproduce_verify_from_the_host(im
                              "--part-size", "20000000", "--dsn", server.dsn())
             assert created.returncode == 0, created.stderr
             snapshotted = contents_but_the_reader_password(server.dsn())
+    again = tmp_path / "snapshot-of-docker"
     with docker_database(images, tmp_path, "physical") as (env, dsn):
         make_db_from(folder, env)
         assert_restored_from(folder, dsn, "physical")
         assert contents_but_the_reader_password(dsn) == snapshotted
         assert_verifies_from_the_host(demo, dsn)
+
+        # The Docker database's own physical snapshot (`make snapshot`: db stopped for the copy, then started).
+        made = subprocess.run(["make", "snapshot", f"TO={again}", f"COMPOSE={compose_binary()}"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=1800)
+        assert made.returncode == 0, made.stdout[-4000:] + made.stderr[-4000:]
+        assert contents_but_the_reader_password(dsn) == snapshotted  # db is back
+    manifest = json.loads((again / "manifest.json").read_text())
+    assert manifest["format"] == "physical" and manifest["image"].startswith("sha256:")
+    wal = subprocess.run(["tar", "--list", "--file=-"], input=b"".join(
+        (again / part["path"]).read_bytes() for part in manifest["parts"]), capture_output=True).stdout.decode()
+    assert len([name for name in wal.splitlines() if name.startswith("./pg_wal/0")]) == 1  # the checkpoint's only
+    with docker_database(images, tmp_path / "second", "physical-again") as (env, dsn):
+        make_db_from(again, env)
+        assert contents_but_the_reader_password(dsn) == snapshotted
