@@ -246,7 +246,7 @@ def _dump_once(work: Path, dsn: str | None, jobs: int) -> Path:
     if finished.exists():
         return dump
     shutil.rmtree(dump, ignore_errors=True)
-    _run_tool(["pg_dump", "--format=directory", f"--jobs={jobs}", f"--file={dump}", *_dbname(dsn)], "pg_dump")
+    run_tool(["pg_dump", "--format=directory", f"--jobs={jobs}", f"--file={dump}", *_dbname(dsn)], "pg_dump")
     finished.touch()
     return dump
 
@@ -377,7 +377,7 @@ def _dbname(dsn: str | None) -> list[str]:
     return [f"--dbname={resolved}"] if resolved else []  # "" leaves the target to libpq's PG* variables
 
 
-def _run_tool(argv: list[str], name: str) -> None:
+def run_tool(argv: list[str], name: str) -> None:
     if shutil.which(argv[0]) is None:
         raise GsqaError(f"{argv[0]} is not installed: it comes with the PostgreSQL client (Debian: "
                         "apt-get install postgresql-client-15)")
@@ -500,7 +500,7 @@ def _restore_dump(report: RestoreReport, folder: Path, manifest: dict[str, Any],
         _pg_restore(folder, manifest["parts"], dsn, jobs)
         _respell_raster_constraints(conn)
         initdb.initialize(dsn)  # the reader role (cluster-wide, not in a dump) and its grants
-        _run_tool(["vacuumdb", "--analyze", f"--jobs={jobs}", *_dbname(dsn)], "vacuumdb")
+        run_tool(["vacuumdb", "--analyze", f"--jobs={jobs}", *_dbname(dsn)], "vacuumdb")
         _set_restored(conn, report, manifest)
     report.checks = check.run_checks(dsn)
 
@@ -665,7 +665,7 @@ def _pg_restore(folder: Path, parts: list[Part], dsn: str | None, jobs: int) -> 
 
         def sections(*names: str) -> None:
             # At least 2 jobs: only a parallel pg_restore truncates before COPY.
-            _run_tool(["pg_restore", "--no-owner", "--exit-on-error", f"--jobs={max(2, jobs)}",
+            run_tool(["pg_restore", "--no-owner", "--exit-on-error", f"--jobs={max(2, jobs)}",
                        *(f"--section={name}" for name in names), f"--use-list={listing}", *_dbname(dsn),
                        str(scratch / "dump")], f"pg_restore ({', '.join(names)})")
 

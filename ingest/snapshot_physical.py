@@ -98,17 +98,12 @@ def _owner(path: Path) -> tuple[int, int]:
 
 def as_owner(argv: list[str], owner: tuple[int, int]) -> list[str]:
     """The command as the cluster's owner: the server's tools refuse root, and the files a restore writes
-    must be the server's."""
+    must be the server's. It is killed when `ingest` dies (a parent-death signal set before the change of
+    user is cleared by it, so it is set here again)."""
     if os.geteuid() != 0 or owner[0] == 0:
         return argv
-    return ["setpriv", f"--reuid={owner[0]}", f"--regid={owner[1]}", "--clear-groups", "--", *argv]
-
-
-def _run(argv: list[str], what: str) -> None:
-    result = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if result.returncode != 0:
-        lines = [line for line in result.stderr.splitlines() if line.strip()]
-        raise GsqaError(f"{what} failed (exit {result.returncode}): {lines[-1] if lines else 'no message'}")
+    return ["setpriv", f"--reuid={owner[0]}", f"--regid={owner[1]}", "--clear-groups", "--pdeathsig", "KILL", "--",
+            *argv]
 
 
 # --- create ------------------------------------------------------------------------------------------------
@@ -122,6 +117,8 @@ def copy_cluster(data_dir: Path, data: Path, work: Path, system_identifier: str,
     if found != system_identifier:
         raise GsqaError(f"--data-dir {data_dir}: the cluster of another server (system identifier {found}; the "
                         f"database's server has {system_identifier})")
+    from ingest.snapshot import run_tool
+
     owner = _owner(data_dir)
     bin_dir = server_bin(data_dir)
     restart = work / "postmaster.opts"
@@ -131,8 +128,8 @@ def copy_cluster(data_dir: Path, data: Path, work: Path, system_identifier: str,
                             "to stop it: stop the server, then run the same command again")
         if not restart.exists():
             shutil.copyfile(data_dir / "postmaster.opts", restart)
-        _run(as_owner([str(bin_dir / "pg_ctl"), "stop", "-D", str(data_dir), "-m", "fast", "-w", "-t", "600"], owner),
-             f"pg_ctl stop -D {data_dir}")
+        run_tool(as_owner([str(bin_dir / "pg_ctl"), "stop", "-D", str(data_dir), "-m", "fast", "-w", "-t", "600"],
+                          owner), f"pg_ctl stop -D {data_dir}")
     control = read_control(data_dir)
     if not control.shut_down:
         raise GsqaError(f"--data-dir {data_dir}: the cluster was not shut down cleanly (a crash, or a standby): start "
@@ -141,7 +138,7 @@ def copy_cluster(data_dir: Path, data: Path, work: Path, system_identifier: str,
                     _unneeded_wal(data_dir, control.checkpoint_wal_file), part_size)
     if restart.exists():
         options = shlex.split(restart.read_text())[1:]  # the server's arguments without the program
-        _run(as_owner([str(bin_dir / "pg_ctl"), "start", "-D", str(data_dir), "-w", "-t", "600", "-o",
+        run_tool(as_owner([str(bin_dir / "pg_ctl"), "start", "-D", str(data_dir), "-w", "-t", "600", "-o",
                        shlex.join(_without_data_dir(options))], owner), f"pg_ctl start -D {data_dir}")
         restart.unlink()
 
@@ -185,7 +182,8 @@ def _tar_into_parts(data_dir: Path, data: Path, work: Path, checkpoint: str, unn
             number += 1
         error = tar.stderr.read().decode(errors="replace").strip()
     if tar.returncode != 0:
-        raise GsqaError(f"tar of {data_dir} failed (exit {tar.returncode}): {error.splitlines()[-1:]}")
+        raise GsqaError(f"tar of {data_dir} failed (exit {tar.returncode}): "
+                        f"{error.splitlines()[-1] if error else 'no message'}")
 
 
 def _write_part(stream: Any, target: Path, size: int) -> bool:
