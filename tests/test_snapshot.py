@@ -423,18 +423,24 @@ def test_kill_9_during_a_physical_restore_then_the_same_command_restores_it(clus
 
 
 def test_tables_whose_activity_statistics_were_lost_are_analyzed_when_the_restore_finishes(
-        cluster: LocalServer, physical_dir: Path) -> None:
+        physical_dir: Path) -> None:
     with restored_cluster(physical_dir) as server:
+        analyzed = analyzed_tables(server.dsn())  # as in the snapshotted cluster
         # A crash: recovery at the next start discards the activity statistics (last_analyze), not the planner's.
         local_server.as_postgres(local_server.server_binaries() / "pg_ctl", "-D", server.data, "-m", "immediate",
                                  "-w", "stop")
         server.start()
+        assert analyzed_tables(server.dsn()) == []
         finished = ingest("snapshot", "restore", str(physical_dir), "--dsn", server.dsn(), "--json")
         assert finished.returncode == 0, finished.stderr
         report = json.loads(finished.stdout)
-        with psycopg.connect(cluster.dsn()) as conn:
-            analyzed = [name for (name,) in conn.execute(
-                "SELECT relid::regclass::text FROM pg_stat_user_tables WHERE last_analyze IS NOT NULL "
-                "OR last_autoanalyze IS NOT NULL ORDER BY 1")]
         assert report["analyzed"] == analyzed and "dem_us" in analyzed
+        assert analyzed_tables(server.dsn()) == analyzed
         assert all(check["ok"] for check in report["checks"])
+
+
+def analyzed_tables(dsn: str) -> list[str]:
+    with psycopg.connect(dsn) as conn:
+        return [name for (name,) in conn.execute(
+            "SELECT relid::regclass::text FROM pg_stat_user_tables WHERE coalesce(last_analyze, last_autoanalyze) "
+            "IS NOT NULL ORDER BY 1")]
