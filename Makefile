@@ -14,7 +14,9 @@ POSTGRES_PASSWORD ?= gsqa
 # The loader runs as you, so that the files it fetches are yours.
 GSQA_UID ?= $(shell id -u)
 GSQA_GID ?= $(shell id -g)
-export GSQA_DATA GSQA_DB_PORT POSTGRES_PASSWORD GSQA_UID GSQA_GID
+# The images' names (docker-compose.yml): GSQA_IMAGES/postgis and GSQA_IMAGES/loader.
+GSQA_IMAGES ?= gsqa-refdb
+export GSQA_DATA GSQA_DB_PORT POSTGRES_PASSWORD GSQA_UID GSQA_GID GSQA_IMAGES
 
 # `make db` options: OFFLINE=1 uses only what is in GSQA_DATA; BBOX=W,S,E,N builds a region; WHAT=dem (or
 # osm) builds one part. `make demo` is a DEM-only region around Philadelphia (4 tiles, about 100 MB).
@@ -25,12 +27,16 @@ DEMO_BBOX ?= -75,40,-73,42
 ALL_ARGS = all /data --what $(WHAT) $(if $(OFFLINE),--offline) $(if $(BBOX),--bbox $(BBOX))
 # FROM=DIR or FROM=hf:OWNER/NAME[@REVISION]: restore that snapshot (`ingest snapshot restore`) instead of
 # building; a folder is mounted into the loader, a hub snapshot is downloaded into GSQA_DATA/gsqa-snapshots/.
-# REPLACE=1 drops what the database holds first.
+# REPLACE=1 drops what the database holds first. The snapshot's format decides how (docs/DESIGN.md,
+# "Snapshots"): a dump is restored into the running database by the loader; a physical snapshot replaces
+# the stopped db's data directory (the `restore` service: the loader image, as root, with the volume), then
+# db starts on it and the loader finishes (the reader's password, `ingest check`).
 FROM ?=
 REPLACE ?=
 SNAPSHOT_HUB = $(filter hf:%,$(FROM))
 LOADER_MOUNT = $(if $(FROM),$(if $(SNAPSHOT_HUB),,--volume $(abspath $(FROM)):/snapshot))
-LOADER_ARGS = $(if $(FROM),snapshot restore $(or $(SNAPSHOT_HUB),/snapshot) $(if $(REPLACE),--replace),$(ALL_ARGS))
+SNAPSHOT_SOURCE = $(or $(SNAPSHOT_HUB),/snapshot)
+LOADER_RUN = $(COMPOSE) run --rm$(if $(LOADER_MOUNT), $(LOADER_MOUNT)) loader
 DATABASE_URL_HOST = postgresql://postgres:$(POSTGRES_PASSWORD)@127.0.0.1:$(GSQA_DB_PORT)/gsqa
 
 # Both images start from this; without a registry, `make base-image` builds it with debootstrap.
@@ -38,7 +44,7 @@ BASE_IMAGE ?= debian:bookworm-slim
 # CA certificates added on this host (e.g. a TLS-intercepting proxy's), copied into the loader image.
 EXTRA_CA_DIR ?= /usr/local/share/ca-certificates
 
-.PHONY: help db demo db-up db-local replicas base-image ca-certificates where down clean venv test system-packages lint
+.PHONY: help db demo snapshot db-up db-local replicas base-image ca-certificates where down clean venv test system-packages lint
 
 help:
 	@echo "make db        build the images, start the Docker PostGIS, run \`ingest all /data\` in the loader"
@@ -48,6 +54,8 @@ help:
 	@echo "               --help\`); FROM=DIR|hf:OWNER/NAME: restore that snapshot instead (REPLACE=1)"
 	@echo "make demo      \`make db BBOX=$(DEMO_BBOX) WHAT=dem\`: 4 DEM tiles in minutes; about 20 raster_only"
 	@echo "               questions lie in the box and can pass there, vector ones cannot"
+	@echo "make snapshot  TO=DIR: a physical snapshot of the Docker database, what \`make db FROM=DIR\` restores"
+	@echo "               fastest (db is stopped for the copy and started again); FORMAT=dump: a dump instead"
 	@echo "make db-local  \`ingest all $(GSQA_DATA)\` against the server named by DATABASE_URL (no Docker, its"
 	@echo "               settings left alone; OFFLINE, BBOX, WHAT as for make db)"
 	@echo "make where     where the database listens and how to verify against it"
@@ -64,12 +72,57 @@ help:
 # The bulk-load switches are reverted whatever the build's outcome; the build's exit code is kept.
 db: db-up
 	@mkdir -p "$(GSQA_DATA)"
+ifeq ($(FROM),)
 	$(PSQL_IN_DB) -f /opt/gsqa/bulk_load_on.sql
-	status=0; $(COMPOSE) run --rm$(if $(LOADER_MOUNT), $(LOADER_MOUNT)) loader $(LOADER_ARGS) || status=$$?; \
+	status=0; $(LOADER_RUN) $(ALL_ARGS) || status=$$?; \
 	$(PSQL_IN_DB) -f /opt/gsqa/bulk_load_off.sql || status=$$?; \
 	$(print_where); \
-	if [ $$status -ne 0 ]; then echo "make db: the build stopped (exit $$status); fix what it names and run the same make command again: it continues where it stopped" >&2; fi; \
+	$(say_stopped); \
 	exit $$status
+else
+	$(set_superuser_password)
+	status=0; found=$$($(LOADER_RUN) snapshot restore $(SNAPSHOT_SOURCE) --preflight$(if $(REPLACE), --replace)) || status=$$?; \
+	set -- $$found; \
+	if [ $$status -ne 0 ]; then :; \
+	elif [ "$$1" = physical ]; then \
+		{ $(COMPOSE) stop db && \
+		  $(COMPOSE) --profile restore run --rm$(if $(LOADER_MOUNT), $(LOADER_MOUNT)) restore snapshot restore "$$2" --data-dir /pgdata/pgdata --replace && \
+		  $(COMPOSE) up --detach --wait db && $(set_superuser_password) && \
+		  $(LOADER_RUN) snapshot restore $(SNAPSHOT_SOURCE); } || status=$$?; \
+	else \
+		$(PSQL_IN_DB) -f /opt/gsqa/bulk_load_on.sql && { $(LOADER_RUN) snapshot restore $(SNAPSHOT_SOURCE)$(if $(REPLACE), --replace) || status=$$?; }; \
+		$(PSQL_IN_DB) -f /opt/gsqa/bulk_load_off.sql || status=$$?; \
+	fi; \
+	$(print_where); \
+	$(say_stopped); \
+	exit $$status
+endif
+
+say_stopped = if [ $$status -ne 0 ]; then echo "make db: the build stopped (exit $$status); fix what it names and run the same make command again: it continues where it stopped" >&2; fi
+# The superuser logs in with POSTGRES_PASSWORD: a physical snapshot brings its publisher's password, so it is
+# set (on the Unix socket, trusted inside the container) before the loader logs in, on every restore.
+set_superuser_password = echo "ALTER ROLE CURRENT_USER PASSWORD :'password'" | $(COMPOSE) exec -T db psql -q -v ON_ERROR_STOP=1 -v "password=$(POSTGRES_PASSWORD)" -U postgres -d gsqa
+
+# TO=DIR: `ingest snapshot create` of the Docker database into DIR. Physical (what `make db FROM=` restores
+# fastest; docs/DESIGN.md, "Snapshots"): the restore service checks and describes the running database, db is
+# stopped, the same command copies its data directory, db starts again; FORMAT=dump: pg_dump, db running.
+TO ?=
+FORMAT ?= physical
+DB_IMAGE = $(GSQA_IMAGES)/postgis:15-bookworm
+SNAPSHOT_CREATE = $(COMPOSE) --profile restore run --rm --volume $(abspath $(TO)):/out restore snapshot create /out --image "$$(docker image inspect --format '{{.Id}}' $(DB_IMAGE))"
+snapshot: db-up
+	@test -n "$(TO)" || { echo "make snapshot: give TO=DIR, the folder to write the snapshot into" >&2; exit 2; }
+	@mkdir -p "$(TO)"
+ifeq ($(FORMAT),dump)
+	status=0; $(SNAPSHOT_CREATE) || status=$$?; \
+	$(COMPOSE) --profile restore run --rm --volume $(abspath $(TO)):/out --entrypoint chown restore -R $(GSQA_UID):$(GSQA_GID) /out; exit $$status
+else
+	$(SNAPSHOT_CREATE) --format physical --data-dir /pgdata/pgdata || test -f "$(TO)/.work/described.json"
+	$(COMPOSE) stop db
+	status=0; $(SNAPSHOT_CREATE) --format physical --data-dir /pgdata/pgdata || status=$$?; \
+	$(COMPOSE) up --detach --wait db || status=$$?; \
+	$(COMPOSE) --profile restore run --rm --volume $(abspath $(TO)):/out --entrypoint chown restore -R $(GSQA_UID):$(GSQA_GID) /out; exit $$status
+endif
 
 demo: BBOX = $(DEMO_BBOX)
 demo: WHAT = dem

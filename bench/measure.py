@@ -147,6 +147,8 @@ class Sampler(threading.Thread):
         self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
         self._phase["rss"], self._phase["pss"] = max(self._phase["rss"], rss), max(self._phase["pss"], pss)
         self.client_last.update({pid: ticks for pid in tree if (ticks := _cpu_ticks(pid))})
+        if self.samples % DISK_EVERY == 0:  # a server the command starts (a restored cluster) counts too
+            self.postmasters = _postmasters()
         self.server_last.update(self._server_ticks())
         self.samples += 1
         if self.disk is not None and (disk or self.samples % DISK_EVERY == 1):

@@ -1,161 +1,184 @@
-"""`ingest snapshot` against building from local sources, on the demo region and on the larger synthetic data
-dir of bench/make_db.py, with the projection to the full database; and a physical base backup of the same
-database beside it, to choose the default format.
+"""`ingest snapshot` in both formats against building from local sources, on the demo region and on the larger
+synthetic data dir of bench/make_db.py, with the projection to the full database: what the default format is
+chosen by (docs/DESIGN.md, "Snapshots").
 
-    .venv/bin/python bench/snapshot.py [--inputs demo,large] [--dsn DSN] [--work DIR] [--no-physical] [--json]
+    .venv/bin/python bench/snapshot.py [--runs 3] [--inputs demo,large] [--work DIR] [--json]
 
-Per input (the sources of bench/make_db.py, made once under --work):
-  build    `ingest all SOURCE --offline` into a fresh database: a build from local sources (no download)
-  create   `ingest snapshot create` of that database (dump format): time and size
-  restore  `ingest snapshot restore` of it into a fresh database: time, and the peak disk (the snapshot
-           folder with restore's scratch, plus the target database, sampled every 200 ms)
-  physical a private cluster (initdb, as the postgres user, on its own port) holding the restored database:
-           `pg_basebackup -Ft -z` of it (time, size), then its restore: the tars extracted into a new data
-           directory, the server started, `ingest check` run (time, peak disk: tars plus extracted cluster;
-           the checks a base backup fails are listed)
-The projection scales the large input's per-MB times and sizes to the full database by its size (the dem
-stage's table, 12-30 GB, and the vector tables, about 26 GB, docs/PERFORMANCE.md).
+Each run, per input (the sources of bench/make_db.py, made once under --work), in private clusters of this
+machine's PostgreSQL (tests/local_server.py: initdb, run as the postgres user, the settings of a `make db`
+load: fsync off):
+  build             `ingest all SOURCE --offline` into a new cluster's database `gsqa`
+  create dump       `ingest snapshot create` of it (default 2 GB parts)
+  create physical   `ingest snapshot create --format physical --data-dir` of it (the server stopped, copied,
+                    started again)
+  restore dump      `ingest snapshot restore` into a new cluster's empty `gsqa` (ends with `ingest check`)
+  restore physical  `ingest snapshot restore --data-dir` into a new data directory, the server started on it,
+                    then `ingest snapshot restore` against it (reader password, origin, `ingest check`)
+Measured per step (bench/measure.py): wall time; CPU of the client process tree and of every PostgreSQL server
+of this machine (the steps' clusters, and whatever else runs: measure on a quiet machine); peak memory of the
+client process tree (PSS, every 100 ms); peak disk of the snapshot folder and the data directories involved
+together, WAL included (every second). Printed: the median
+and range (min-max) over the runs, and restore / build.
+
+The projection scales the large input's restore time per byte of database to the full database (about 47 GB:
+dem_us 12-30 GB, the vector tables with indexes about 26 GB; docs/REFERENCE-DB.md) and compares it with the
+full build from local sources (README, "Time and disk": 30-40 min after the download).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
+import shlex
 import shutil
-import subprocess
+import statistics
 import sys
-import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
 
-from bench.make_db import INPUTS, fresh_database, make_source  # noqa: E402
-from bench.measure import Disk, DiskPeak, folder_bytes  # noqa: E402
+import local_server  # noqa: E402
+from local_server import LocalServer  # noqa: E402
+
+from bench.make_db import INPUTS, make_source  # noqa: E402
+from bench.measure import Disk, folder_bytes, run_measured  # noqa: E402
 
 INGEST = Path(sys.executable).parent / "ingest"
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
-PRIVATE_PORT = 5499
 FULL_DATABASE_GB = 21 + 26  # dem_us (mid-range of 12-30 GB) and the vector tables with indexes
+FULL_BUILD_MIN = (30, 40)  # README, "Time and disk": a full build after the download
+STEPS = ("build", "create dump", "create physical", "restore dump", "restore physical")
 
 
-def timed(argv: list[str], sampler: DiskPeak | None = None) -> float:
-    if sampler:
-        sampler.start()
-    started = time.monotonic()
-    result = subprocess.run(argv, capture_output=True, text=True)
-    seconds = time.monotonic() - started
-    if sampler:
-        sampler.stop.set()
-        sampler.join()
-    if result.returncode:
-        raise SystemExit(f"{' '.join(argv[:3])} failed (exit {result.returncode}): "
-                         f"{result.stdout[-500:]} {result.stderr[-500:]}")
-    return seconds
+def measured(argv: list, folders: list[Path]) -> dict:
+    """One step under bench/measure.py's sampler: wall, CPU of the client tree and of every server here (one
+    started during the step included), peak memory of the client tree, peak disk of `folders` together."""
+    usage = run_measured(shlex.join(map(str, argv)), name=str(argv[1]),
+                         disk=Disk({str(number): folder for number, folder in enumerate(folders)})).total
+    return {"wall_s": usage.wall_s, "cpu_s": usage.client_cpu_s + usage.server_cpu_s,
+            "peak_memory_mb": usage.peak_client_pss_mb, "peak_disk_mb": usage.peak_disk_mb["total"]}
 
 
-def database_bytes(dsn: str) -> int:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+@contextmanager
+def new_cluster(with_database: bool = True):
+    with local_server.scratch_folder() as base:
+        server = LocalServer(base / "data", local_server.free_port(), base / "sockets")
+        if with_database:
+            local_server.initdb(server)
+            with local_server.running(server, local_server.FAST):
+                with psycopg.connect(server.dsn("postgres"), autocommit=True) as conn:
+                    conn.execute("CREATE DATABASE gsqa")
+                yield server
+        else:
+            try:
+                yield server
+            finally:
+                if server.running:
+                    server.stop()
 
 
-def one_input(server_dsn: str, work: Path, name: str) -> dict:
+def one_run(work: Path, name: str) -> dict:
     source = make_source(work, name)
     what = "dem" if INPUTS[name][1] == 0 else "dem,osm"
-    built = fresh_database(server_dsn, f"gsqa_bench_snapshot_{name}")
-    build_s = timed([str(INGEST), "all", str(source), "--offline", "--what", what, "--dsn", built])
-    folder = work / f"snapshot-{name}"
-    shutil.rmtree(folder, ignore_errors=True)
-    create_s = timed([str(INGEST), "snapshot", "create", str(folder), "--dsn", built])
-    target_name = f"gsqa_bench_snapshot_{name}_restored"
-    target = fresh_database(server_dsn, target_name)
-    sampler = DiskPeak(Disk({"snapshot": folder}, server_dsn, target_name))
-    restore_s = timed([str(INGEST), "snapshot", "restore", str(folder), "--dsn", target], sampler)
-    return {"build_s": build_s, "create_s": create_s, "restore_s": restore_s,
-            "database_bytes": database_bytes(built), "snapshot_bytes": folder_bytes(folder),
-            "restore_peak_disk_bytes": sampler.peak, "source_bytes": folder_bytes(source)}
+    snapshots = {form: work / f"snapshot-{name}-{form}" for form in ("dump", "physical")}
+    for folder in snapshots.values():
+        shutil.rmtree(folder, ignore_errors=True)
+    steps: dict[str, dict] = {}
+    with new_cluster() as built:
+        steps["build"] = measured([INGEST, "all", source, "--offline", "--what", what, "--dsn", built.dsn()],
+                                  [built.data])
+        with psycopg.connect(built.dsn()) as conn:
+            database_bytes = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+        steps["create dump"] = measured([INGEST, "snapshot", "create", snapshots["dump"], "--dsn", built.dsn()],
+                                        [snapshots["dump"], built.data])
+        steps["create physical"] = measured(
+            [INGEST, "snapshot", "create", snapshots["physical"], "--format", "physical", "--data-dir", built.data,
+             "--dsn", built.dsn()], [snapshots["physical"], built.data])
+        cluster_bytes = folder_bytes(built.data)
+    with new_cluster() as target:
+        steps["restore dump"] = measured([INGEST, "snapshot", "restore", snapshots["dump"], "--dsn", target.dsn()],
+                                         [snapshots["dump"], target.data])
+    with new_cluster(with_database=False) as target:
+        settings = " ".join(f"-c {key}={value}" for key, value in local_server.FAST.items())
+        script = (f'"{INGEST}" snapshot restore "$1" --data-dir "$2" && runuser -u postgres -- '
+                  f'"{local_server.server_binaries() / "pg_ctl"}" -D "$2" -l "$2/../server.log" -w -o '
+                  f'"-p {target.port} -k {target.sockets} {settings}" start && '
+                  f'"{INGEST}" snapshot restore "$1" --dsn "{target.dsn()}"')
+        steps["restore physical"] = measured(["bash", "-c", script, "restore", snapshots["physical"], target.data],
+                                             [snapshots["physical"], target.data.parent])
+    return {"steps": steps, "database_mb": database_bytes / 1e6, "cluster_mb": cluster_bytes / 1e6,
+            "snapshot_mb": {form: folder_bytes(folder) / 1e6 for form, folder in snapshots.items()}}
 
 
-def as_postgres(*argv: str | Path) -> list[str]:
-    return ["runuser", "-u", "postgres", "--", *map(str, argv)]
+def spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def physical(work: Path, snapshot: Path) -> dict:
-    """A base backup of a private cluster holding the snapshot's database, and its restore."""
-    private = work / "physical"
-    subprocess.run(as_postgres(PG_BIN / "pg_ctl", "-D", private / "cluster", "-m", "immediate", "stop"),
-                   capture_output=True)
-    shutil.rmtree(private, ignore_errors=True)
-    private.mkdir(parents=True)
-    shutil.chown(private, "postgres", "postgres")
-    cluster, socket = private / "cluster", private
-    subprocess.run(as_postgres(PG_BIN / "initdb", "-D", cluster, "-U", "postgres"),
-                   check=True, capture_output=True)
-    start = as_postgres(PG_BIN / "pg_ctl", "-D", cluster, "-w", "-o", f"-p {PRIVATE_PORT} -k {socket}", "start")
-    subprocess.run(start, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # the server keeps
-    # pg_ctl's output open: a pipe would never close
-    dsn = f"host={socket} port={PRIVATE_PORT} user=postgres dbname=gsqa"
-    try:
-        subprocess.run(as_postgres("createdb", "-h", socket, "-p", PRIVATE_PORT, "gsqa"), check=True)
-        timed([str(INGEST), "snapshot", "restore", str(snapshot), "--dsn", dsn])
-        backup = private / "backup"
-        backup_s = timed(as_postgres(PG_BIN / "pg_basebackup", "-h", socket, "-p", PRIVATE_PORT, "-U", "postgres",
-                                     "-D", backup, "-Ft", "-z", "--checkpoint=fast"))
-    finally:
-        subprocess.run(as_postgres(PG_BIN / "pg_ctl", "-D", cluster, "-w", "stop"), capture_output=True)
-    restored = private / "restored"
-    sampler = DiskPeak(Disk({"backup": backup, "restored": restored}))
-    sampler.start()
-    started = time.monotonic()
-    subprocess.run(as_postgres("mkdir", "-m", "700", restored), check=True)
-    subprocess.run(as_postgres("tar", "-xzf", backup / "base.tar.gz", "-C", restored), check=True)
-    subprocess.run(as_postgres("tar", "-xzf", backup / "pg_wal.tar.gz", "-C", restored / "pg_wal"), check=True)
-    subprocess.run(as_postgres(PG_BIN / "pg_ctl", "-D", restored, "-w", "-o", f"-p {PRIVATE_PORT} -k {socket}",
-                               "start"), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        # The activity statistics (last ANALYZE) are not in a base backup, so check's "analyzed" fails though
-        # the planner's statistics came back: counted, not fatal.
-        check = subprocess.run([str(INGEST), "check", "--dsn", dsn, "--json"], capture_output=True, text=True)
-        restore_s = time.monotonic() - started
-        failed_checks = [item["check"] for item in json.loads(check.stdout) if not item["ok"]]
-    finally:
-        sampler.stop.set()
-        sampler.join()
-        subprocess.run(as_postgres(PG_BIN / "pg_ctl", "-D", restored, "-w", "stop"), capture_output=True)
-    return {"backup_s": backup_s, "backup_bytes": folder_bytes(backup), "restore_s": restore_s,
-            "failed_checks": failed_checks,
-            "cluster_bytes": folder_bytes(restored), "restore_peak_disk_bytes": sampler.peak}
+def summarize(runs: list[dict]) -> dict:
+    steps = {step: {measure: spread([run["steps"][step][measure] for run in runs])
+                    for measure in runs[0]["steps"][step]} for step in STEPS}
+    build = steps["build"]["wall_s"]["median"]
+    return {"runs": len(runs), "steps": steps,
+            "restore_over_build": {form: steps[f"restore {form}"]["wall_s"]["median"] / build
+                                   for form in ("dump", "physical")},
+            "database_mb": spread([run["database_mb"] for run in runs]),
+            "cluster_mb": spread([run["cluster_mb"] for run in runs]),
+            "snapshot_mb": {form: spread([run["snapshot_mb"][form] for run in runs]) for form in ("dump", "physical")}}
 
 
 def project(large: dict) -> dict:
-    scale = FULL_DATABASE_GB * 1e9 / large["database_bytes"]
-    result = {"scale": scale, "restore_h": large["restore_s"] * scale / 3600,
-              "build_from_local_sources_h": large["build_s"] * scale / 3600,
-              "snapshot_gb": large["snapshot_bytes"] * scale / 1e9}
-    if "physical" in large:
-        result["physical_restore_h"] = large["physical"]["restore_s"] * scale / 3600
-        result["physical_backup_gb"] = large["physical"]["backup_bytes"] * scale / 1e9
+    """Restore and snapshot sizes scaled by database size to the full database."""
+    scale = FULL_DATABASE_GB * 1e3 / large["database_mb"]["median"]
+    result: dict = {"scale": scale, "full_build_min": FULL_BUILD_MIN}
+    for form in ("dump", "physical"):
+        restore_min = large["steps"][f"restore {form}"]["wall_s"]["median"] * scale / 60
+        result[form] = {"restore_min": restore_min,
+                        "restore_over_full_build": [restore_min / minutes for minutes in FULL_BUILD_MIN],
+                        "snapshot_gb": large["snapshot_mb"][form]["median"] * scale / 1e3,
+                        "create_min": large["steps"][f"create {form}"]["wall_s"]["median"] * scale / 60,
+                        "restore_peak_disk_gb": large["steps"][f"restore {form}"]["peak_disk_mb"]["median"] * scale
+                        / 1e3}
+    result["build_scaled_min"] = large["steps"]["build"]["wall_s"]["median"] * scale / 60
     return result
+
+
+def _cell(value: dict, digits: int = 1) -> str:
+    return f"{value['median']:.{digits}f} ({value['min']:.{digits}f}-{value['max']:.{digits}f})"
+
+
+def print_input(name: str, result: dict) -> None:
+    print(f"\n{name}: database {_cell(result['database_mb'], 0)} MB, cluster {_cell(result['cluster_mb'], 0)} MB, "
+          f"snapshot dump {_cell(result['snapshot_mb']['dump'], 0)} MB, physical "
+          f"{_cell(result['snapshot_mb']['physical'], 0)} MB; {result['runs']} runs, median (min-max)")
+    print(f"  {'step':17} {'wall s':>18} {'CPU s':>18} {'peak memory MB':>20} {'peak disk MB':>20}")
+    for step, measures in result["steps"].items():
+        print(f"  {step:17} {_cell(measures['wall_s']):>18} {_cell(measures['cpu_s']):>18} "
+              f"{_cell(measures['peak_memory_mb'], 0):>20} {_cell(measures['peak_disk_mb'], 0):>20}")
+    print("  restore / build: " + ", ".join(f"{form} {ratio:.2f}" for form, ratio in
+                                            result["restore_over_build"].items()))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--inputs", default="demo,large")
-    parser.add_argument("--dsn", default=os.environ.get("DATABASE_URL", ""))
     parser.add_argument("--work", type=Path, default=Path("/tmp/gsqa-bench-make-db"))
-    parser.add_argument("--no-physical", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
     results: dict = {}
     for name in args.inputs.split(","):
-        results[name] = one_input(args.dsn, args.work, name)
-        if not args.no_physical:
-            results[name]["physical"] = physical(args.work, args.work / f"snapshot-{name}")
+        runs = []
+        for number in range(args.runs):
+            runs.append(one_run(args.work, name))
+            print(f"{name}: run {number + 1} of {args.runs} done", file=sys.stderr)
+        results[name] = summarize(runs)
         if not args.json:
-            print(name, json.dumps(results[name], indent=1))
+            print_input(name, results[name])
     if "large" in results:
         results["projection"] = project(results["large"])
     print(json.dumps(results if args.json else results.get("projection"), indent=1))

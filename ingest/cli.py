@@ -512,7 +512,13 @@ def snapshot_create(
                                            show_default=False)],
     snapshot_format: Annotated[str, typer.Option("--format", metavar="FORMAT",
                                                  help="dump: a directory-format pg_dump (portable to any "
-                                                 "PostgreSQL >= the snapshot's major version).")] = "dump",
+                                                 "PostgreSQL >= the snapshot's major version); physical: a cold "
+                                                 "copy of the data directory (--data-dir; the server is stopped "
+                                                 "for the copy and started again), for `make db FROM=` only.")
+                   ] = "dump",
+    data_dir: Annotated[Path | None, typer.Option("--data-dir", metavar="PGDATA", help="physical: the data "
+                                                  "directory of the database's server (run as root or as its "
+                                                  "owner).", show_default=False)] = None,
     verify: Annotated[Path | None, typer.Option("--verify", metavar="FILE", help="A `reproduce verify "
                                                 "--json-out` file to keep in the manifest.",
                                                 show_default=False)] = None,
@@ -532,8 +538,9 @@ def snapshot_create(
     image; the load and stage log summaries; the `ingest check` report; --verify's summary) and README.md
     (the dataset card). Only a database that passes `ingest check` is snapshotted.
 
-    Interrupted (even kill -9), the same command resumes: a finished dump is not made again. A DIR that
-    already holds a finished snapshot is left as it is.
+    Interrupted (even kill -9), the same command resumes: a finished dump is not made again, nor the parts of
+    a physical copy whose cluster has not run since. A DIR that already holds a finished snapshot is left as
+    it is. For the Docker database, `make snapshot TO=DIR` makes the physical one.
 
     Example: ingest snapshot create /srv/gsqa-snapshot --verify verify.json
 
@@ -545,7 +552,7 @@ def snapshot_create(
         raise typer.BadParameter(f"expected one of {', '.join(snapshot.FORMATS)}", param_hint="--format")
     with reported_as_exit_code():
         report = snapshot.create(folder, dsn, jobs or os.cpu_count() or 1, verify, part_size or snapshot.PART_SIZE,
-                                 image)
+                                 image, snapshot_format, data_dir)
     if as_json:
         typer.echo(json.dumps(report.as_json()))
         return
@@ -590,6 +597,13 @@ def snapshot_restore(
     download_to: Annotated[Path | None, typer.Option("--download-to", metavar="DIR", help="Where a hub snapshot is "
                                                      "downloaded (default: gsqa-snapshots/OWNER--NAME).",
                                                      show_default=False)] = None,
+    data_dir: Annotated[Path | None, typer.Option("--data-dir", metavar="PGDATA", help="physical: extract the "
+                                                  "snapshot in place of this data directory (its server stopped; "
+                                                  "--replace if it holds a cluster); then start the server and "
+                                                  "run the same command with --dsn to finish.",
+                                                  show_default=False)] = None,
+    preflight: Annotated[bool, typer.Option("--preflight", help="Only download the snapshot and check that the "
+                                            "database can take it; print its format and folder.")] = False,
     jobs: JobsOption = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
@@ -603,6 +617,11 @@ def snapshot_restore(
     unless --allow-version-change (then says what may differ in answers), and a database that already holds
     tables unless --replace. Interrupted (even kill -9), the same command starts the restore over.
 
+    A physical snapshot (a data directory, `make db FROM=` does all this): --data-dir replaces the stopped
+    server's data directory with it; once the server runs on it, the command without --data-dir sets the
+    reader's password, ANALYZEs what lacks statistics and runs `ingest check`. Into any other server it is
+    refused: restore a dump snapshot there.
+
     Example: ingest snapshot restore hf:Zoe/GS-QA2-refdb --dsn postgresql://postgres@localhost/gsqa
 
     Exit codes: 0 restored and checked; 1 restored but some checks failed (listed); 2 nothing restored.
@@ -614,7 +633,14 @@ def snapshot_restore(
     with reported_as_exit_code():
         folder = snapshot.local_folder(source, download_to, 8, lambda line: print(line, file=sys.stderr))
         label = source if source.startswith(snapshot.HF_PREFIX) else str(folder.resolve())
-        report = snapshot.restore_folder(folder, label, dsn, workers, replace, allow_version_change)
+        if preflight:
+            typer.echo(f"{snapshot.preflight(folder, dsn, replace, allow_version_change)} {folder}")
+            return
+        report = snapshot.restore_folder(folder, label, dsn, workers, replace, allow_version_change, data_dir)
+    if data_dir is not None:
+        typer.echo(f"{source} extracted into {data_dir} in {report.seconds:.1f} s; start its server, then finish with "
+                   f"`ingest snapshot restore {source}` against it")
+        return
     for change in report.version_changes:
         print(f"warning: {change}: answers may differ in the last digits ("
               f"{snapshot.VERSION_KEYS[change.split()[0]]})", file=sys.stderr)

@@ -7,8 +7,11 @@ A snapshot folder holds
                     the `ingest check` report and, with --verify, a `reproduce verify --json-out` summary
     README.md       the dataset card (the hub shows it)
     data/           the parts: the files of a directory-format dump (`pg_dump -Fd`); a table's data file
-                    larger than PART_SIZE is cut into NAME.part000, NAME.part001, ...
+                    larger than PART_SIZE is cut into NAME.part000, NAME.part001, ...; or, in the physical
+                    format, a cold copy of the cluster's data directory (snapshot_physical.py, which has its
+                    create and restore)
 
+The manifest and the checks of the parts are both formats'; the rest of this docstring is the dump's.
 Create dumps into DIR/.work/dump (a dump that finished is marked, so a rerun after kill -9 does not dump
 again), then moves each file into data/ (cutting the large ones), hashes the parts and writes the manifest
 last: a folder with a manifest is complete. Restore checks every part's size and sha256 against the manifest
@@ -47,9 +50,11 @@ from gsqa_core import schema
 from gsqa_core.db import connect, resolve_dsn, where
 from gsqa_core.errors import GsqaError
 from ingest import check, fetch, initdb
+from ingest import snapshot_physical as physical
 from ingest.dem.constraints import reconcile
+from ingest.snapshot_physical import run_tool
 
-FORMATS = ("dump",)
+FORMATS = ("dump", "physical")
 MANIFEST = "manifest.json"
 CARD = "README.md"
 DATA = "data"
@@ -165,28 +170,47 @@ class CreateReport:
 
 
 def create(folder: Path, dsn: str | None, jobs: int, verify_summary: Path | None = None,
-           part_size: int = PART_SIZE, image: str | None = None) -> CreateReport:
-    """A snapshot of the database in `folder`; see the module docstring."""
+           part_size: int = PART_SIZE, image: str | None = None, snapshot_format: str = "dump",
+           data_dir: Path | None = None) -> CreateReport:
+    """A snapshot of the database in `folder`; see the module docstring (and snapshot_physical's)."""
     started = time.monotonic()
     report = CreateReport(str(folder))
     if (folder / MANIFEST).is_file():
         return _finished(folder, report, started, already=True)
+    if (snapshot_format == "physical") != (data_dir is not None):
+        raise GsqaError("--data-dir PGDATA (the server's data directory) goes with --format physical, and only "
+                        "with it")
     verify = _read_verify_summary(verify_summary) if verify_summary else None
+    _prepare_folder(folder)
+    described = _described_once(folder / WORK, dsn, snapshot_format, verify, image)
+    if data_dir is None:
+        _cut_into_parts(_dump_once(folder / WORK, dsn, jobs), folder / DATA, part_size)
+    else:
+        physical.copy_cluster(data_dir, folder / DATA, folder / WORK, described["cluster"]["system_identifier"],
+                              part_size)
+    manifest = {**described, "parts": [part.__dict__ for part in _hash_parts(folder, jobs)]}
+    _write_atomically(folder / CARD, card(manifest))
+    _write_atomically(folder / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    shutil.rmtree(folder / WORK)
+    return _finished(folder, report, started, already=False)
+
+
+def _described_once(work: Path, dsn: str | None, snapshot_format: str, verify: Any,
+                    image: str | None) -> dict[str, Any]:
+    """The manifest but its parts, from the running server, kept in work/: a physical create stops the server,
+    and its rerun after kill -9 must not need it."""
+    kept = work / "described.json"
+    if kept.is_file():
+        return json.loads(kept.read_text())
     results = check.run_checks(dsn)
     failed = [result for result in results if not result.ok]
     if failed:
         raise GsqaError(f"the database fails {len(failed)} of {len(results)} checks (first: {failed[0].name}: "
                         f"{failed[0].detail}): only a database that passes `ingest check` is snapshotted")
-    _prepare_folder(folder)
-    dump = _dump_once(folder / WORK, dsn, jobs)
-    _cut_into_parts(dump, folder / DATA, part_size)
-    parts = _hash_parts(folder, jobs)
     with connect(dsn, autocommit=True) as conn:
-        manifest = _describe(conn, parts, [result.as_json() for result in results], verify, image)
-    _write_atomically(folder / CARD, card(manifest))
-    _write_atomically(folder / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    shutil.rmtree(folder / WORK)
-    return _finished(folder, report, started, already=False)
+        described = _describe(conn, snapshot_format, [result.as_json() for result in results], verify, image)
+    _write_atomically(kept, json.dumps(described))
+    return described
 
 
 def _finished(folder: Path, report: CreateReport, started: float, already: bool) -> CreateReport:
@@ -223,7 +247,7 @@ def _dump_once(work: Path, dsn: str | None, jobs: int) -> Path:
     if finished.exists():
         return dump
     shutil.rmtree(dump, ignore_errors=True)
-    _run_tool(["pg_dump", "--format=directory", f"--jobs={jobs}", f"--file={dump}", *_dbname(dsn)], "pg_dump")
+    run_tool(["pg_dump", "--format=directory", f"--jobs={jobs}", f"--file={dump}", *_dbname(dsn)], "pg_dump")
     finished.touch()
     return dump
 
@@ -263,7 +287,7 @@ def _hash_parts(folder: Path, jobs: int) -> list[Part]:
         return list(pool.map(part, paths))
 
 
-def _describe(conn: psycopg.Connection, parts: list[Part], checks: list[dict], verify: Any,
+def _describe(conn: psycopg.Connection, snapshot_format: str, checks: list[dict], verify: Any,
               image: str | None) -> dict[str, Any]:
     load_log = {table: {"files": files, "rows": rows, "source_bytes": size} for table, files, rows, size in
                 conn.execute("SELECT target_table, count(*), sum(rows_written)::bigint, sum(source_size)::bigint "
@@ -273,14 +297,33 @@ def _describe(conn: psycopg.Connection, parts: list[Part], checks: list[dict], v
                  for stage, state, summary, finished in conn.execute(
                      "SELECT stage, state, summary, finished_at FROM gsqa.stage_log ORDER BY started_at")]
     return {
-        "snapshot_version": SNAPSHOT_VERSION, "format": "dump",
+        "snapshot_version": SNAPSHOT_VERSION, "format": snapshot_format,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "database": {"name": conn.info.dbname,
                      "bytes": conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]},
         "server": server_versions(conn), "image": image,
-        "parts": [part.__dict__ for part in parts],
         "load_log": load_log, "stage_log": stage_log, "check": checks, "verify": verify,
+        **({"cluster": physical.describe_cluster(conn)} if snapshot_format == "physical" else {}),
     }
+
+
+# What the card says of each format: what it is, how to restore it, which servers take it.
+_HOW = {
+    "dump": {
+        "what": "a directory-format dump",
+        "restore": "make db FROM=hf:OWNER/NAME          # into the Docker database\n"
+                   "ingest snapshot restore hf:OWNER/NAME --dsn postgresql://postgres@localhost/gsqa   # your server",
+        "versions": "A server with another PostgreSQL major version, PostGIS, GEOS or PROJ may give other last digits "
+                    "for\ngeography areas and lengths, ST_MakeValid output and KNN tie order: restore refuses it "
+                    "unless\n`--allow-version-change`.",
+    },
+    "physical": {
+        "what": "a cold copy of the server's data directory (tar)",
+        "restore": "make db FROM=hf:OWNER/NAME          # replaces the Docker database's data directory",
+        "versions": "It runs only on the same server build (the image above): restore refuses any other. For a "
+                    "server of\nyour own, restore the dump snapshot of the same database.",
+    },
+}
 
 
 def card(manifest: dict[str, Any]) -> str:
@@ -299,22 +342,19 @@ tags: [postgis, geospatial, text-to-sql]
 
 A PostgreSQL {server['server_version']} + PostGIS {server['postgis']} database built by
 [gsqa-refdb](https://github.com/) (`ingest all`) and checked (`ingest check`: {passed} of
-{len(manifest['check'])} checks passed), as a directory-format dump in {len(manifest['parts'])} parts
+{len(manifest['check'])} checks passed), as {_HOW[manifest['format']]['what']} in {len(manifest['parts'])} parts
 ({size / 1e9:.2f} GB); `manifest.json` lists every part's sha256.
 
-Restore it (downloads, checks every part, restores, re-creates the read-only role `gsqa_reader` and runs
+Restore it (downloads, checks every part, restores, sets the read-only role `gsqa_reader`'s password and runs
 `ingest check`):
 
 ```sh
-make db FROM=hf:OWNER/NAME          # into the Docker database
-ingest snapshot restore hf:OWNER/NAME --dsn postgresql://postgres@localhost/gsqa   # into your own server
+{_HOW[manifest['format']]['restore']}
 ```
 
 Built with: PostgreSQL {server['server_build']}; PostGIS {server['postgis']}; GEOS {server['geos']};
 PROJ {server['proj']}; {server['gdal']}; collation {server['collation']}; image {manifest['image'] or 'unknown'}.
-A server with another PostgreSQL major version, PostGIS, GEOS or PROJ may give other last digits for
-geography areas and lengths, ST_MakeValid output and KNN tie order: restore refuses it unless
-`--allow-version-change`.
+{_HOW[manifest['format']]['versions']}
 
 | table | source files | rows |
 |---|---|---|
@@ -338,19 +378,6 @@ def _dbname(dsn: str | None) -> list[str]:
     return [f"--dbname={resolved}"] if resolved else []  # "" leaves the target to libpq's PG* variables
 
 
-def _run_tool(argv: list[str], name: str) -> None:
-    if shutil.which(argv[0]) is None:
-        raise GsqaError(f"{argv[0]} is not installed: it comes with the PostgreSQL client (Debian: "
-                        "apt-get install postgresql-client-15)")
-    # setpriv: the tool gets SIGKILL when `ingest` dies, so a kill -9 of a restore does not leave pg_restore
-    # writing into the tables that the rerun drops.
-    result = subprocess.run(["setpriv", "--pdeathsig", "KILL", "--", *argv], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    if result.returncode != 0:
-        lines = [line for line in result.stderr.splitlines() if line.strip()]
-        raise GsqaError(f"{name} failed (exit {result.returncode}): {lines[-1] if lines else 'no message'}")
-
-
 # --- restore -------------------------------------------------------------------------------------------------
 
 
@@ -360,6 +387,7 @@ class RestoreReport:
     target: str = ""
     manifest_sha256: str = ""
     version_changes: list[str] = field(default_factory=list)
+    analyzed: list[str] = field(default_factory=list)  # physical: tables whose activity statistics were missing
     checks: list[Any] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -369,35 +397,140 @@ class RestoreReport:
 
     def as_json(self) -> dict[str, Any]:
         return {"source": self.source, "database": self.target, "manifest_sha256": self.manifest_sha256,
-                "version_changes": self.version_changes, "checks": [result.as_json() for result in self.checks],
+                "version_changes": self.version_changes, "analyzed": self.analyzed,
+                "checks": [result.as_json() for result in self.checks],
                 "seconds": round(self.seconds, 3)}
 
 
+def preflight(folder: Path, dsn: str | None, replace: bool = False, allow_version_change: bool = False) -> str:
+    """Whether the database can take the snapshot (the server's versions, the tables it holds), without
+    restoring anything; returns the snapshot's format, from which `make db FROM=` picks the way to restore."""
+    manifest = read_manifest(folder)
+    manifest_sha256 = sha256_of(folder / MANIFEST)
+    with connect(dsn, autocommit=True) as conn:
+        if manifest["format"] == "physical":
+            _refuse_another_build(conn, manifest, allow_version_change)
+        else:
+            _refuse_other_versions(conn, manifest["server"], allow_version_change)
+        _refuse_tables(conn, replace or _is_ours(conn, manifest, manifest_sha256))
+    return manifest["format"]
+
+
 def restore_folder(folder: Path, source: str, dsn: str | None, jobs: int, replace: bool = False,
-                   allow_version_change: bool = False) -> RestoreReport:
-    """The snapshot in `folder` into the database; see the module docstring."""
-    started = time.monotonic()
+                   allow_version_change: bool = False, data_dir: Path | None = None) -> RestoreReport:
+    """The snapshot in `folder` into the database, or a physical one into `data_dir` (then, once the server
+    runs on it, into the database to finish); see the module docstring."""
     manifest = read_manifest(folder)
     report = RestoreReport(source, manifest_sha256=sha256_of(folder / MANIFEST))
-    check_parts(folder, manifest["parts"], jobs)
+    started = time.monotonic()
+    if manifest["format"] == "dump":
+        if data_dir is not None:
+            raise GsqaError(_format_mismatch(source, "dump", dsn))
+        check_parts(folder, manifest["parts"], jobs)
+        _restore_dump(report, folder, manifest, dsn, jobs, replace, allow_version_change)
+    elif data_dir is not None:
+        check_parts(folder, manifest["parts"], jobs)
+        physical.restore_cluster(folder, [part.path for part in manifest["parts"]], data_dir, replace)
+        report.target = str(data_dir)
+    elif _runs_the_snapshot(dsn, manifest):
+        _finish_physical(report, manifest, dsn, allow_version_change)
+    else:
+        raise GsqaError(_format_mismatch(source, "physical", dsn))
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _format_mismatch(source: str, snapshot_format: str, dsn: str | None) -> str:
+    if snapshot_format == "dump":
+        return f"{source} is a dump snapshot: it restores into a database (--dsn), not into a data directory"
+    return (f"{source} is a physical snapshot (a whole cluster's data directory, for the server build of the Docker "
+            f"database): restore it with `make db FROM={source}`; into {_where_of(dsn)} restore a dump snapshot "
+            "(`ingest snapshot create DIR --format dump`)")
+
+
+def _where_of(dsn: str | None) -> str:
+    with connect(dsn) as conn:
+        return where(conn)
+
+
+def _runs_the_snapshot(dsn: str | None, manifest: dict[str, Any]) -> bool:
+    """The database's server runs the snapshot's data directory (restored with --data-dir, then started)."""
+    with connect(dsn, autocommit=True) as conn:
+        return _system_identifier(conn) == manifest["cluster"]["system_identifier"]
+
+
+def _system_identifier(conn: psycopg.Connection) -> str:
+    return str(conn.execute("SELECT system_identifier FROM pg_control_system()").fetchone()[0])
+
+
+def _is_ours(conn: psycopg.Connection, manifest: dict[str, Any], manifest_sha256: str) -> bool:
+    """The tables are a killed restore's of this snapshot: a dump restore's (the comment says so), or the
+    snapshot's own cluster not yet finished (a physical restore killed after the data directory was replaced)."""
+    origin = origin_of(conn) or {}
+    if manifest["format"] == "physical":
+        finished = origin.get("state") == "restored" and origin.get("manifest_sha256") == manifest_sha256
+        return _system_identifier(conn) == manifest["cluster"]["system_identifier"] and not finished
+    return origin.get("state") == "restoring" and origin.get("manifest_sha256") == manifest_sha256
+
+
+def _restore_dump(report: RestoreReport, folder: Path, manifest: dict[str, Any], dsn: str | None, jobs: int,
+                  replace: bool, allow_version_change: bool) -> None:
     with connect(dsn, autocommit=True) as conn:
         report.target = where(conn)
         if not conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [_RESTORE_LOCK]).fetchone()[0]:
             raise GsqaError(f"another `ingest snapshot restore` is writing into {report.target} right now")
         report.version_changes = _refuse_other_versions(conn, manifest["server"], allow_version_change)
-        _clear_target(conn, report.manifest_sha256, replace)
-        _set_origin(conn, {"state": "restoring", "source": source, "manifest_sha256": report.manifest_sha256})
+        _clear_target(conn, manifest, report.manifest_sha256, replace)
+        _set_origin(conn, {"state": "restoring", "source": report.source, "manifest_sha256": report.manifest_sha256})
         _create_extensions(conn, folder, manifest["parts"])
         _pg_restore(folder, manifest["parts"], dsn, jobs)
         _respell_raster_constraints(conn)
         initdb.initialize(dsn)  # the reader role (cluster-wide, not in a dump) and its grants
-        _run_tool(["vacuumdb", "--analyze", f"--jobs={jobs}", *_dbname(dsn)], "vacuumdb")
-        _set_origin(conn, {"state": "restored", "source": source, "manifest_sha256": report.manifest_sha256,
-                           "created": manifest["created"], "restored": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                                     time.gmtime())})
+        run_tool(["vacuumdb", "--analyze", f"--jobs={jobs}", *_dbname(dsn)], "vacuumdb")
+        _set_restored(conn, report, manifest)
     report.checks = check.run_checks(dsn)
-    report.seconds = time.monotonic() - started
-    return report
+
+
+def _finish_physical(report: RestoreReport, manifest: dict[str, Any], dsn: str | None,
+                     allow_version_change: bool) -> None:
+    """The started server runs the snapshot's cluster: the reader's password as a build sets it, ANALYZE
+    where the activity statistics are missing, the origin, then `ingest check`."""
+    with connect(dsn, autocommit=True) as conn:
+        report.target = where(conn)
+        _refuse_another_build(conn, manifest, allow_version_change)
+        initdb.initialize(dsn)
+        report.analyzed = _analyze_where_missing(conn)
+        _set_restored(conn, report, manifest)
+    report.checks = check.run_checks(dsn)
+
+
+def _refuse_another_build(conn: psycopg.Connection, manifest: dict[str, Any], allow_version_change: bool) -> None:
+    if allow_version_change:
+        raise GsqaError("--allow-version-change does not apply to a physical snapshot: a data directory runs only on "
+                        "the server build that wrote it; restore a dump snapshot instead")
+    differences = physical.build_differences(manifest["server"], server_versions(conn))
+    if differences:
+        raise GsqaError(f"the physical snapshot was made by another server build (image "
+                        f"{manifest['image'] or 'not recorded'}): {'; '.join(differences)}; restore it with the image "
+                        "that built it, or restore a dump snapshot")
+
+
+def _analyze_where_missing(conn: psycopg.Connection) -> list[str]:
+    """ANALYZE the tables that were analyzed (the planner's statistics say so) but whose activity statistics
+    lost it (`ingest check` reads those): none when the cluster was shut down cleanly, as create requires, for
+    it keeps them in pg_stat/. Tables never analyzed stay so, as in the snapshotted database."""
+    tables = [name for (name,) in conn.execute(
+        "SELECT relid::regclass::text FROM pg_stat_user_tables s WHERE coalesce(last_analyze, last_autoanalyze) "
+        "IS NULL AND EXISTS (SELECT 1 FROM pg_statistic WHERE starelid = s.relid) ORDER BY 1")]
+    for table in tables:
+        conn.execute(sql.SQL("ANALYZE {}").format(sql.SQL(table)))
+    return tables
+
+
+def _set_restored(conn: psycopg.Connection, report: RestoreReport, manifest: dict[str, Any]) -> None:
+    _set_origin(conn, {"state": "restored", "source": report.source, "manifest_sha256": report.manifest_sha256,
+                       "format": manifest["format"], "created": manifest["created"],
+                       "restored": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
 
 
 def _respell_raster_constraints(conn: psycopg.Connection) -> None:
@@ -427,17 +560,19 @@ def user_tables(conn: psycopg.Connection) -> list[str]:
         "'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e') ORDER BY 1")]
 
 
-def _clear_target(conn: psycopg.Connection, manifest_sha256: str, replace: bool) -> None:
-    """Refuse a database holding tables, unless --replace or they are a killed restore's of this snapshot;
-    then drop them (and the gsqa schema, which the dump creates)."""
+def _refuse_tables(conn: psycopg.Connection, allowed: bool) -> list[str]:
     tables = user_tables(conn)
-    origin = origin_of(conn) or {}
-    ours = origin.get("state") == "restoring" and origin.get("manifest_sha256") == manifest_sha256
-    if tables and not (replace or ours):
+    if tables and not allowed:
         raise GsqaError(f"{where(conn)} already holds {len(tables)} tables ({', '.join(tables[:3])}"
                         f"{', ...' if len(tables) > 3 else ''}): restore into an empty database, or give --replace "
                         "to drop them first")
-    for table in tables:
+    return tables
+
+
+def _clear_target(conn: psycopg.Connection, manifest: dict[str, Any], manifest_sha256: str, replace: bool) -> None:
+    """Refuse a database holding tables, unless --replace or they are a killed restore's of this snapshot;
+    then drop them (and the gsqa schema, which the dump creates)."""
+    for table in _refuse_tables(conn, replace or _is_ours(conn, manifest, manifest_sha256)):
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(sql.SQL(table)))
     conn.execute("DROP SCHEMA IF EXISTS gsqa CASCADE")
 
@@ -511,7 +646,7 @@ def _pg_restore(folder: Path, parts: list[Part], dsn: str | None, jobs: int) -> 
 
         def sections(*names: str) -> None:
             # At least 2 jobs: only a parallel pg_restore truncates before COPY.
-            _run_tool(["pg_restore", "--no-owner", "--exit-on-error", f"--jobs={max(2, jobs)}",
+            run_tool(["pg_restore", "--no-owner", "--exit-on-error", f"--jobs={max(2, jobs)}",
                        *(f"--section={name}" for name in names), f"--use-list={listing}", *_dbname(dsn),
                        str(scratch / "dump")], f"pg_restore ({', '.join(names)})")
 

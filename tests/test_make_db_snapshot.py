@@ -1,48 +1,137 @@
-"""`make db FROM=DIR` end to end with a real Docker engine: a snapshot of a database built by the test (the demo
-data) restored into the Docker database instead of a build, then `reproduce verify` from the host. Skipped
-like tests/test_make_db.py where no Docker engine can be started (a failure with GSQA_REQUIRE_TOOLS=1)."""
+"""`make db FROM=DIR` end to end with a real Docker engine: snapshots of databases built by the test (the demo
+data) restored into the Docker database instead of a build, then compared with the snapshotted database table
+by table and `reproduce verify` run from the host. Both formats: a dump (restored into the running database)
+and a physical snapshot (replacing the stopped database's data directory; made from a private cluster of this
+machine's PostgreSQL, the same Debian packages as the db image's). Skipped like tests/test_make_db.py where no
+Docker engine can be started (a failure with GSQA_REQUIRE_TOOLS=1)."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import local_server
+import psycopg
 import pytest
 from load_helpers import BIN, ingest
+from local_server import LocalServer
 from test_make_db import READER_PASSWORD, ROOT, compose_binary, free_port
+from test_snapshot import database_contents
 
 from ingest import snapshot
 
 pytestmark = pytest.mark.docker
 
 
-def test_make_db_from_a_snapshot_then_reproduce_verify_from_the_host(engine, scratch_dsn: str,
-                                                                     tmp_path: Path) -> None:
-    demo, folder = tmp_path / "demo", tmp_path / "snapshot"
-    assert ingest("demo-data", str(demo)).returncode == 0
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    data = tmp_path_factory.mktemp("demo") / "data"
+    assert ingest("demo-data", str(data)).returncode == 0
+    return data
+
+
+@pytest.fixture(scope="module")
+def images(engine) -> Iterator[str]:
+    """Images of this test run's own name (GSQA_IMAGES): another checkout's build on the same engine does not
+    replace them between `make db`'s build and its runs. Removed afterwards (the build cache stays)."""
+    name = f"gsqa-e2e-snapshot-{os.getpid()}"
+    yield name
+    subprocess.run(["docker", "image", "rm", f"{name}/postgis:15-bookworm", f"{name}/loader:latest"],
+                   capture_output=True, timeout=300)
+
+
+@contextmanager
+def docker_database(images: str, tmp_path: Path, label: str) -> Iterator[tuple[dict, str]]:
+    """A compose project of its own (its own volume and port), taken down with its volume afterwards."""
+    port = free_port()
+    env = {**os.environ, "COMPOSE_PROJECT_NAME": f"gsqa-e2e-{label}-{os.getpid()}",
+           "GSQA_DATA": str(tmp_path / "data"), "GSQA_DB_PORT": str(port),
+           "GSQA_IMAGES": images}
+    try:
+        yield env, f"postgresql://postgres:gsqa@127.0.0.1:{port}/gsqa"
+    finally:
+        subprocess.run([compose_binary(), "--profile", "loader", "--profile", "restore", "down", "--volumes",
+                        "--remove-orphans"], cwd=ROOT, env=env, capture_output=True, timeout=300)
+
+
+def make_db_from(folder: Path, env: dict) -> None:
+    result = subprocess.run(["make", "db", f"FROM={folder}", f"COMPOSE={compose_binary()}"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=1800)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert "26 of 26 checks passed" in result.stdout
+
+
+def assert_restored_from(folder: Path, dsn: str, snapshot_format: str) -> None:
+    origin = json.loads(ingest("status", "--dsn", dsn, "--json").stdout)["snapshot"]
+    assert origin["state"] == "restored" and origin["source"] == "/snapshot" and origin["format"] == snapshot_format
+    assert origin["manifest_sha256"] == snapshot.sha256_of(folder / "manifest.json")
+
+
+def contents_but_the_reader_password(dsn: str) -> dict:
+    """database_contents without the reader's password, which the restore sets from the loader's
+    GSQA_READER_PASSWORD as a build does (verify below logs in with it)."""
+    contents = database_contents(dsn)
+    assert contents.pop("gsqa.reader_login")[0] == 1
+    return contents
+
+
+def assert_verifies_from_the_host(demo: Path, dsn: str) -> None:
+    verify = subprocess.run([str(BIN / "reproduce"), "verify", "--config", "all", "--template", "R1", "--template",
+                             "V5", "--data", str(demo / "benchmark"), "--dsn", dsn], capture_output=True, text=True,
+                            env={**os.environ, "GSQA_READER_PASSWORD": READER_PASSWORD}, timeout=600)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    total = next(line for line in verify.stdout.splitlines() if line.startswith("total"))
+    assert total.split()[1:4] == ["120", "100.0", "100.0"], verify.stdout
+
+
+def test_make_db_from_a_dump_snapshot_then_reproduce_verify_from_the_host(images: str, demo: Path, scratch_dsn: str,
+                                                                         tmp_path: Path) -> None:
+    folder = tmp_path / "snapshot"
     assert ingest("all", str(demo), "--offline", "--dsn", scratch_dsn).returncode == 0
     created = ingest("snapshot", "create", str(folder), "--part-size", "1000000", "--dsn", scratch_dsn)
     assert created.returncode == 0, created.stderr
-    port = free_port()
-    env = {**os.environ, "COMPOSE_PROJECT_NAME": f"gsqa-e2e-snapshot-{os.getpid()}",
-           "GSQA_DATA": str(tmp_path / "data"), "GSQA_DB_PORT": str(port)}
-    dsn = f"postgresql://postgres:gsqa@127.0.0.1:{port}/gsqa"
-    try:
-        result = subprocess.run(["make", "db", f"FROM={folder}", f"COMPOSE={compose_binary()}"], cwd=ROOT, env=env,
-                                capture_output=True, text=True, timeout=1800)
-        assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-        assert "26 of 26 checks passed" in result.stdout
-        origin = json.loads(ingest("status", "--dsn", dsn, "--json").stdout)["snapshot"]
-        assert origin["state"] == "restored" and origin["source"] == "/snapshot"
-        assert origin["manifest_sha256"] == snapshot.sha256_of(folder / "manifest.json")
-        verify = subprocess.run([str(BIN / "reproduce"), "verify", "--config", "all", "--template", "R1", "--template",
-                                 "V5", "--data", str(demo / "benchmark"), "--dsn", dsn], capture_output=True, text=True,
-                                env={**os.environ, "GSQA_READER_PASSWORD": READER_PASSWORD}, timeout=600)
-        assert verify.returncode == 0, verify.stdout + verify.stderr
-        total = next(line for line in verify.stdout.splitlines() if line.startswith("total"))
-        assert total.split()[1:4] == ["120", "100.0", "100.0"], verify.stdout
-    finally:
-        subprocess.run([compose_binary(), "--profile", "loader", "down", "--volumes", "--remove-orphans"], cwd=ROOT,
-                       env=env, capture_output=True, timeout=300)
+    with docker_database(images, tmp_path, "dump") as (env, dsn):
+        make_db_from(folder, env)
+        assert_restored_from(folder, dsn, "dump")
+        assert contents_but_the_reader_password(dsn) == contents_but_the_reader_password(scratch_dsn)
+        assert_verifies_from_the_host(demo, dsn)
+
+
+def test_make_db_from_a_physical_snapshot_then_reproduce_verify_from_the_host(images: str, demo: Path,
+                                                                             tmp_path: Path) -> None:
+    folder = tmp_path / "snapshot"
+    with local_server.scratch_folder() as base:
+        server = LocalServer(base / "data", local_server.free_port(), base / "sockets")
+        local_server.initdb(server)
+        with local_server.running(server, local_server.FAST):
+            with psycopg.connect(server.dsn("postgres"), autocommit=True) as conn:
+                conn.execute("CREATE DATABASE gsqa")
+            assert ingest("all", str(demo), "--offline", "--dsn", server.dsn()).returncode == 0
+            created = ingest("snapshot", "create", str(folder), "--format", "physical", "--data-dir", str(server.data),
+                             "--part-size", "20000000", "--dsn", server.dsn())
+            assert created.returncode == 0, created.stderr
+            snapshotted = contents_but_the_reader_password(server.dsn())
+    again = tmp_path / "snapshot-of-docker"
+    with docker_database(images, tmp_path, "physical") as (env, dsn):
+        make_db_from(folder, env)
+        assert_restored_from(folder, dsn, "physical")
+        assert contents_but_the_reader_password(dsn) == snapshotted
+        assert_verifies_from_the_host(demo, dsn)
+
+        # The Docker database's own physical snapshot (`make snapshot`: db stopped for the copy, then started).
+        made = subprocess.run(["make", "snapshot", f"TO={again}", f"COMPOSE={compose_binary()}"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=1800)
+        assert made.returncode == 0, made.stdout[-4000:] + made.stderr[-4000:]
+        assert contents_but_the_reader_password(dsn) == snapshotted  # db is back
+    manifest = json.loads((again / "manifest.json").read_text())
+    assert manifest["format"] == "physical" and manifest["image"].startswith("sha256:")
+    wal = subprocess.run(["tar", "--list", "--file=-"], input=b"".join(
+        (again / part["path"]).read_bytes() for part in manifest["parts"]), capture_output=True).stdout.decode()
+    assert len([name for name in wal.splitlines() if name.startswith("./pg_wal/0")]) == 1  # the checkpoint's only
+    with docker_database(images, tmp_path / "second", "physical-again") as (env, dsn):
+        make_db_from(again, env)
+        assert contents_but_the_reader_password(dsn) == snapshotted

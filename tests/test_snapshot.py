@@ -5,16 +5,20 @@ snapshot on a local hub (bench/local_hub.py) restored from hf:OWNER/NAME."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
+import local_server
 import psycopg
 import pytest
 from load_helpers import BIN, ingest, wait_for
+from local_server import LocalServer
 
 from bench.local_hub import FakeHub, repository_files
 from ingest import snapshot
@@ -234,3 +238,209 @@ def test_push_then_kill_9_then_the_same_command_uploads_the_rest_and_the_hub_cop
         restored = restore("hf:someone/pushed", fresh_dsn, "--download-to", str(tmp_path / "download"), env=env)
         assert restored.returncode == 0, restored.stderr
     assert database_contents(fresh_dsn) == database_contents(built)
+
+
+# --- the physical format: a private cluster (tests/local_server.py) holding the demo database ---------------
+
+PHYSICAL_PART_SIZE = 4_000_000  # a cluster of about 100 MB in some 30 parts
+
+
+@pytest.fixture(scope="module")
+def cluster(demo: Path) -> Iterator[LocalServer]:
+    """A cluster of its own (a physical snapshot is a whole cluster, and create stops its server), with the
+    demo database built in `gsqa`."""
+    with local_server.scratch_folder() as base:
+        server = LocalServer(base / "data", local_server.free_port(), base / "sockets")
+        local_server.initdb(server)
+        with local_server.running(server, local_server.FAST):
+            with psycopg.connect(server.dsn("postgres"), autocommit=True) as conn:
+                conn.execute("CREATE DATABASE gsqa")
+            built = ingest("all", str(demo), "--offline", "--dsn", server.dsn())
+            assert built.returncode == 0, built.stderr
+            yield server
+
+
+def create_physical(folder: Path, server: LocalServer) -> subprocess.CompletedProcess[str]:
+    return ingest("snapshot", "create", str(folder), "--format", "physical", "--data-dir", str(server.data),
+                  "--part-size", str(PHYSICAL_PART_SIZE), "--dsn", server.dsn())
+
+
+@pytest.fixture(scope="module")
+def physical_dir(cluster: LocalServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("physical") / "snap"
+    result = create_physical(folder, cluster)
+    assert result.returncode == 0, result.stderr
+    assert cluster.running  # stopped for the copy, started again
+    return folder
+
+
+@contextlib.contextmanager
+def restored_cluster(snapshot_folder: Path, *args: str) -> Iterator[LocalServer]:
+    """The physical snapshot extracted into a new data directory, its server started and the restore finished."""
+    with local_server.scratch_folder() as base:
+        server = LocalServer(base / "data", local_server.free_port(), base / "sockets")
+        extracted = ingest("snapshot", "restore", str(snapshot_folder), "--data-dir", str(server.data), *args)
+        assert extracted.returncode == 0, extracted.stderr
+        with local_server.running(server):
+            yield server
+
+
+def test_a_physical_snapshot_restores_the_same_database_with_its_statistics_and_verifies_the_same(
+        cluster: LocalServer, physical_dir: Path, demo: Path) -> None:
+    manifest = json.loads((physical_dir / "manifest.json").read_text())
+    assert manifest["format"] == "physical" and manifest["cluster"]["databases"] == ["gsqa", "postgres"]
+    assert [part["path"] for part in manifest["parts"]] == [
+        f"data/cluster.tar.part{number:03d}" for number in range(len(manifest["parts"]))]
+    assert len(manifest["parts"]) > 1 and max(part["size"] for part in manifest["parts"]) == PHYSICAL_PART_SIZE
+    assert all(check["ok"] for check in manifest["check"]) and "cold copy" in (physical_dir / "README.md").read_text()
+
+    with restored_cluster(physical_dir) as server:
+        finished = ingest("snapshot", "restore", str(physical_dir), "--dsn", server.dsn(), "--json")
+        assert finished.returncode == 0, finished.stderr
+        report = json.loads(finished.stdout)
+        assert report["analyzed"] == []  # a cleanly shut down cluster keeps its activity statistics
+        assert all(check["ok"] for check in report["checks"]) and len(report["checks"]) == 26
+        assert database_contents(server.dsn()) == database_contents(cluster.dsn())
+        assert planner_statistics(server.dsn()) == planner_statistics(cluster.dsn())
+        origin = json.loads(ingest("status", "--dsn", server.dsn(), "--json").stdout)["snapshot"]
+        assert origin["state"] == "restored" and origin["format"] == "physical"
+        assert origin["manifest_sha256"] == snapshot.sha256_of(physical_dir / "manifest.json")
+        totals = [verify_totals(demo, dsn) for dsn in (cluster.dsn(), server.dsn())]
+    assert totals[0] == totals[1] and totals[0][1:4] == ["120", "100.0", "100.0"]
+
+
+def planner_statistics(dsn: str) -> list:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT schemaname, tablename, attname, null_frac, n_distinct, most_common_vals::text, "
+                            "histogram_bounds::text FROM pg_stats WHERE schemaname IN ('public', 'gsqa') "
+                            "ORDER BY 1, 2, 3").fetchall()
+
+
+def verify_totals(demo: Path, dsn: str) -> list[str]:
+    run = subprocess.run([str(BIN / "reproduce"), "verify", "--config", "all", "--template", "R1", "--template",
+                          "V5", "--data", str(demo / "benchmark"), "--dsn", dsn], capture_output=True, text=True,
+                         timeout=600)
+    return next(line for line in run.stdout.splitlines() if line.startswith("total")).split()[:-1]
+
+
+def test_a_physical_snapshot_into_another_server_is_refused_in_one_line(physical_dir: Path, fresh_dsn: str) -> None:
+    refused = restore(physical_dir, fresh_dsn)
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1
+    assert refused.stderr.startswith(f"error: {physical_dir.resolve()} is a physical snapshot (a whole cluster's data "
+                                     "directory, for the server build of the Docker database): restore it with `make "
+                                     f"db FROM={physical_dir.resolve()}`; into ")
+    assert refused.stderr.endswith(" restore a dump snapshot (`ingest snapshot create DIR --format dump`)\n")
+    with psycopg.connect(fresh_dsn) as conn:
+        assert snapshot.user_tables(conn) == []
+
+
+def test_another_server_build_is_refused_always_for_a_physical_snapshot(physical_dir: Path, tmp_path: Path,
+                                                                      cluster: LocalServer) -> None:
+    copy = tmp_path / "snap"
+    shutil.copytree(physical_dir, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    here = manifest["server"]["server_build"]
+    manifest["server"]["server_build"] = "PostgreSQL 15.0 (other)"
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    refused = ingest("snapshot", "restore", str(copy), "--preflight", "--replace", "--dsn", cluster.dsn())
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1
+    assert (f"error: the physical snapshot was made by another server build (image not recorded): server_build "
+            f"'PostgreSQL 15.0 (other)' in the snapshot, {here!r} on this server; ") in refused.stderr
+    allowed = ingest("snapshot", "restore", str(copy), "--preflight", "--allow-version-change", "--dsn", cluster.dsn())
+    assert allowed.returncode == 2
+    assert allowed.stderr == ("error: --allow-version-change does not apply to a physical snapshot: a data directory "
+                              "runs only on the server build that wrote it; restore a dump snapshot instead\n")
+    assert ingest("snapshot", "restore", str(physical_dir), "--preflight", "--replace", "--dsn",
+                  cluster.dsn()).stdout == f"physical {physical_dir}\n"
+
+
+def test_a_damaged_physical_part_is_named_before_the_data_directory_is_touched(physical_dir: Path,
+                                                                              tmp_path: Path) -> None:
+    copy = tmp_path / "snap"
+    shutil.copytree(physical_dir, copy)
+    damaged = copy / "data" / "cluster.tar.part001"
+    body = bytearray(damaged.read_bytes())
+    body[500] ^= 0xFF
+    damaged.write_bytes(bytes(body))
+    target = tmp_path / "pgdata"
+    target.mkdir()
+    (target / "PG_VERSION").write_text("15\n")
+    result = ingest("snapshot", "restore", str(copy), "--data-dir", str(target), "--replace")
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
+    assert result.stderr.startswith(f"error: snapshot {copy}: data/cluster.tar.part001 is damaged (sha256 ")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["pgdata", "snap"]
+    assert [path.name for path in target.iterdir()] == ["PG_VERSION"]
+
+    kept = ingest("snapshot", "restore", str(physical_dir), "--data-dir", str(target))
+    assert kept.returncode == 2
+    assert kept.stderr == (f"error: --data-dir {target}: holds a cluster: give --replace to replace it with the "
+                           "snapshot\n")
+
+
+def test_kill_9_during_a_physical_create_then_the_same_command_resumes_it(cluster: LocalServer, tmp_path: Path,
+                                                                          physical_dir: Path) -> None:
+    folder = tmp_path / "snap"
+    command = [str(BIN / "ingest"), "snapshot", "create", str(folder), "--format", "physical", "--data-dir",
+               str(cluster.data), "--part-size", str(PHYSICAL_PART_SIZE), "--dsn", cluster.dsn()]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: (folder / "data" / "cluster.tar.part002").exists(), process), \
+            "create ended before it wrote three parts"
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.wait()
+    assert not cluster.running and not (folder / "manifest.json").exists()
+    first = (folder / "data" / "cluster.tar.part000").stat().st_ino
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert cluster.running and not (folder / ".work").exists()
+    assert (folder / "data" / "cluster.tar.part000").stat().st_ino == first  # kept, not written again
+    with restored_cluster(folder) as server:
+        assert ingest("snapshot", "restore", str(folder), "--dsn", server.dsn()).returncode == 0
+        assert database_contents(server.dsn()) == database_contents(cluster.dsn())
+
+
+def test_kill_9_during_a_physical_restore_then_the_same_command_restores_it(cluster: LocalServer,
+                                                                           physical_dir: Path) -> None:
+    with local_server.scratch_folder() as base:
+        target = base / "data"
+        command = [str(BIN / "ingest"), "snapshot", "restore", str(physical_dir), "--data-dir", str(target)]
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        scratch = base / ".data.gsqa-restore" / "cluster"
+        try:
+            assert wait_for(lambda: (scratch / "base").is_dir(), process), "restore ended before it extracted"
+            process.send_signal(signal.SIGKILL)
+        finally:
+            process.wait()
+        assert not target.exists()
+        again = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        assert again.returncode == 0, again.stderr
+        assert sorted(path.name for path in base.iterdir()) == ["data", "sockets"]
+        server = LocalServer(target, local_server.free_port(), base / "sockets")
+        with local_server.running(server):
+            assert ingest("snapshot", "restore", str(physical_dir), "--dsn", server.dsn()).returncode == 0
+            assert database_contents(server.dsn()) == database_contents(cluster.dsn())
+
+
+def test_tables_whose_activity_statistics_were_lost_are_analyzed_when_the_restore_finishes(
+        physical_dir: Path) -> None:
+    with restored_cluster(physical_dir) as server:
+        analyzed = analyzed_tables(server.dsn())  # as in the snapshotted cluster
+        # A crash: recovery at the next start discards the activity statistics (last_analyze), not the planner's.
+        local_server.as_postgres(local_server.server_binaries() / "pg_ctl", "-D", server.data, "-m", "immediate",
+                                 "-w", "stop")
+        server.start()
+        assert analyzed_tables(server.dsn()) == []
+        finished = ingest("snapshot", "restore", str(physical_dir), "--dsn", server.dsn(), "--json")
+        assert finished.returncode == 0, finished.stderr
+        report = json.loads(finished.stdout)
+        assert report["analyzed"] == analyzed and "dem_us" in analyzed
+        assert analyzed_tables(server.dsn()) == analyzed
+        assert all(check["ok"] for check in report["checks"])
+
+
+def analyzed_tables(dsn: str) -> list[str]:
+    with psycopg.connect(dsn) as conn:
+        return [name for (name,) in conn.execute(
+            "SELECT relid::regclass::text FROM pg_stat_user_tables WHERE coalesce(last_analyze, last_autoanalyze) "
+            "IS NOT NULL ORDER BY 1")]
