@@ -22,6 +22,7 @@ import local_server
 import psycopg
 import pytest
 from docker_helpers import engine  # noqa: F401 - the fixture of the tests marked docker
+from load_helpers import BIN
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
@@ -158,3 +159,12 @@ def new_database(server_dsn: str, template_db: str) -> Iterator:
     yield make
     for name in made:
         drop_database(server_dsn, name)
+
+
+@pytest.fixture(scope="module")
+def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The synthetic dataset of README's "Try it" (`ingest demo-data`), written once per test module."""
+    data = tmp_path_factory.mktemp("demo") / "data"
+    done = subprocess.run([str(BIN / "ingest"), "demo-data", str(data)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return data

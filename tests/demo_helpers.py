@@ -13,3 +13,13 @@ def build_demo(dsn: str, folder: Path, *options: str) -> None:
     subprocess.run([BIN / "ingest", "demo-data", folder], check=True, capture_output=True, timeout=300)
     built = ingest("all", str(folder), "--offline", "--dsn", dsn, *options)
     assert built.returncode == 0, built.stderr
+
+
+def verify_totals(demo_data: Path, dsn: str, env: dict[str, str] | None = None) -> list[str]:
+    """`reproduce verify` of the demo's R1 and V5 questions against `dsn`: its total line without the seconds
+    (every question passes: `total 120 100.0 100.0 ...`)."""
+    run = subprocess.run([BIN / "reproduce", "verify", "--config", "all", "--template", "R1", "--template", "V5",
+                          "--data", demo_data / "benchmark", "--dsn", dsn], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return next(line for line in run.stdout.splitlines() if line.startswith("total")).split()[:-1]

@@ -17,7 +17,8 @@ from pathlib import Path
 import local_server
 import psycopg
 import pytest
-from load_helpers import BIN, ingest
+from demo_helpers import verify_totals
+from load_helpers import ingest
 from local_server import LocalServer
 from test_make_db import READER_PASSWORD, ROOT, compose_binary, free_port
 from test_snapshot import database_contents
@@ -25,13 +26,6 @@ from test_snapshot import database_contents
 from ingest import snapshot
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    data = tmp_path_factory.mktemp("demo") / "data"
-    assert ingest("demo-data", str(data)).returncode == 0
-    return data
 
 
 @pytest.fixture(scope="module")
@@ -79,29 +73,25 @@ def contents_but_the_reader_password(dsn: str) -> dict:
     return contents
 
 
-def assert_verifies_from_the_host(demo: Path, dsn: str) -> None:
-    verify = subprocess.run([str(BIN / "reproduce"), "verify", "--config", "all", "--template", "R1", "--template",
-                             "V5", "--data", str(demo / "benchmark"), "--dsn", dsn], capture_output=True, text=True,
-                            env={**os.environ, "GSQA_READER_PASSWORD": READER_PASSWORD}, timeout=600)
-    assert verify.returncode == 0, verify.stdout + verify.stderr
-    total = next(line for line in verify.stdout.splitlines() if line.startswith("total"))
-    assert total.split()[1:4] == ["120", "100.0", "100.0"], verify.stdout
+def assert_verifies_from_the_host(demo_data: Path, dsn: str) -> None:
+    env = {**os.environ, "GSQA_READER_PASSWORD": READER_PASSWORD}
+    assert verify_totals(demo_data, dsn, env)[1:4] == ["120", "100.0", "100.0"]
 
 
-def test_make_db_from_a_dump_snapshot_then_reproduce_verify_from_the_host(images: str, demo: Path, scratch_dsn: str,
-                                                                         tmp_path: Path) -> None:
+def test_make_db_from_a_dump_snapshot_then_reproduce_verify_from_the_host(images: str, demo_data: Path,
+                                                                         scratch_dsn: str, tmp_path: Path) -> None:
     folder = tmp_path / "snapshot"
-    assert ingest("all", str(demo), "--offline", "--dsn", scratch_dsn).returncode == 0
+    assert ingest("all", str(demo_data), "--offline", "--dsn", scratch_dsn).returncode == 0
     created = ingest("snapshot", "create", str(folder), "--part-size", "1000000", "--dsn", scratch_dsn)
     assert created.returncode == 0, created.stderr
     with docker_database(images, tmp_path, "dump") as (env, dsn):
         make_db_from(folder, env)
         assert_restored_from(folder, dsn, "dump")
         assert contents_but_the_reader_password(dsn) == contents_but_the_reader_password(scratch_dsn)
-        assert_verifies_from_the_host(demo, dsn)
+        assert_verifies_from_the_host(demo_data, dsn)
 
 
-def test_make_db_from_a_physical_snapshot_then_reproduce_verify_from_the_host(images: str, demo: Path,
+def test_make_db_from_a_physical_snapshot_then_reproduce_verify_from_the_host(images: str, demo_data: Path,
                                                                              tmp_path: Path) -> None:
     folder = tmp_path / "snapshot"
     with local_server.scratch_folder() as base:
@@ -110,7 +100,7 @@ def test_make_db_from_a_physical_snapshot_then_reproduce_verify_from_the_host(im
         with local_server.running(server, local_server.FAST):
             with psycopg.connect(server.dsn("postgres"), autocommit=True) as conn:
                 conn.execute("CREATE DATABASE gsqa")
-            assert ingest("all", str(demo), "--offline", "--dsn", server.dsn()).returncode == 0
+            assert ingest("all", str(demo_data), "--offline", "--dsn", server.dsn()).returncode == 0
             created = ingest("snapshot", "create", str(folder), "--format", "physical", "--data-dir", str(server.data),
                              "--part-size", "20000000", "--dsn", server.dsn())
             assert created.returncode == 0, created.stderr
@@ -120,7 +110,7 @@ def test_make_db_from_a_physical_snapshot_then_reproduce_verify_from_the_host(im
         make_db_from(folder, env)
         assert_restored_from(folder, dsn, "physical")
         assert contents_but_the_reader_password(dsn) == snapshotted
-        assert_verifies_from_the_host(demo, dsn)
+        assert_verifies_from_the_host(demo_data, dsn)
 
         # The Docker database's own physical snapshot (`make snapshot`: db stopped for the copy, then started).
         made = subprocess.run(["make", "snapshot", f"TO={again}", f"COMPOSE={compose_binary()}"], cwd=ROOT, env=env,

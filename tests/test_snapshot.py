@@ -17,6 +17,7 @@ from pathlib import Path
 import local_server
 import psycopg
 import pytest
+from demo_helpers import verify_totals
 from load_helpers import BIN, ingest, wait_for
 from local_server import LocalServer
 
@@ -27,16 +28,9 @@ PART_SIZE = 100_000  # the demo's DEM data (about 2 MB) is cut into parts, as a 
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    data = tmp_path_factory.mktemp("demo") / "data"
-    assert ingest("demo-data", str(data)).returncode == 0
-    return data
-
-
-@pytest.fixture(scope="module")
-def built(scratch_dsn: str, demo: Path) -> str:
+def built(scratch_dsn: str, demo_data: Path) -> str:
     """The demo database, built and checked as `ingest all` does."""
-    result = ingest("all", str(demo), "--offline", "--dsn", scratch_dsn)
+    result = ingest("all", str(demo_data), "--offline", "--dsn", scratch_dsn)
     assert result.returncode == 0, result.stderr
     return scratch_dsn
 
@@ -77,7 +71,7 @@ def database_contents(dsn: str) -> dict:
 
 
 def test_the_restored_database_equals_the_original_table_by_table_and_verifies_the_same(
-        built: str, snapshot_dir: Path, demo: Path, fresh_dsn: str) -> None:
+        built: str, snapshot_dir: Path, demo_data: Path, fresh_dsn: str) -> None:
     manifest = json.loads((snapshot_dir / "manifest.json").read_text())
     assert [part["path"] for part in manifest["parts"] if ".part" in part["path"]], "the DEM data was not cut"
     assert max(part["size"] for part in manifest["parts"]) <= PART_SIZE
@@ -94,12 +88,8 @@ def test_the_restored_database_equals_the_original_table_by_table_and_verifies_t
     assert origin["state"] == "restored" and origin["source"] == str(snapshot_dir.resolve())
     assert origin["manifest_sha256"] == snapshot.sha256_of(snapshot_dir / "manifest.json")
 
-    verify = [subprocess.run([str(BIN / "reproduce"), "verify", "--config", "all", "--template", "R1", "--template",
-                              "V5", "--data", str(demo / "benchmark"), "--dsn", dsn], capture_output=True, text=True,
-                             timeout=600) for dsn in (built, fresh_dsn)]
-    totals = [next(line for line in run.stdout.splitlines() if line.startswith("total")).split()[:-1]
-              for run in verify]
-    assert totals[0] == totals[1] and totals[0][1:4] == ["120", "100.0", "100.0"], verify[1].stdout
+    totals = [verify_totals(demo_data, dsn) for dsn in (built, fresh_dsn)]
+    assert totals[0] == totals[1] and totals[0][1:4] == ["120", "100.0", "100.0"]
 
 
 def test_a_damaged_or_missing_part_is_named_before_anything_is_restored(snapshot_dir: Path, tmp_path: Path,
@@ -246,7 +236,7 @@ PHYSICAL_PART_SIZE = 4_000_000  # a cluster of about 100 MB in some 30 parts
 
 
 @pytest.fixture(scope="module")
-def cluster(demo: Path) -> Iterator[LocalServer]:
+def cluster(demo_data: Path) -> Iterator[LocalServer]:
     """A cluster of its own (a physical snapshot is a whole cluster, and create stops its server), with the
     demo database built in `gsqa`."""
     with local_server.scratch_folder() as base:
@@ -255,7 +245,7 @@ def cluster(demo: Path) -> Iterator[LocalServer]:
         with local_server.running(server, local_server.FAST):
             with psycopg.connect(server.dsn("postgres"), autocommit=True) as conn:
                 conn.execute("CREATE DATABASE gsqa")
-            built = ingest("all", str(demo), "--offline", "--dsn", server.dsn())
+            built = ingest("all", str(demo_data), "--offline", "--dsn", server.dsn())
             assert built.returncode == 0, built.stderr
             yield server
 
@@ -286,7 +276,7 @@ def restored_cluster(snapshot_folder: Path, *args: str) -> Iterator[LocalServer]
 
 
 def test_a_physical_snapshot_restores_the_same_database_with_its_statistics_and_verifies_the_same(
-        cluster: LocalServer, physical_dir: Path, demo: Path) -> None:
+        cluster: LocalServer, physical_dir: Path, demo_data: Path) -> None:
     manifest = json.loads((physical_dir / "manifest.json").read_text())
     assert manifest["format"] == "physical" and manifest["cluster"]["databases"] == ["gsqa", "postgres"]
     assert [part["path"] for part in manifest["parts"]] == [
@@ -305,7 +295,7 @@ def test_a_physical_snapshot_restores_the_same_database_with_its_statistics_and_
         origin = json.loads(ingest("status", "--dsn", server.dsn(), "--json").stdout)["snapshot"]
         assert origin["state"] == "restored" and origin["format"] == "physical"
         assert origin["manifest_sha256"] == snapshot.sha256_of(physical_dir / "manifest.json")
-        totals = [verify_totals(demo, dsn) for dsn in (cluster.dsn(), server.dsn())]
+        totals = [verify_totals(demo_data, dsn) for dsn in (cluster.dsn(), server.dsn())]
     assert totals[0] == totals[1] and totals[0][1:4] == ["120", "100.0", "100.0"]
 
 
@@ -314,13 +304,6 @@ def planner_statistics(dsn: str) -> list:
         return conn.execute("SELECT schemaname, tablename, attname, null_frac, n_distinct, most_common_vals::text, "
                             "histogram_bounds::text FROM pg_stats WHERE schemaname IN ('public', 'gsqa') "
                             "ORDER BY 1, 2, 3").fetchall()
-
-
-def verify_totals(demo: Path, dsn: str) -> list[str]:
-    run = subprocess.run([str(BIN / "reproduce"), "verify", "--config", "all", "--template", "R1", "--template",
-                          "V5", "--data", str(demo / "benchmark"), "--dsn", dsn], capture_output=True, text=True,
-                         timeout=600)
-    return next(line for line in run.stdout.splitlines() if line.startswith("total")).split()[:-1]
 
 
 def test_a_physical_snapshot_into_another_server_is_refused_in_one_line(physical_dir: Path, fresh_dsn: str) -> None:
