@@ -303,7 +303,8 @@ def _describe(conn: psycopg.Connection, snapshot_format: str, checks: list[dict]
                      "bytes": conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]},
         "server": server_versions(conn), "image": image,
         "load_log": load_log, "stage_log": stage_log, "check": checks, "verify": verify,
-        **({"cluster": physical.describe_cluster(conn)} if snapshot_format == "physical" else {}),
+        **({"cluster": physical.describe_cluster(conn), "compression": physical.COMPRESSION}
+           if snapshot_format == "physical" else {}),
     }
 
 
@@ -318,7 +319,7 @@ _HOW = {
                     "unless\n`--allow-version-change`.",
     },
     "physical": {
-        "what": "a cold copy of the server's data directory (tar)",
+        "what": "a cold copy of the server's data directory (tar, zstd-compressed)",
         "restore": "make db FROM=hf:OWNER/NAME          # replaces the Docker database's data directory",
         "versions": "It runs only on the same server build (the image above): restore refuses any other. For a "
                     "server of\nyour own, restore the dump snapshot of the same database.",
@@ -430,7 +431,8 @@ def restore_folder(folder: Path, source: str, dsn: str | None, jobs: int, replac
         _restore_dump(report, folder, manifest, dsn, jobs, replace, allow_version_change)
     elif data_dir is not None:
         check_parts(folder, manifest["parts"], jobs)
-        physical.restore_cluster(folder, [part.path for part in manifest["parts"]], data_dir, replace)
+        physical.restore_cluster(folder, [part.path for part in manifest["parts"]], data_dir, replace,
+                                 manifest.get("compression"))
         report.target = str(data_dir)
     elif _runs_the_snapshot(dsn, manifest):
         _finish_physical(report, manifest, dsn, allow_version_change)

@@ -1,17 +1,19 @@
 """The physical snapshot format: a cold copy of a PostgreSQL cluster's data directory, taken with the server
-cleanly shut down, as one tar stream cut into parts (data/cluster.tar.part000, ...).
+cleanly shut down, as one tar stream compressed by zstd and cut into parts (data/cluster.tar.zst.part000, ...).
 
 Create (`ingest snapshot create DIR --format physical --data-dir PGDATA`, run as root or as the cluster's
 owner, on the machine of the server): the database is checked and described while the server runs (kept in
 DIR/.work/described.json), then the server is stopped (`pg_ctl stop -m fast`) if it runs, the data directory
 is tarred (GNU tar, sorted, so that the same stopped cluster gives the same bytes; of pg_wal only the segment
-of the shutdown checkpoint, the others being old or recycled) into the parts, and the
-server is started again with the options it had (postmaster.opts). A rerun after kill -9 keeps the parts
-already written if the cluster's last checkpoint is still the one they were cut from.
+of the shutdown checkpoint, the others being old or recycled), piped through `zstd -T0` (whose output does
+not depend on the number of threads) and cut into the parts, and the server is started again with the options
+it had (postmaster.opts). A rerun after kill -9 keeps the parts already written if the cluster's last
+checkpoint and the compressor (zstd's version and level) are still the ones they were cut with.
 
 Restore (`ingest snapshot restore SOURCE --data-dir PGDATA --replace`, the server stopped): every part is
 checked first; the cluster's settings and logins files (postgresql.conf, pg_hba.conf, ...) are kept aside, the
-data directory is deleted and the parts are extracted in its place as its owner (the owner of PGDATA, or of
+data directory is deleted and the parts, concatenated, are decompressed (`zstd -d`; a manifest without
+"compression" is of an uncompressed tar) and extracted in its place as its owner (the owner of PGDATA, or of
 its parent folder if it does not exist: the db image's postgres in a Docker volume), with the kept files put
 back. A rerun after kill -9 does the same again. The server's next start finds a cleanly shut down cluster:
 no recovery, and its statistics (the planner's and the activity statistics, pg_stat/) are the publisher's.
@@ -20,10 +22,12 @@ docs/DESIGN.md, "Snapshots", has the why.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
 import shutil
+import signal
 import struct
 import subprocess
 from dataclasses import dataclass
@@ -32,7 +36,13 @@ from typing import Any
 
 from gsqa_core.errors import GsqaError
 
-ARCHIVE = "cluster.tar"
+# The manifest's "compression" of the parts, and the commands that stream through it; none: a plain tar (a
+# snapshot made before the parts were compressed). Level 6 by measurement (docs/DESIGN.md, "Snapshots").
+COMPRESSION = "zstd"
+ZSTD_LEVEL = 6
+_COMPRESS = ["zstd", f"-{ZSTD_LEVEL}", "-T0", "--quiet", "--stdout"]
+_DECOMPRESS = {None: None, "zstd": ["zstd", "--decompress", "--quiet", "--stdout"]}
+ARCHIVE = "cluster.tar.zst"
 # The target's own: how it listens, who may log in and how; never the publisher's.
 KEPT_FILES = ("postgresql.conf", "postgresql.auto.conf", "pg_hba.conf", "pg_ident.conf")
 # Files of a running or stopped server that are no part of its data.
@@ -43,6 +53,12 @@ _WAL_SEGMENT = re.compile(r"[0-9A-F]{24}")
 
 def part_name(number: int) -> str:
     return f"{ARCHIVE}.part{number:03d}"
+
+
+def require_zstd() -> None:
+    if shutil.which("zstd") is None:
+        raise GsqaError("zstd is not installed: a physical snapshot's parts are zstd-compressed (Debian: apt-get "
+                        "install zstd)")
 
 
 # --- the cluster on disk -----------------------------------------------------------------------------------
@@ -126,6 +142,7 @@ def copy_cluster(data_dir: Path, data: Path, work: Path, system_identifier: str,
     """The stopped cluster at data_dir as tar parts in `data`; see the module docstring."""
     if not (data_dir / "PG_VERSION").is_file():
         raise GsqaError(f"--data-dir {data_dir}: not a PostgreSQL data directory (no PG_VERSION)")
+    require_zstd()
     found = read_control(data_dir).system_identifier
     if found != system_identifier:
         raise GsqaError(f"--data-dir {data_dir}: the cluster of another server (system identifier {found}; the "
@@ -175,26 +192,57 @@ def _unneeded_wal(data_dir: Path, redo_file: str) -> list[str]:
 
 def _tar_into_parts(data_dir: Path, data: Path, work: Path, checkpoint: str, unneeded: list[str],
                     part_size: int) -> None:
-    """GNU tar of the data directory cut into parts; parts a killed run wrote from the same checkpoint are
-    kept (the stream is the same), others are deleted first."""
+    """GNU tar of the data directory through zstd, cut into parts; parts a killed run wrote from the same
+    checkpoint with the same compressor are kept (the stream is the same), others are deleted first."""
     cut_from = work / "checkpoint"
-    if not cut_from.exists() or cut_from.read_text() != checkpoint:
+    origin = f"{checkpoint} {_zstd_version()} {' '.join(_COMPRESS)}"
+    if not cut_from.exists() or cut_from.read_text() != origin:
         for stale in data.iterdir():
             stale.unlink()
-        cut_from.write_text(checkpoint)
+        cut_from.write_text(origin)
     excluded = work / "excluded"
     excluded.write_text("".join(f"{name}\n" for name in [*(f"./{name}" for name in _NOT_COPIED), *unneeded]))
-    argv = ["tar", "--create", "--file=-", "--format=gnu", "--sort=name", f"--directory={data_dir}",
-            f"--exclude-from={excluded}", "."]
-    with subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "--", *argv], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE) as tar:
+    tar_argv = ["tar", "--create", "--file=-", "--format=gnu", "--sort=name", f"--directory={data_dir}",
+                f"--exclude-from={excluded}", "."]
+    with contextlib.ExitStack() as stack:
+        tar = stack.enter_context(_start(tar_argv, stdin=subprocess.DEVNULL))
+        zstd = stack.enter_context(_start(_COMPRESS, stdin=tar.stdout))
+        tar.stdout.close()  # zstd's alone: tar gets SIGPIPE if zstd dies
+        stack.callback(_kill, [tar, zstd])
         number = 0
-        while _write_part(tar.stdout, data / part_name(number), part_size):
+        while _write_part(zstd.stdout, data / part_name(number), part_size):
             number += 1
-        error = tar.stderr.read().decode(errors="replace").strip()
-    if tar.returncode != 0:
-        raise GsqaError(f"tar of {data_dir} failed (exit {tar.returncode}): "
-                        f"{error.splitlines()[-1] if error else 'no message'}")
+        _raise_on_failure([(f"tar of {data_dir}", tar), (f"zstd of the tar of {data_dir}", zstd)])
+
+
+def _zstd_version() -> str:
+    return subprocess.run(["zstd", "--version"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _start(argv: list[str], stdin: Any, stdout: Any = subprocess.PIPE) -> subprocess.Popen:
+    """A step of a pipeline, killed when `ingest` dies (as run_tool's)."""
+    return subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "--", *argv], stdin=stdin, stdout=stdout,
+                            stderr=subprocess.PIPE)
+
+
+def _kill(processes: list[subprocess.Popen]) -> None:
+    """A pipeline left by an error of ours: its steps would wait for each other."""
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+
+
+def _raise_on_failure(steps: list[tuple[str, subprocess.Popen]]) -> None:
+    """One line for the pipeline's first step that failed of itself (not by SIGPIPE, which a step gets when
+    the one it writes to failed), else its first that failed at all."""
+    failed = []
+    for name, process in steps:
+        error = process.stderr.read().decode(errors="replace").strip()
+        if process.wait() != 0:
+            failed.append((process.returncode == -signal.SIGPIPE, name, process.returncode, error))
+    if failed:
+        _, name, code, error = min(failed, key=lambda failure: failure[0])
+        raise GsqaError(f"{name} failed (exit {code}): {error.splitlines()[-1] if error else 'no message'}")
 
 
 def _write_part(stream: Any, target: Path, size: int) -> bool:
@@ -231,8 +279,13 @@ def describe_cluster(conn: Any) -> dict[str, Any]:
 # --- restore -----------------------------------------------------------------------------------------------
 
 
-def restore_cluster(folder: Path, part_paths: list[str], data_dir: Path, replace: bool) -> None:
+def restore_cluster(folder: Path, part_paths: list[str], data_dir: Path, replace: bool,
+                    compression: str | None) -> None:
     """The parts (checked already) extracted in place of the data directory; see the module docstring."""
+    if compression not in _DECOMPRESS:
+        raise GsqaError(f"snapshot {folder}: compression {compression!r} in its manifest, expected zstd or none")
+    if compression:
+        require_zstd()
     if (data_dir / "postmaster.pid").exists():
         raise GsqaError(f"--data-dir {data_dir}: a server runs on it (or was killed: postmaster.pid is there): stop "
                         "it first")
@@ -247,27 +300,36 @@ def restore_cluster(folder: Path, part_paths: list[str], data_dir: Path, replace
     shutil.rmtree(cluster, ignore_errors=True)
     cluster.mkdir(parents=True, mode=0o700)
     os.chown(cluster, *owner)
-    extract = as_owner(["tar", "--extract", "--file=-", f"--directory={cluster}"], owner)
-    with subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "--", *extract], stdin=subprocess.PIPE,
-                          stderr=subprocess.PIPE) as tar:
-        try:
-            for path in part_paths:
-                with open(folder / path, "rb") as handle:
-                    while chunk := handle.read(_CHUNK):
-                        tar.stdin.write(chunk)
-            tar.stdin.close()
-        except BrokenPipeError:
-            pass
-        error = tar.stderr.read().decode(errors="replace").strip()
-    if tar.returncode != 0:
-        raise GsqaError(f"tar could not extract the snapshot into {cluster} (exit {tar.returncode}): "
-                        f"{error.splitlines()[-1] if error else 'no message'}")
+    _extract(folder, part_paths, _DECOMPRESS[compression], as_owner(
+        ["tar", "--extract", "--file=-", f"--directory={cluster}"], owner))
     for name in KEPT_FILES if kept.exists() else ():
         if (kept / name).exists():
             shutil.copy2(kept / name, cluster / name)
             os.chown(cluster / name, *owner)
     os.rename(cluster, data_dir)
     shutil.rmtree(scratch)
+
+
+def _extract(folder: Path, part_paths: list[str], decompress: list[str] | None, extract: list[str]) -> None:
+    """The parts, concatenated, through `decompress` (if any) into `extract`."""
+    with contextlib.ExitStack() as stack:
+        zstd = stack.enter_context(_start(decompress, stdin=subprocess.PIPE)) if decompress else None
+        tar = stack.enter_context(_start(extract, stdin=zstd.stdout if zstd else subprocess.PIPE,
+                                         stdout=subprocess.DEVNULL))
+        steps = [("zstd -d of the snapshot", zstd)] if zstd else []
+        steps.append(("tar extracting the snapshot", tar))
+        stack.callback(_kill, [process for _, process in steps])
+        if zstd:
+            zstd.stdout.close()  # tar's alone
+        feed = (zstd or tar).stdin
+        try:
+            for path in part_paths:
+                with open(folder / path, "rb") as handle:
+                    shutil.copyfileobj(handle, feed, _CHUNK)
+            feed.close()
+        except BrokenPipeError:
+            pass
+        _raise_on_failure(steps)
 
 
 def _keep_settings(data_dir: Path, scratch: Path) -> None:

@@ -280,7 +280,7 @@ def test_a_physical_snapshot_restores_the_same_database_with_its_statistics_and_
     manifest = json.loads((physical_dir / "manifest.json").read_text())
     assert manifest["format"] == "physical" and manifest["cluster"]["databases"] == ["gsqa", "postgres"]
     assert [part["path"] for part in manifest["parts"]] == [
-        f"data/cluster.tar.part{number:03d}" for number in range(len(manifest["parts"]))]
+        f"data/cluster.tar.zst.part{number:03d}" for number in range(len(manifest["parts"]))]
     assert len(manifest["parts"]) > 1 and max(part["size"] for part in manifest["parts"]) == PHYSICAL_PART_SIZE
     assert all(check["ok"] for check in manifest["check"]) and "cold copy" in (physical_dir / "README.md").read_text()
 
@@ -341,7 +341,7 @@ def test_a_damaged_physical_part_is_named_before_the_data_directory_is_touched(p
                                                                               tmp_path: Path) -> None:
     copy = tmp_path / "snap"
     shutil.copytree(physical_dir, copy)
-    damaged = copy / "data" / "cluster.tar.part001"
+    damaged = copy / "data" / "cluster.tar.zst.part001"
     body = bytearray(damaged.read_bytes())
     body[500] ^= 0xFF
     damaged.write_bytes(bytes(body))
@@ -350,7 +350,7 @@ def test_a_damaged_physical_part_is_named_before_the_data_directory_is_touched(p
     (target / "PG_VERSION").write_text("15\n")
     result = ingest("snapshot", "restore", str(copy), "--data-dir", str(target), "--replace")
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
-    assert result.stderr.startswith(f"error: snapshot {copy}: data/cluster.tar.part001 is damaged (sha256 ")
+    assert result.stderr.startswith(f"error: snapshot {copy}: data/cluster.tar.zst.part001 is damaged (sha256 ")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["pgdata", "snap"]
     assert [path.name for path in target.iterdir()] == ["PG_VERSION"]
 
@@ -360,6 +360,57 @@ def test_a_damaged_physical_part_is_named_before_the_data_directory_is_touched(p
                            "snapshot\n")
 
 
+def test_a_physical_snapshot_is_a_zstd_compressed_tar_smaller_than_the_cluster(physical_dir: Path) -> None:
+    parts = sorted((physical_dir / "data").iterdir())
+    assert json.loads((physical_dir / "manifest.json").read_text())["compression"] == "zstd"
+    assert parts[0].name == "cluster.tar.zst.part000" and parts[0].read_bytes()[:4] == bytes.fromhex("28b52ffd")
+    tar = subprocess.run(f"cat {' '.join(map(str, parts))} | zstd -d -c", shell=True, capture_output=True, check=True)
+    assert sum(part.stat().st_size for part in parts) < len(tar.stdout) / 2
+    listed = subprocess.run(["tar", "-t"], input=tar.stdout, capture_output=True, check=True).stdout.decode().split()
+    assert {"./PG_VERSION", "./global/pg_control"} <= set(listed) and "./postmaster.pid" not in listed
+
+
+def test_a_manifest_without_compression_restores_an_uncompressed_snapshot(physical_dir: Path, cluster: LocalServer,
+                                                                          tmp_path: Path) -> None:
+    """An older snapshot's parts are a plain tar and its manifest names no compression."""
+    older = tmp_path / "older"
+    (older / "data").mkdir(parents=True)
+    shutil.copy(physical_dir / "README.md", older)
+    parts = [physical_dir / part["path"] for part in json.loads((physical_dir / "manifest.json").read_text())["parts"]]
+    tar = subprocess.run(f"cat {' '.join(map(str, parts))} | zstd -d -c", shell=True, capture_output=True,
+                         check=True).stdout
+    manifest = json.loads((physical_dir / "manifest.json").read_text())
+    del manifest["compression"]
+    manifest["parts"] = []
+    for number, start in enumerate(range(0, len(tar), PHYSICAL_PART_SIZE)):
+        path = older / "data" / f"cluster.tar.part{number:03d}"
+        path.write_bytes(tar[start:start + PHYSICAL_PART_SIZE])
+        manifest["parts"].append({"path": str(path.relative_to(older)), "size": path.stat().st_size,
+                                  "sha256": snapshot.sha256_of(path)})
+    (older / "manifest.json").write_text(json.dumps(manifest))
+    with restored_cluster(older) as server:
+        assert ingest("snapshot", "restore", str(older), "--dsn", server.dsn()).returncode == 0
+        assert database_contents(server.dsn()) == database_contents(cluster.dsn())
+
+    manifest["compression"] = "lz4"
+    (older / "manifest.json").write_text(json.dumps(manifest))
+    target = tmp_path / "pgdata"
+    refused = ingest("snapshot", "restore", str(older), "--data-dir", str(target))
+    assert refused.returncode == 2
+    assert refused.stderr == (f"error: snapshot {older}: compression 'lz4' in its manifest, expected zstd or none\n")
+    assert not target.exists()
+
+
+def test_without_zstd_a_physical_snapshot_is_refused_in_one_line_naming_the_package(physical_dir: Path,
+                                                                                    tmp_path: Path) -> None:
+    target = tmp_path / "pgdata"
+    refused = ingest("snapshot", "restore", str(physical_dir), "--data-dir", str(target), env={"PATH": str(tmp_path)})
+    assert refused.returncode == 2
+    assert refused.stderr == ("error: zstd is not installed: a physical snapshot's parts are zstd-compressed "
+                              "(Debian: apt-get install zstd)\n")
+    assert not target.exists()
+
+
 def test_kill_9_during_a_physical_create_then_the_same_command_resumes_it(cluster: LocalServer, tmp_path: Path,
                                                                           physical_dir: Path) -> None:
     folder = tmp_path / "snap"
@@ -367,17 +418,17 @@ def test_kill_9_during_a_physical_create_then_the_same_command_resumes_it(cluste
                str(cluster.data), "--part-size", str(PHYSICAL_PART_SIZE), "--dsn", cluster.dsn()]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        assert wait_for(lambda: (folder / "data" / "cluster.tar.part002").exists(), process), \
+        assert wait_for(lambda: (folder / "data" / "cluster.tar.zst.part002").exists(), process), \
             "create ended before it wrote three parts"
         process.send_signal(signal.SIGKILL)
     finally:
         process.wait()
     assert not cluster.running and not (folder / "manifest.json").exists()
-    first = (folder / "data" / "cluster.tar.part000").stat().st_ino
+    first = (folder / "data" / "cluster.tar.zst.part000").stat().st_ino
     again = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     assert cluster.running and not (folder / ".work").exists()
-    assert (folder / "data" / "cluster.tar.part000").stat().st_ino == first  # kept, not written again
+    assert (folder / "data" / "cluster.tar.zst.part000").stat().st_ino == first  # kept, not written again
     with restored_cluster(folder) as server:
         assert ingest("snapshot", "restore", str(folder), "--dsn", server.dsn()).returncode == 0
         assert database_contents(server.dsn()) == database_contents(cluster.dsn())
