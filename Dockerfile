@@ -32,10 +32,11 @@ RUN python3 -m venv /opt/venv && pip install --no-cache-dir . && python3 -I -c "
 
 FROM debian:bookworm-slim
 
-# postgresql-client-15: pg_dump, pg_restore and vacuumdb for `ingest snapshot` (make db FROM=...).
+# postgresql-client-15: pg_dump, pg_restore and vacuumdb for `ingest snapshot` (make db FROM=...); zstd: a
+# physical snapshot's parts (make snapshot, make db FROM=).
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates python3 postgresql-client-15 \
+    && apt-get install -y --no-install-recommends ca-certificates python3 postgresql-client-15 zstd \
     && rm -rf /var/lib/apt/lists/*
 COPY docker/ca-certificates/ /usr/local/share/ca-certificates/gsqa/
 RUN update-ca-certificates >/dev/null && useradd --create-home --uid 1000 gsqa

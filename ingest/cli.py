@@ -513,8 +513,9 @@ def snapshot_create(
     snapshot_format: Annotated[str, typer.Option("--format", metavar="FORMAT",
                                                  help="dump: a directory-format pg_dump (portable to any "
                                                  "PostgreSQL >= the snapshot's major version); physical: a cold "
-                                                 "copy of the data directory (--data-dir; the server is stopped "
-                                                 "for the copy and started again), for `make db FROM=` only.")
+                                                 "copy of the data directory as a zstd-compressed tar (--data-dir; "
+                                                 "the server is stopped for the copy and started again), for "
+                                                 "`make db FROM=` only.")
                    ] = "dump",
     data_dir: Annotated[Path | None, typer.Option("--data-dir", metavar="PGDATA", help="physical: the data "
                                                   "directory of the database's server (run as root or as its "
@@ -523,7 +524,8 @@ def snapshot_create(
                                                 "--json-out` file to keep in the manifest.",
                                                 show_default=False)] = None,
     part_size: Annotated[int | None, typer.Option("--part-size", metavar="BYTES", min=1,
-                                                  help="Largest part of a table's data (a hub upload and a "
+                                                  help="Largest part (of a table's data in a dump, of the "
+                                                  "compressed tar in a physical snapshot; a hub upload and a "
                                                   "download resume part by part); default 2 GB.",
                                                   show_default=False)] = None,
     image: Annotated[str | None, typer.Option("--image", metavar="NAME", envvar="GSQA_DB_IMAGE",

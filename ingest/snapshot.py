@@ -8,8 +8,8 @@ A snapshot folder holds
     README.md       the dataset card (the hub shows it)
     data/           the parts: the files of a directory-format dump (`pg_dump -Fd`); a table's data file
                     larger than PART_SIZE is cut into NAME.part000, NAME.part001, ...; or, in the physical
-                    format, a cold copy of the cluster's data directory (snapshot_physical.py, which has its
-                    create and restore)
+                    format, a cold copy of the cluster's data directory, a zstd-compressed tar cut into
+                    cluster.tar.zst.part000, ... (snapshot_physical.py, which has its create and restore)
 
 The manifest and the checks of the parts are both formats'; the rest of this docstring is the dump's.
 Create dumps into DIR/.work/dump (a dump that finished is marked, so a rerun after kill -9 does not dump
