@@ -163,7 +163,7 @@ def copy_cluster(data_dir: Path, data: Path, work: Path, system_identifier: str,
         raise GsqaError(f"--data-dir {data_dir}: the cluster was not shut down cleanly (a crash, or a standby): start "
                         "its server and stop it with `pg_ctl stop -m fast`, then run again")
     _tar_into_parts(data_dir, data, work, str(control.checkpoint),
-                    _unneeded_wal(data_dir, control.checkpoint_wal_file), part_size)
+                    unneeded_wal(data_dir, control.checkpoint_wal_file), part_size)
     if restart.exists():
         options = shlex.split(restart.read_text())[1:]  # the server's arguments without the program
         run_tool(as_owner([str(bin_dir / "pg_ctl"), "start", "-D", str(data_dir), "-w", "-t", "600", "-o",
@@ -183,7 +183,7 @@ def _without_data_dir(options: list[str]) -> list[str]:
     return kept
 
 
-def _unneeded_wal(data_dir: Path, redo_file: str) -> list[str]:
+def unneeded_wal(data_dir: Path, redo_file: str) -> list[str]:
     """The WAL segments a cleanly shut down cluster does not need to start: all but the one holding its
     shutdown checkpoint (the others are old or recycled for reuse, up to max_wal_size)."""
     return sorted(f"./pg_wal/{path.name}" for path in (data_dir / "pg_wal").iterdir()
