@@ -300,8 +300,7 @@ def restore_cluster(folder: Path, part_paths: list[str], data_dir: Path, replace
     shutil.rmtree(cluster, ignore_errors=True)
     cluster.mkdir(parents=True, mode=0o700)
     os.chown(cluster, *owner)
-    _extract(folder, part_paths, _DECOMPRESS[compression], as_owner(
-        ["tar", "--extract", "--file=-", f"--directory={cluster}"], owner))
+    _extract(folder, part_paths, _DECOMPRESS[compression], cluster, owner)
     for name in KEPT_FILES if kept.exists() else ():
         if (kept / name).exists():
             shutil.copy2(kept / name, cluster / name)
@@ -310,14 +309,16 @@ def restore_cluster(folder: Path, part_paths: list[str], data_dir: Path, replace
     shutil.rmtree(scratch)
 
 
-def _extract(folder: Path, part_paths: list[str], decompress: list[str] | None, extract: list[str]) -> None:
-    """The parts, concatenated, through `decompress` (if any) into `extract`."""
+def _extract(folder: Path, part_paths: list[str], decompress: list[str] | None, cluster: Path,
+             owner: tuple[int, int]) -> None:
+    """The parts, concatenated, through `decompress` (if any) into tar extracting into `cluster` as `owner`."""
+    extract = as_owner(["tar", "--extract", "--file=-", f"--directory={cluster}"], owner)
     with contextlib.ExitStack() as stack:
         zstd = stack.enter_context(_start(decompress, stdin=subprocess.PIPE)) if decompress else None
         tar = stack.enter_context(_start(extract, stdin=zstd.stdout if zstd else subprocess.PIPE,
                                          stdout=subprocess.DEVNULL))
-        steps = [("zstd -d of the snapshot", zstd)] if zstd else []
-        steps.append(("tar extracting the snapshot", tar))
+        steps = [(f"zstd -d of snapshot {folder}", zstd)] if zstd else []
+        steps.append((f"tar extracting the snapshot into {cluster}", tar))
         stack.callback(_kill, [process for _, process in steps])
         if zstd:
             zstd.stdout.close()  # tar's alone
