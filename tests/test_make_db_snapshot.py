@@ -119,7 +119,7 @@ def test_make_db_from_a_physical_snapshot_then_reproduce_verify_from_the_host(im
         assert contents_but_the_reader_password(dsn) == snapshotted  # db is back
     manifest = json.loads((again / "manifest.json").read_text())
     assert manifest["format"] == "physical" and manifest["image"].startswith("sha256:")
-    wal = subprocess.run(["tar", "--list", "--file=-"], input=b"".join(
+    wal = subprocess.run(["tar", "--list", "--zstd", "--file=-"], input=b"".join(
         (again / part["path"]).read_bytes() for part in manifest["parts"]), capture_output=True).stdout.decode()
     assert len([name for name in wal.splitlines() if name.startswith("./pg_wal/0")]) == 1  # the checkpoint's only
     with docker_database(images, tmp_path / "second", "physical-again") as (env, dsn):
