@@ -1,14 +1,15 @@
 """The zstd level of physical snapshots (ingest/snapshot_physical.py), by measurement on the large synthetic input
 of bench/make_db.py: what docs/DESIGN.md, "Snapshots", chooses it by.
 
-    .venv/bin/python bench/snapshot_zstd.py [--runs 3] [--levels none,1,3,6] [--work DIR]
+    .venv/bin/python bench/snapshot_zstd.py [--runs 3] [--levels none,1,3,6] [--threads 0] [--work DIR]
 
 The large input is built once (`ingest all --offline`) into a private cluster (tests/local_server.py), whose
 server is then stopped. Each run, per level: **create** the tar stream of a physical snapshot (GNU tar, sorted,
-the same files as `ingest snapshot create --format physical`) through `zstd -LEVEL -T0` into one file (none:
-uncompressed); **restore** that file through `zstd -d` into `tar -x` in a new folder. Printed: wall seconds and
-the stream's size, median (min-max) over the runs, and their projection to the full database (scaled by
-database size, as bench/snapshot.py does): the download at 50 MB/s, the extraction, and both together.
+the same files as `ingest snapshot create --format physical`) through `zstd -LEVEL -TTHREADS` (0: one per core)
+into one file (none: uncompressed); **restore** that file through `zstd -d` into `tar -x` in a new folder.
+Printed: wall seconds and the stream's size, median (min-max) over the runs, and their projection to the full
+database (scaled by database size, as bench/snapshot.py does): the download at 50 MB/s, the extraction, and
+both together.
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ def timed(command: str) -> float:
     return time.monotonic() - started
 
 
-def one_level(data: Path, excluded: Path, work: Path, level: str) -> dict:
+def one_level(data: Path, excluded: Path, work: Path, level: str, threads: int) -> dict:
     stream, extracted = work / "stream", work / "extracted"
-    compress = "cat" if level == "none" else f"zstd --quiet -{level} -T0 --stdout"
+    compress = "cat" if level == "none" else f"zstd --quiet -{level} -T{threads} --stdout"
     create = timed(f"tar --create --file=- --format=gnu --sort=name --directory={data} --exclude-from={excluded} . "
                    f"| {compress} > {stream}")
     shutil.rmtree(extracted, ignore_errors=True)
@@ -57,6 +58,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--levels", default="none,1,3,6")
+    parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--work", type=Path, default=Path("/tmp/gsqa-bench-make-db"))
     args = parser.parse_args()
     levels = args.levels.split(",")
@@ -76,7 +78,7 @@ def main() -> None:
         excluded.write_text("".join(f"{name}\n" for name in ["./postmaster.pid", "./postmaster.opts", *wal]))
         for number in range(args.runs):
             for level in levels:
-                results[level].append(one_level(built.data, excluded, work, level))
+                results[level].append(one_level(built.data, excluded, work, level, args.threads))
             print(f"run {number + 1} of {args.runs} done", file=sys.stderr)
         built.start()
     shutil.rmtree(work)
