@@ -32,7 +32,17 @@ echo "as a user: exit $status"; grep -v '^make' /tmp/as-user >&2 || true
 git clone -q /src /root/gsqa-refdb && cd /root/gsqa-refdb
 make test PYTEST_ARGS="-q -p no:cacheprovider {SELECTION}"
 """
-NEEDED = "postgresql postgresql-postgis postgis procps g++ python3-dev libosmium2-dev libprotozero-dev zlib1g-dev"
+
+
+def packages_of(*groups: str) -> str:
+    """The packages of these groups of setup/system-packages.txt, in its order (what `make test` installs)."""
+    lines = (ROOT / "setup" / "system-packages.txt").read_text().splitlines()
+    found = dict(line.split(":", 1) for line in lines if line and not line.startswith("#"))
+    return " ".join(package for group in groups for package in found[group].split())
+
+
+# What the fresh machine lacks of `make test`'s groups (server, test, native, venv): all but python3-venv.
+NEEDED = packages_of("server", "test", "native")
 
 
 def test_make_test_passes_on_a_fresh_machine(engine, tmp_path: Path) -> None:
