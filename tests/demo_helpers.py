@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import local_server
+import psycopg
 from load_helpers import BIN, ingest
+from local_server import LocalServer
 
 
 def build_demo(dsn: str, folder: Path, *options: str) -> None:
@@ -23,3 +28,18 @@ def verify_totals(demo_data: Path, dsn: str, env: dict[str, str] | None = None) 
                          timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     return next(line for line in run.stdout.splitlines() if line.startswith("total")).split()[:-1]
+
+
+@contextmanager
+def demo_cluster(demo_data: Path) -> Iterator[LocalServer]:
+    """A running cluster of its own (a physical snapshot is a whole cluster, and its create stops the server),
+    with the demo database built in `gsqa`; removed afterwards."""
+    with local_server.scratch_folder() as base:
+        server = LocalServer(base / "data", local_server.free_port(), base / "sockets")
+        local_server.initdb(server)
+        with local_server.running(server, local_server.FAST):
+            with psycopg.connect(server.dsn("postgres"), autocommit=True) as conn:
+                conn.execute("CREATE DATABASE gsqa")
+            built = ingest("all", str(demo_data), "--offline", "--dsn", server.dsn())
+            assert built.returncode == 0, built.stderr
+            yield server

@@ -14,12 +14,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import local_server
-import psycopg
 import pytest
-from demo_helpers import verify_totals
+from demo_helpers import demo_cluster, verify_totals
 from load_helpers import ingest
-from local_server import LocalServer
 from test_make_db import READER_PASSWORD, ROOT, compose_binary, free_port
 from test_snapshot import database_contents
 
@@ -94,17 +91,11 @@ def test_make_db_from_a_dump_snapshot_then_reproduce_verify_from_the_host(images
 def test_make_db_from_a_physical_snapshot_then_reproduce_verify_from_the_host(images: str, demo_data: Path,
                                                                              tmp_path: Path) -> None:
     folder = tmp_path / "snapshot"
-    with local_server.scratch_folder() as base:
-        server = LocalServer(base / "data", local_server.free_port(), base / "sockets")
-        local_server.initdb(server)
-        with local_server.running(server, local_server.FAST):
-            with psycopg.connect(server.dsn("postgres"), autocommit=True) as conn:
-                conn.execute("CREATE DATABASE gsqa")
-            assert ingest("all", str(demo_data), "--offline", "--dsn", server.dsn()).returncode == 0
-            created = ingest("snapshot", "create", str(folder), "--format", "physical", "--data-dir", str(server.data),
-                             "--part-size", "20000000", "--dsn", server.dsn())
-            assert created.returncode == 0, created.stderr
-            snapshotted = contents_but_the_reader_password(server.dsn())
+    with demo_cluster(demo_data) as server:
+        created = ingest("snapshot", "create", str(folder), "--format", "physical", "--data-dir", str(server.data),
+                         "--part-size", "20000000", "--dsn", server.dsn())
+        assert created.returncode == 0, created.stderr
+        snapshotted = contents_but_the_reader_password(server.dsn())
     again = tmp_path / "snapshot-of-docker"
     with docker_database(images, tmp_path, "physical") as (env, dsn):
         make_db_from(folder, env)

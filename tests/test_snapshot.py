@@ -17,7 +17,7 @@ from pathlib import Path
 import local_server
 import psycopg
 import pytest
-from demo_helpers import verify_totals
+from demo_helpers import demo_cluster, verify_totals
 from load_helpers import BIN, ingest, wait_for
 from local_server import LocalServer
 
@@ -237,17 +237,9 @@ PHYSICAL_PART_SIZE = 4_000_000  # a cluster of about 100 MB in some 30 parts
 
 @pytest.fixture(scope="module")
 def cluster(demo_data: Path) -> Iterator[LocalServer]:
-    """A cluster of its own (a physical snapshot is a whole cluster, and create stops its server), with the
-    demo database built in `gsqa`."""
-    with local_server.scratch_folder() as base:
-        server = LocalServer(base / "data", local_server.free_port(), base / "sockets")
-        local_server.initdb(server)
-        with local_server.running(server, local_server.FAST):
-            with psycopg.connect(server.dsn("postgres"), autocommit=True) as conn:
-                conn.execute("CREATE DATABASE gsqa")
-            built = ingest("all", str(demo_data), "--offline", "--dsn", server.dsn())
-            assert built.returncode == 0, built.stderr
-            yield server
+    """The demo database in a cluster of its own (demo_helpers.demo_cluster), for the whole module."""
+    with demo_cluster(demo_data) as server:
+        yield server
 
 
 def create_physical(folder: Path, server: LocalServer) -> subprocess.CompletedProcess[str]:
