@@ -113,14 +113,18 @@ def test_a_damaged_or_missing_part_is_named_before_anything_is_restored(snapshot
         assert snapshot.user_tables(conn) == []
 
 
-def test_another_postgis_is_refused_unless_the_change_is_allowed(snapshot_dir: Path, tmp_path: Path, built: str,
-                                                                 fresh_dsn: str) -> None:
-    copy = tmp_path / "snap"
+def copy_with_server_fact(snapshot_dir: Path, copy: Path, fact: str, value: str) -> tuple[Path, str]:
+    """A copy of the snapshot whose manifest says the server had `value` for `fact`; and the fact as it was."""
     shutil.copytree(snapshot_dir, copy)
     manifest = json.loads((copy / "manifest.json").read_text())
-    here = manifest["server"]["postgis"]
-    manifest["server"]["postgis"] = "3.0.0"
+    here, manifest["server"][fact] = manifest["server"][fact], value
     (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy, here
+
+
+def test_another_postgis_is_refused_unless_the_change_is_allowed(snapshot_dir: Path, tmp_path: Path, built: str,
+                                                                 fresh_dsn: str) -> None:
+    copy, here = copy_with_server_fact(snapshot_dir, tmp_path / "snap", "postgis", "3.0.0")
 
     refused = restore(copy, fresh_dsn)
     assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1
@@ -311,12 +315,7 @@ def test_a_physical_snapshot_into_another_server_is_refused_in_one_line(physical
 
 def test_another_server_build_is_refused_always_for_a_physical_snapshot(physical_dir: Path, tmp_path: Path,
                                                                       cluster: LocalServer) -> None:
-    copy = tmp_path / "snap"
-    shutil.copytree(physical_dir, copy)
-    manifest = json.loads((copy / "manifest.json").read_text())
-    here = manifest["server"]["server_build"]
-    manifest["server"]["server_build"] = "PostgreSQL 15.0 (other)"
-    (copy / "manifest.json").write_text(json.dumps(manifest))
+    copy, here = copy_with_server_fact(physical_dir, tmp_path / "snap", "server_build", "PostgreSQL 15.0 (other)")
     refused = ingest("snapshot", "restore", str(copy), "--preflight", "--replace", "--dsn", cluster.dsn())
     assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1
     assert (f"error: the physical snapshot was made by another server build (image not recorded): server_build "
