@@ -8,3 +8,9 @@
 
 A loader imports gsqa_core, the machinery and its own package, never the runner (tests/test_packages.py).
 """
+
+import os
+
+# numpy's OpenBLAS starts a thread per core at import, which spins for a while whenever it wakes up; the
+# loaders never call BLAS, and on a 2-core machine those threads take CPU from the stagers and the writer.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
