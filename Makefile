@@ -27,8 +27,7 @@ DEMO_BBOX ?= -75,40,-73,42
 ALL_ARGS = all /data --what $(WHAT) $(if $(OFFLINE),--offline) $(if $(BBOX),--bbox $(BBOX))
 # FROM=DIR or FROM=hf:OWNER/NAME[@REVISION]: restore that snapshot (`ingest snapshot restore`) instead of
 # building; a folder is mounted into the loader, a hub snapshot is downloaded into GSQA_DATA/gsqa-snapshots/.
-# REPLACE=1 drops what the database holds first. The snapshot's format decides how (docs/DESIGN.md,
-# "Snapshots"): a dump is restored into the running database by the loader; a physical snapshot replaces
+# REPLACE=1 drops what the database holds first. The snapshot's format decides how (docs/SNAPSHOTS.md): a dump is restored into the running database by the loader; a physical snapshot replaces
 # the stopped db's data directory (the `restore` service: the loader image, as root, with the volume), then
 # db starts on it and the loader finishes (the reader's password, `ingest check`).
 FROM ?=
@@ -104,7 +103,7 @@ say_stopped = if [ $$status -ne 0 ]; then echo "make db: the build stopped (exit
 set_superuser_password = echo "ALTER ROLE CURRENT_USER PASSWORD :'password'" | $(COMPOSE) exec -T db psql -q -v ON_ERROR_STOP=1 -v "password=$(POSTGRES_PASSWORD)" -U postgres -d gsqa
 
 # TO=DIR: `ingest snapshot create` of the Docker database into DIR. Physical (what `make db FROM=` restores
-# fastest; docs/DESIGN.md, "Snapshots"): the restore service checks and describes the running database, db is
+# fastest; docs/SNAPSHOTS.md): the restore service checks and describes the running database, db is
 # stopped, the same command copies its data directory, db starts again; FORMAT=dump: pg_dump, db running.
 TO ?=
 FORMAT ?= physical

@@ -1,6 +1,6 @@
 """`ingest snapshot` in both formats against building from local sources, on the demo region and on the larger
 synthetic data dir of bench/make_db.py, with the projection to the full database: what the default format is
-chosen by (docs/DESIGN.md, "Snapshots").
+chosen by (docs/SNAPSHOTS.md).
 
     .venv/bin/python bench/snapshot.py [--runs 3] [--inputs demo,large] [--work DIR] [--json]
 
@@ -20,9 +20,9 @@ client process tree (PSS, every 100 ms); peak disk of the snapshot folder and th
 together, WAL included (every second). Printed: the median
 and range (min-max) over the runs, and restore / build.
 
-The projection scales the large input's restore time per byte of database to the full database (about 47 GB:
-dem_us 12-30 GB, the vector tables with indexes about 26 GB; docs/REFERENCE-DB.md) and compares it with the
-full build from local sources (README, "Time and disk": 30-40 min after the download).
+The projection scales the large input's restore time per byte of database to the full database and compares
+it with the full build from local sources, both as the full-build rehearsal projects them (docs/PERFORMANCE.md:
+a 41 GB database, 29 min for `ingest all --offline`).
 """
 
 from __future__ import annotations
@@ -49,8 +49,10 @@ from bench.make_db import INPUTS, make_source  # noqa: E402
 from bench.measure import Disk, folder_bytes, run_measured  # noqa: E402
 
 INGEST = Path(sys.executable).parent / "ingest"
-FULL_DATABASE_GB = 21 + 26  # dem_us (mid-range of 12-30 GB) and the vector tables with indexes
-FULL_BUILD_MIN = (30, 40)  # README, "Time and disk": a full build after the download
+# docs/PERFORMANCE.md, the full-build rehearsal's projection (bench/full_build.py --project 0.05,0.1): the
+# database's size, and `ingest all --offline`, a build from local sources
+FULL_DATABASE_GB = 41
+FULL_BUILD_MIN = 29
 STEPS = ("build", "create dump", "create physical", "restore dump", "restore physical")
 
 
@@ -137,7 +139,7 @@ def project(large: dict) -> dict:
     for form in ("dump", "physical"):
         restore_min = large["steps"][f"restore {form}"]["wall_s"]["median"] * scale / 60
         result[form] = {"restore_min": restore_min,
-                        "restore_over_full_build": [restore_min / minutes for minutes in FULL_BUILD_MIN],
+                        "restore_over_full_build": restore_min / FULL_BUILD_MIN,
                         "snapshot_gb": large["snapshot_mb"][form]["median"] * scale / 1e3,
                         "create_min": large["steps"][f"create {form}"]["wall_s"]["median"] * scale / 60,
                         "restore_peak_disk_gb": large["steps"][f"restore {form}"]["peak_disk_mb"]["median"] * scale

@@ -1,5 +1,5 @@
 """The zstd level of physical snapshots (ingest/snapshot_physical.py), by measurement on the large synthetic input
-of bench/make_db.py: what docs/DESIGN.md, "Snapshots", chooses it by.
+of bench/make_db.py: what docs/SNAPSHOTS.md chooses it by.
 
     .venv/bin/python bench/snapshot_zstd.py [--runs 3] [--levels none,1,3,6] [--threads 0] [--work DIR]
 

@@ -257,7 +257,7 @@ def osm_command(
 ) -> None:
     """Load the osmx GeoJSON layers (the published `osm/osm_extract/`), or layers derived from OpenStreetMap
     `.osm.pbf` extracts, into pois, roads, parks, lakes and regions, with the rows, values and ids of the
-    benchmark's loader ("loader 1", docs/DESIGN.md).
+    benchmark's loader ("loader 1", docs/REFERENCE-DB.md).
 
     GeoJSON (any valid FeatureCollection; one feature per line is the fast path): files load in name order,
     each in one transaction with its gsqa.load_log entry; pois are numbered in loader 1's pass order
@@ -265,7 +265,7 @@ def osm_command(
     size and checksum and reloads changed ones (for roads, parks, lakes and regions also every later file,
     whose ids follow), so an interrupted load is resumed by running the same command again: killed anywhere,
     the tables end up as from one clean run. A feature loader 1 could not have stored (no geometry, invalid
-    JSON, a tag value over 255 characters, an id that is not an integer, ...; docs/DESIGN.md) is skipped and
+    JSON, a tag value over 255 characters, an id that is not an integer, ...; docs/REFERENCE-DB.md) is skipped and
     listed with its file, number and byte offset. A file that is truncated or not JSON is reported on one
     line and the other files still load.
 
@@ -273,7 +273,7 @@ def osm_command(
     ways, relation areas), read the extracts with libosmium (a native reader built at install where g++ and
     libosmium's headers are; without it, or with GSQA_NATIVE_READER=0, pyosmium reads the same rows more
     slowly and says so; --export-geojson reads with pyosmium) and stream rows straight into the tables under
-    the same rules (docs/DESIGN.md); what each reader makes of each extract for each layer is one source,
+    the same rules (docs/REFERENCE-DB.md); what each reader makes of each extract for each layer is one source,
     loaded and logged like a file above, so a rerun reads only what is missing. An object in several extracts
     is taken once; what cannot be built (ways with missing nodes, broken multipolygons) is listed by OSM type
     and id. A truncated extract is refused before anything starts. Above 1 GiB of input the node locations
@@ -495,7 +495,7 @@ snapshot_app = command_group(
 folder of verified parts with a manifest and a dataset card, `push` uploads it to the Hugging Face hub,
 `restore` puts it into a database (from the folder or from the hub); `make db FROM=DIR` (or
 FROM=hf:OWNER/NAME; REPLACE=1 over a database that holds tables) restores into the Docker database instead of
-building it. docs/DESIGN.md, "Snapshots", says what a snapshot holds.
+building it. docs/SNAPSHOTS.md says what a snapshot holds.
 
 Exit codes: 0 ok; 1 restored but `ingest check` failed; 2 nothing started or nothing restored.""",
     order=("create", "push", "restore"),

@@ -99,10 +99,7 @@ class OrderedPool:
         return (JobStream(self._results[number % len(self._results)], self._failure) for number in range(len(jobs)))
 
     def close(self) -> None:
-        for process in self._processes:
-            process.terminate()  # mid-job workers may be blocked on a full queue; nothing of theirs persists
-        for process in self._processes:
-            process.join()
+        stop_processes(self._processes)
 
     def __enter__(self) -> OrderedPool:
         return self
@@ -132,6 +129,16 @@ def _serve(work: Work, failure: type[Exception], passed_on: tuple[type[Exception
             results.put(("raised", error))
         except Exception as error:  # a bug: report it rather than leave the consumer waiting forever
             results.put(("crashed", f"{type(error).__name__}: {error} (in {multiprocessing.current_process().name})"))
+
+
+def stop_processes(processes: list[multiprocessing.process.BaseProcess]) -> None:
+    """End worker processes and wait for them. Terminated, not asked: a worker may be blocked on a full queue
+    mid-job, and nothing of what it holds persists (its rows reach the database only through the consumer,
+    or in a transaction of its own that dies with its connection)."""
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join()
 
 
 def _widen_pipe(queue: multiprocessing.Queue) -> None:

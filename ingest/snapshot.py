@@ -21,7 +21,7 @@ again), makes the DEM's raster constraints as the DEM stage does, re-applies `in
 and grants, which are cluster-wide and not in a dump), runs VACUUM ANALYZE (a dump holds no statistics) and
 `ingest check`. While it runs, the database's comment says which snapshot is being restored, so that a rerun
 after kill -9 knows the tables it finds are its own and starts them over; when it is done, the comment names
-the snapshot and its manifest's sha256 (`ingest status` shows it). docs/DESIGN.md, "Snapshots", has the why.
+the snapshot and its manifest's sha256 (`ingest status` shows it). docs/SNAPSHOTS.md has the why.
 """
 
 from __future__ import annotations

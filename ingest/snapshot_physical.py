@@ -17,7 +17,7 @@ data directory is deleted and the parts, concatenated, are decompressed (`zstd -
 its parent folder if it does not exist: the db image's postgres in a Docker volume), with the kept files put
 back. A rerun after kill -9 does the same again. The server's next start finds a cleanly shut down cluster:
 no recovery, and its statistics (the planner's and the activity statistics, pg_stat/) are the publisher's.
-docs/DESIGN.md, "Snapshots", has the why.
+docs/SNAPSHOTS.md has the why.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any
 from gsqa_core.errors import GsqaError
 
 # The manifest's "compression" of the parts, and the commands that stream through it; none: a plain tar (a
-# snapshot made before the parts were compressed). Level 6 by measurement (docs/DESIGN.md, "Snapshots").
+# snapshot made before the parts were compressed). Level 6 by measurement (docs/SNAPSHOTS.md).
 COMPRESSION = "zstd"
 ZSTD_LEVEL = 6
 _COMPRESS = ["zstd", f"-{ZSTD_LEVEL}", "-T0", "--quiet", "--stdout"]

@@ -15,7 +15,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ingest.ordered_pool import JobStream, die_with_parent
+from ingest.ordered_pool import JobStream, die_with_parent, stop_processes
 from ingest.osm.batches import SourceError
 from ingest.osm.pbf_native import native_reader, read_natively
 from ingest.osm.pbf_plans import READERS, READERS_ON_DISK, ReadPlan, file_reads
@@ -67,10 +67,7 @@ class Readers:
         return merged
 
     def close(self) -> None:
-        for process in self.processes:
-            process.terminate()  # a reader may be blocked on a full queue; nothing of its persists
-        for process in self.processes:
-            process.join()
+        stop_processes(self.processes)
 
     def __enter__(self) -> Readers:
         return self

@@ -213,7 +213,7 @@ class OsmxRule:
                 and value not in self.except_values and (not self.with_tag or self.with_tag in tags))
 
 
-# What osmx made of OpenStreetMap, as the benchmark's answers show it (docs/DESIGN.md, The PBF path). A
+# What osmx made of OpenStreetMap, as the benchmark's answers show it (docs/REFERENCE-DB.md, The PBF path). A
 # layer's features of one kind of object come in the order of the layers' first rules here; an object gives
 # at most one feature per layer and kind (a closed way may give a line and an area of the same layer). pois
 # needs a name: loader 1 keeps no others.
