@@ -351,13 +351,19 @@ def test_a_damaged_physical_part_is_named_before_the_data_directory_is_touched(p
                            "snapshot\n")
 
 
+def decompressed_tar(parts: list[Path]) -> bytes:
+    """A physical snapshot's parts, concatenated and decompressed with the zstd tool."""
+    return subprocess.run(f"cat {' '.join(map(str, parts))} | zstd -d -c", shell=True, capture_output=True,
+                          check=True).stdout
+
+
 def test_a_physical_snapshot_is_a_zstd_compressed_tar_smaller_than_the_cluster(physical_dir: Path) -> None:
     parts = sorted((physical_dir / "data").iterdir())
     assert json.loads((physical_dir / "manifest.json").read_text())["compression"] == "zstd"
     assert parts[0].name == "cluster.tar.zst.part000" and parts[0].read_bytes()[:4] == bytes.fromhex("28b52ffd")
-    tar = subprocess.run(f"cat {' '.join(map(str, parts))} | zstd -d -c", shell=True, capture_output=True, check=True)
-    assert sum(part.stat().st_size for part in parts) < len(tar.stdout) / 2
-    listed = subprocess.run(["tar", "-t"], input=tar.stdout, capture_output=True, check=True).stdout.decode().split()
+    tar = decompressed_tar(parts)
+    assert sum(part.stat().st_size for part in parts) < len(tar) / 2
+    listed = subprocess.run(["tar", "-t"], input=tar, capture_output=True, check=True).stdout.decode().split()
     assert {"./PG_VERSION", "./global/pg_control"} <= set(listed) and "./postmaster.pid" not in listed
 
 
@@ -367,10 +373,8 @@ def test_a_manifest_without_compression_restores_an_uncompressed_snapshot(physic
     older = tmp_path / "older"
     (older / "data").mkdir(parents=True)
     shutil.copy(physical_dir / "README.md", older)
-    parts = [physical_dir / part["path"] for part in json.loads((physical_dir / "manifest.json").read_text())["parts"]]
-    tar = subprocess.run(f"cat {' '.join(map(str, parts))} | zstd -d -c", shell=True, capture_output=True,
-                         check=True).stdout
     manifest = json.loads((physical_dir / "manifest.json").read_text())
+    tar = decompressed_tar([physical_dir / part["path"] for part in manifest["parts"]])
     del manifest["compression"]
     manifest["parts"] = []
     for number, start in enumerate(range(0, len(tar), PHYSICAL_PART_SIZE)):
