@@ -27,8 +27,9 @@ DEMO_BBOX ?= -75,40,-73,42
 ALL_ARGS = all /data --what $(WHAT) $(if $(OFFLINE),--offline) $(if $(BBOX),--bbox $(BBOX))
 # FROM=DIR or FROM=hf:OWNER/NAME[@REVISION]: restore that snapshot (`ingest snapshot restore`) instead of
 # building; a folder is mounted into the loader, a hub snapshot is downloaded into GSQA_DATA/gsqa-snapshots/.
-# REPLACE=1 drops what the database holds first. The snapshot's format decides how (docs/SNAPSHOTS.md): a dump is restored into the running database by the loader; a physical snapshot replaces
-# the stopped db's data directory (the `restore` service: the loader image, as root, with the volume), then
+# REPLACE=1 drops what the database holds first. The snapshot's format decides how (docs/SNAPSHOTS.md): a
+# dump is restored into the running database by the loader; a physical snapshot replaces the stopped db's data
+# directory (the `restore` service: the loader image, as root, with the volume), then
 # db starts on it and the loader finishes (the reader's password, `ingest check`).
 FROM ?=
 REPLACE ?=
