@@ -85,8 +85,9 @@ def summary(rounds: list[dict[str, dict]]) -> dict:
     out = {}
     for tool in rounds[0]:
         walls = [r[tool]["wall_s"] for r in rounds]
-        out[tool] = {key: statistics.median(r[tool][key] for r in rounds) for key in rounds[0][tool]
-                     if key != "tool"} | {"wall_min_s": min(walls), "wall_max_s": max(walls)}
+        # Only the measured figures: the tool's name and the DEM bench's phases (None here) have no median.
+        out[tool] = {key: statistics.median(r[tool][key] for r in rounds) for key, value in rounds[0][tool].items()
+                     if isinstance(value, int | float)} | {"wall_min_s": min(walls), "wall_max_s": max(walls)}
     out["ratio_of_median_walls"] = round(out["ogr2ogr"]["wall_s"] / out["ingest osm"]["wall_s"], 2)
     out["ratios_per_round"] = [round(r["ogr2ogr"]["wall_s"] / r["ingest osm"]["wall_s"], 2) for r in rounds]
     return out
