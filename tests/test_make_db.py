@@ -25,6 +25,7 @@ from layout_helpers import write_published_layout
 from load_helpers import database_state, paused, wait_for
 
 from bench.local_hub import FakeHub, repository_files
+from bench.server_malloc import malloc_environment, server_malloc_variables
 from ingest import fetch
 
 pytestmark = pytest.mark.docker
@@ -117,9 +118,11 @@ def test_make_db_fetches_builds_and_checks(stack: dict, first_build: dict) -> No
         settings = dict(conn.execute("SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'autovacuum', "
                                      "'lc_collate')").fetchall())
         versions = conn.execute("SELECT postgis_lib_version()").fetchone()[0]
+        malloc = server_malloc_variables(conn)
     assert states == dict.fromkeys(["init", "fetch", "dem", "osm", "finalize", "check"], "done")
     assert settings["fsync"] == "on" and settings["autovacuum"] == "on"  # bulk-load switches reverted
     assert versions.split(".")[:2] == ["3", "3"]  # Debian 12's PostGIS, as on the test machines
+    assert malloc == malloc_environment() and len(malloc) == 2  # Dockerfile.postgis's allocator settings
 
 
 def test_reproduce_check_and_verify_from_the_host(stack: dict, first_build: dict, tmp_path: Path) -> None:
