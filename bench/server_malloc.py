@@ -14,13 +14,10 @@ both settings serve the same server, and the question is what they change for it
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import re
 import statistics
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -44,20 +41,6 @@ def malloc_environment() -> dict[str, str]:
     return dict(re.findall(r"\b(MALLOC_\w+_)=(\d+)", (ROOT / "Dockerfile.postgis").read_text()))
 
 
-@contextlib.contextmanager
-def environment(variables: dict[str, str]) -> Iterator[None]:
-    saved = {name: os.environ.get(name) for name in variables}
-    os.environ.update(variables)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name)
-            else:
-                os.environ[name] = value
-
-
 def server_malloc_variables(conn: psycopg.Connection) -> dict[str, str]:
     """The MALLOC_* variables in the environment of the server `conn` is connected to (a superuser's). A backend's
     own /proc/self/environ holds its process title, which PostgreSQL writes over that memory; the postmaster's
@@ -72,8 +55,7 @@ def start(server: LocalServer, variables: dict[str, str]) -> None:
     """(Re)start the server with exactly `variables` of the MALLOC_* ones in its environment, and check it."""
     if server.running:
         server.stop()
-    with environment(variables):
-        server.start()
+    server.start(environment=variables)
     with psycopg.connect(server.dsn("postgres")) as conn:
         seen = server_malloc_variables(conn)
     if seen != variables:

@@ -50,12 +50,13 @@ class LocalServer:
     def dsn(self, database: str = "gsqa", user: str = SUPERUSER) -> str:
         return f"host={self.sockets} port={self.port} user={user} dbname={database}"
 
-    def start(self, settings: dict[str, str] | None = None) -> None:
-        """On the socket folder only, unless `settings` give listen_addresses."""
+    def start(self, settings: dict[str, str] | None = None, environment: dict[str, str] | None = None) -> None:
+        """On the socket folder only, unless `settings` give listen_addresses; `environment` is added to the
+        server's."""
         settings = {"listen_addresses": "''", **(settings or {})}
         options = " ".join(f"-c {name}={value}" for name, value in settings.items())
         as_postgres(server_binaries() / "pg_ctl", "-D", self.data, "-l", self.data / "server.log", "-w", "-o",
-                    f"-p {self.port} -k {self.sockets} {options}", "start")
+                    f"-p {self.port} -k {self.sockets} {options}", "start", environment=environment)
 
     def stop(self) -> None:
         as_postgres(server_binaries() / "pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop")
@@ -68,8 +69,9 @@ class LocalServer:
         return (self.data / "postmaster.pid").exists()
 
 
-def as_postgres(*argv: object) -> None:
-    subprocess.run([*AS_POSTGRES, *map(str, argv)], check=True, capture_output=True, timeout=300)
+def as_postgres(*argv: object, environment: dict[str, str] | None = None) -> None:
+    subprocess.run([*AS_POSTGRES, *map(str, argv)], check=True, capture_output=True, timeout=300,
+                   env={**os.environ, **environment} if environment else None)
 
 
 def free_port() -> int:
