@@ -1,7 +1,7 @@
 """DEM load benchmark: `ingest dem` against `raster2pgsql | psql` on the same files, server and settings.
 
-    .venv/bin/python bench/dem.py --files 16 [--terrain gentle|rugged|rough] [--runs 3] [--busy] [--dsn DSN]
-                                  [--data-dir DIR] [--json]
+    .venv/bin/python bench/dem.py --files 16 [--terrain gentle|rugged|rough] [--runs 3] [--busy]
+                                  [--dsn DSN | --make-db-server] [--data-dir DIR] [--json]
 
 Generates N ASTER-like GeoTIFFs (3601x3601 Int16, no NODATA tag, uncompressed strips, like the published tiles;
 the terrain kinds of bench/terrain.py: gentle like the plains, rugged like the Appalachians, rough like the
@@ -18,6 +18,8 @@ and where the median `ingest dem` run spent its time (start-up, files, finish), 
 load log's per-file transaction starts.
 --busy runs one competing CPU-bound process (a Python busy loop) from before the first round to after the
 last, the same for both tools: a build machine that is doing something else.
+The server is --dsn's (default: libpq's), or with --make-db-server a throwaway cluster of this machine's
+PostgreSQL set up as `make db`'s server while it loads (bench/make_db_server.py), both tools on it alike.
 Measuring: bench/measure.py.
 """
 
@@ -39,6 +41,7 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.make_db_server import make_db_server  # noqa: E402
 from bench.measure import run_measured  # noqa: E402
 from bench.terrain import TERRAINS, add_steps, step_summary, steps  # noqa: E402
 from gsqa_core.dem_grid import ASTER_SIZE, SRID, TILE  # noqa: E402
@@ -183,6 +186,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="rounds, each tool once per round (median reported)")
     parser.add_argument("--terrain", choices=sorted(TERRAINS), default="gentle")
     parser.add_argument("--dsn", default=os.environ.get("DATABASE_URL", ""))
+    parser.add_argument("--make-db-server", action="store_true",
+                        help="a throwaway cluster set up as make db's server while it loads, instead of --dsn's")
     parser.add_argument("--database", default="gsqa_bench")
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/gsqa-bench-dem"))
     parser.add_argument("--compression", default="lz4", choices=["lz4", "pglz"])
@@ -192,23 +197,27 @@ def main() -> None:
 
     files = make_files(args.data_dir / f"{args.terrain}{args.files}", args.files, args.terrain)
     terrain_steps = file_steps(files)
-    dsn = prepare_database(args.dsn, args.database)
     subprocess.run(["cat", *map(str, files)], stdout=subprocess.DEVNULL, check=True)  # same warm page cache
     rounds, same = [], []
-    with competing_process(args.busy):
+    with contextlib.ExitStack() as stack:
+        server_dsn = stack.enter_context(make_db_server()).dsn("postgres") if args.make_db_server else args.dsn
+        dsn = prepare_database(server_dsn, args.database)
+        stack.enter_context(competing_process(args.busy))
         for _ in range(args.runs):
             runs, identical_tiles = _round(files, dsn, args.compression)
             rounds.append(runs)
             same.append(identical_tiles)
     result = {"files": len(files), "terrain": args.terrain, "steps": terrain_steps, "busy": args.busy,
-              "compression": args.compression, **_summary(rounds), "identical_tiles": all(same)}
+              "compression": args.compression, "server": "make db's" if args.make_db_server else "--dsn's",
+              **_summary(rounds), "identical_tiles": all(same)}
     if args.json:
         print(json.dumps(result, indent=2))
         return
+    server = "a cluster set up as make db's server" if args.make_db_server else "the --dsn server"
     print(f"{len(files)} files of {args.terrain} terrain (pixel-to-pixel steps over {terrain_steps['files']} files: "
           f"median {terrain_steps['median_m']} m, 90th percentile {terrain_steps['p90_m']} m, mean "
           f"{terrain_steps['mean_m']} m), ingest dem with {args.compression} TOAST compression, median of "
-          f"{args.runs} rounds{', beside one competing CPU-bound process' if args.busy else ''}")
+          f"{args.runs} rounds{', beside one competing CPU-bound process' if args.busy else ''}, on {server}")
     header = ("tool", "wall s", "client CPU s", "server CPU s", "max RSS MB", "total PSS MB", "table MB", "rounds")
     print(f"{header[0]:<14}" + "".join(f"{title:>14}" for title in header[1:]))
     for tool, entry in result["tools"].items():

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import sys
 from pathlib import Path
@@ -30,25 +29,11 @@ import local_server  # noqa: E402
 from local_server import LocalServer  # noqa: E402
 
 from bench.dem import TERRAINS, make_files  # noqa: E402
+from bench.make_db_server import malloc_environment, server_malloc_variables  # noqa: E402
 from bench.measure import run_measured  # noqa: E402
 
 INGEST = Path(sys.executable).parent / "ingest"
 SETTINGS = ("default", "malloc")
-
-
-def malloc_environment() -> dict[str, str]:
-    """The MALLOC_* variables Dockerfile.postgis sets, as it sets them."""
-    return dict(re.findall(r"\b(MALLOC_\w+_)=(\d+)", (ROOT / "Dockerfile.postgis").read_text()))
-
-
-def server_malloc_variables(conn: psycopg.Connection) -> dict[str, str]:
-    """The MALLOC_* variables in the environment of the server `conn` is connected to (a superuser's). A backend's
-    own /proc/self/environ holds its process title, which PostgreSQL writes over that memory; the postmaster's
-    is intact, and every backend inherits it."""
-    environ = bytes(conn.execute("SELECT pg_read_binary_file('/proc/' || split_part(pg_read_file('postmaster.pid'), "
-                                 "E'\\n', 1) || '/environ')").fetchone()[0])
-    pairs = (line.decode().partition("=") for line in environ.split(b"\0") if line.startswith(b"MALLOC_"))
-    return {name: value for name, _, value in pairs}
 
 
 def start(server: LocalServer, variables: dict[str, str]) -> None:

@@ -25,7 +25,7 @@ from layout_helpers import write_published_layout
 from load_helpers import database_state, paused, wait_for
 
 from bench.local_hub import FakeHub, repository_files
-from bench.server_malloc import malloc_environment, server_malloc_variables
+from bench.make_db_server import malloc_environment, server_malloc_variables
 from ingest import fetch
 
 pytestmark = pytest.mark.docker
