@@ -46,6 +46,7 @@ from gsqa_core import schema
 from gsqa_core.db import connect, identifier, relation_exists, run_together, where
 from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
 from ingest import indexes
+from ingest.heap import release_free_heap
 from ingest.load_state import (
     LogEntry,
     file_checksum,
@@ -481,6 +482,7 @@ def _write_file(conn: psycopg.Connection, plan: _Plan, name: str, file_streams: 
         message = f"{plan.files[name]}: rejected by {plan.target}: {error.diag.message_primary} ({error.diag.context})"
         _fail(report, name, message, file_streams, bar)
         return False
+    release_free_heap()  # the file's batches are freed now: keep the main process's memory level (ingest/heap.py)
     report.loaded.append(name)
     report.rows_written += rows
     report.features_read += features
