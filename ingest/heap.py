@@ -4,7 +4,7 @@ A loader's main process receives its parsers' batches (about 1 MB each) as new b
 once written. After the first such block is freed, glibc's dynamic mmap threshold rises past that size and
 later blocks come from the heap, where small long-lived allocations settle into the freed holes: the holes
 can no longer hold a batch, the heap grows instead, and the process's resident memory grew with the input
-(`ingest osm`'s main process on the full-build rehearsal's layers: 197 MB at 2.5 GB of input, 293 MB at 5 GB).
+(`ingest osm`'s main process on the full-build rehearsal's layers: 161 MB at 2.5 GB of input, 293 MB at 5 GB).
 `malloc_trim(0)` hands the free pages of every arena back (glibc 2.8 and later), which keeps it level. A
 fixed mmap threshold would as well, but its mmap, munmap and page faults for every batch made the 1 GB load
 6-8 % slower; trimming after each file costs nothing measurable.
