@@ -440,10 +440,12 @@ def _load_layer(conn: psycopg.Connection, streams: Iterator[JobStream], plan: _P
             if name in plan.same and not rewriting:
                 _drain(file_streams, bar)
                 report.unchanged.append(name)
-                continue
-            checksum = hasher.submit(file_checksum, plan.files[name])
-            if _write_file(conn, plan, name, file_streams, checksum, report, bar, stop, first_write=not rewriting):
-                rewriting = not plan.layer.in_passes
+            else:
+                checksum = hasher.submit(file_checksum, plan.files[name])
+                if _write_file(conn, plan, name, file_streams, checksum, report, bar, stop,
+                               first_write=not rewriting):
+                    rewriting = not plan.layer.in_passes
+            release_free_heap()  # the file's batches, loaded or not, are freed now: keep memory level (ingest/heap.py)
     report.unchanged.sort()
     for name in report.unchanged:  # what an earlier run skipped is still missing: say so again
         details = plan.logged[name].details or {}
@@ -482,7 +484,6 @@ def _write_file(conn: psycopg.Connection, plan: _Plan, name: str, file_streams: 
         message = f"{plan.files[name]}: rejected by {plan.target}: {error.diag.message_primary} ({error.diag.context})"
         _fail(report, name, message, file_streams, bar)
         return False
-    release_free_heap()  # the file's batches are freed now: keep the main process's memory level (ingest/heap.py)
     report.loaded.append(name)
     report.rows_written += rows
     report.features_read += features
