@@ -103,6 +103,22 @@ def test_nodata_tiles_are_dropped_as_raster2pgsql_drops_them(initialized_dsn: st
     assert "not the ASTER 3601x3601" in report.warnings[0]
 
 
+def test_the_finish_vacuums_the_tiles_and_analyzes_the_table(initialized_dsn: str, tmp_path: Path) -> None:
+    """raster2pgsql -M: the table and its TOAST table (the pixels) vacuumed, every page all-visible, and the
+    planner's statistics taken."""
+    load_dem(write_neighbours(tmp_path, lat=44, lons=(-100,)), initialized_dsn, table="public.dem_vacuumed",
+             progress=False)
+    with psycopg.connect(initialized_dsn) as conn:
+        pages = conn.execute(
+            "SELECT c.relpages > 0, c.relallvisible = c.relpages, c.reltuples, t.relpages > 0, "
+            "t.relallvisible = t.relpages FROM pg_class c JOIN pg_class t ON t.oid = c.reltoastrelid "
+            "WHERE c.oid = 'public.dem_vacuumed'::regclass").fetchone()
+        statistics = conn.execute("SELECT count(*) FROM pg_stats WHERE schemaname = 'public' "
+                                  "AND tablename = 'dem_vacuumed'").fetchone()[0]
+    assert pages == (True, True, 225, True, True)
+    assert statistics == 3  # rid, rast, filename
+
+
 def test_mixed_nodata_tags_leave_out_the_nodata_constraint_like_postgis(initialized_dsn: str, tmp_path: Path) -> None:
     files = [with_nodata_tile(tmp_path, 42, -100), write_aster_tile(tmp_path, 42, -99, cheap_terrain(600, 3))]
     load_with_raster2pgsql(initialized_dsn, "public.ref_mixed", files)

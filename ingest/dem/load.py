@@ -33,7 +33,7 @@ from psycopg import sql
 from tqdm import tqdm
 
 from gsqa_core import schema
-from gsqa_core.db import connect, relation_exists, resolve_dsn
+from gsqa_core.db import connect, relation_exists, resolve_dsn, run_together
 from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
 from gsqa_core.schema import BOOKKEEPING_SCHEMA, refuse_other_columns
 from ingest.dem.constraints import TileGrid, reconcile
@@ -174,7 +174,7 @@ def load_dem(
             finally:
                 pool.close()  # no stager may create a table after the cleanup
                 _drop_stages(conn, target, quietly=True)
-            finish(conn, target)
+            finish(conn, target, dsn)
     report.seconds = time.monotonic() - started
     return report
 
@@ -418,7 +418,7 @@ def _log_file(conn: psycopg.Connection, target: Target, facts: RasterFacts, stag
     write_log(conn, target.qualified, facts.name, facts.size, staged.checksum, staged.tiles, details)
 
 
-def finish(conn: psycopg.Connection, target: Target) -> None:
+def finish(conn: psycopg.Connection, target: Target, dsn: str) -> None:
     """What raster2pgsql does after the tiles (-I -C -M), made idempotent: a rerun after a crash in here
     redoes it. Heap order is verified and restored (CLUSTER) if a rerun had to replace files."""
     with conn.transaction():
@@ -430,7 +430,21 @@ def finish(conn: psycopg.Connection, target: Target) -> None:
                              "max(rid) IS NOT NULL) FROM {}").format(target.ident), [target.qualified])
         # Load-time settings (see _prepare_table) go, so the table's options are raster2pgsql's again.
         conn.execute(sql.SQL("ALTER TABLE {} RESET (autovacuum_enabled, toast_tuple_target)").format(target.ident))
-    conn.execute(sql.SQL("VACUUM ANALYZE {}").format(target.ident))
+    _vacuum_analyze(conn, target, dsn)
+
+
+def _vacuum_analyze(conn: psycopg.Connection, target: Target, dsn: str) -> None:
+    """raster2pgsql -M's VACUUM ANALYZE, as two statements on two connections at once: VACUUM of the TOAST
+    table, which holds the pixels, beside VACUUM ANALYZE of the table itself, whose ANALYZE reads every
+    sampled tile for the statistics of the index expression. Each locks only its own relation, so neither
+    waits for the other, and together they take the longer one's time instead of the sum."""
+    toast = conn.execute("SELECT nspname, relname FROM pg_class JOIN pg_namespace ON pg_namespace.oid = relnamespace "
+                         "WHERE pg_class.oid = (SELECT reltoastrelid FROM pg_class WHERE oid = %s::regclass)",
+                         [target.qualified]).fetchone()
+    with connect(dsn, autocommit=True) as toast_conn:
+        run_together([lambda: toast_conn.execute(sql.SQL("VACUUM {}").format(sql.Identifier(*toast))),
+                      lambda: conn.execute(sql.SQL("VACUUM (ANALYZE, PROCESS_TOAST false) {}").format(target.ident))],
+                     [toast_conn, conn], "ingest-dem-vacuum")
 
 
 def _restore_heap_order(conn: psycopg.Connection, target: Target) -> None:
