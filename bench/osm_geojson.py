@@ -8,9 +8,11 @@ parks and lakes with multipolygons and holes, postal-code polygons; one feature 
 times and alternating which goes first, loads them into one database:
   ogr2ogr -f PostgreSQL PG:<dsn> <file> -nln ogr_<layer> -append -lco GEOMETRY_NAME=geometry
           -lco GEOM_TYPE=geography -lco SPATIAL_INDEX=NONE --config PG_USE_COPY YES      (every file in turn)
-  ingest osm <dir> --replace --no-index
+  ingest osm <dir> --no-index
+Both start from nothing, as in a first build: before each tool's run, outside its timing, its tables of the
+round before are dropped (ingest's, with their load log, then made again by `ingest init`).
 With --indexes, both sides as they run by default: ogr2ogr with its GiST index (no SPATIAL_INDEX=NONE) and
-then ANALYZE of its tables, against `ingest osm <dir> --replace` (each table's GiST index and ANALYZE).
+then ANALYZE of its tables, against `ingest osm <dir>` (each table's GiST index and ANALYZE).
 ogr2ogr applies no loader-1 rule: it keeps every feature and every property (tagsMap as one JSON column).
 For each tool: wall time, client CPU (all client processes), server CPU (all postgres processes), peak
 client memory (largest process RSS; PSS of the process tree), input MB/s, rows/s; then the medians with
@@ -32,9 +34,11 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.dem import prepare_database, timed  # noqa: E402
 from bench.osmx_synth import LAYER_FOLDERS, write_layers  # noqa: E402
+from gsqa_core import schema  # noqa: E402
 
 INGEST = Path(sys.executable).parent / "ingest"
 TABLES = ["public.pois", "public.roads", "public.parks", "public.lakes", "public.regions"]
+STAGE = schema.pois_stage.fullname  # loader 1's pois before their ids are final (ingest/osm/load.py)
 OGR_TABLES = [f"public.ogr_{folder}" for folder in LAYER_FOLDERS]
 
 
@@ -63,15 +67,28 @@ def rows(dsn: str, tables: list[str]) -> int:
         return sum(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for table in tables)
 
 
-def one_round(folder: Path, dsn: str, mb: float, ingest_first: bool, indexes: bool = False) -> dict[str, dict]:
+def drop_ogr_tables(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"DROP TABLE IF EXISTS {', '.join(OGR_TABLES)}")
+
+
+def fresh_ingest_tables(dsn: str) -> None:
+    """The five tables as `ingest init` makes them on a new database: empty, no load log, no index."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {', '.join([*TABLES, STAGE])}")
+        conn.execute("DELETE FROM gsqa.load_log WHERE target_table = ANY(%s)", [[*TABLES, STAGE]])
+    subprocess.run([str(INGEST), "init", "--dsn", dsn], check=True, stdout=subprocess.DEVNULL)
+
+
+def one_round(folder: Path, dsn: str, mb: float, ingest_first: bool, indexes: bool = False) -> dict[str, dict]:
     analyze = f" && psql -q -d '{dsn}' -c 'ANALYZE {', '.join(OGR_TABLES)}'" if indexes else ""
     no_index = "" if indexes else " --no-index"
-    tools = [("ogr2ogr", ogr2ogr_command(folder, dsn, index=indexes) + analyze, OGR_TABLES),
-             ("ingest osm", f"{INGEST} osm {folder} --replace{no_index} --dsn '{dsn}' >/dev/null 2>&1", TABLES)]
+    tools = [("ogr2ogr", ogr2ogr_command(folder, dsn, index=indexes) + analyze, OGR_TABLES, drop_ogr_tables),
+             ("ingest osm", f"{INGEST} osm {folder}{no_index} --dsn '{dsn}' >/dev/null 2>&1", TABLES,
+              fresh_ingest_tables)]
     results = {}
-    for tool, command, tables in (tools[::-1] if ingest_first else tools):
+    for tool, command, tables, start_from_nothing in (tools[::-1] if ingest_first else tools):
+        start_from_nothing(dsn)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("CHECKPOINT")
         run = timed(tool, command, dsn, tables)
