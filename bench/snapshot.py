@@ -22,7 +22,7 @@ and range (min-max) over the runs, and restore / build.
 
 The projection scales the large input's restore time per byte of database to the full database and compares
 it with the full build from local sources, both as the full-build rehearsal projects them (docs/PERFORMANCE.md:
-a 41 GB database, 29 min for `ingest all --offline`).
+a 41 GB database, 13.7 min for `ingest all --offline`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ INGEST = Path(sys.executable).parent / "ingest"
 # docs/PERFORMANCE.md, the full-build rehearsal's projection (bench/full_build.py --project 0.05,0.1): the
 # database's size, and `ingest all --offline`, a build from local sources
 FULL_DATABASE_GB = 41
-FULL_BUILD_MIN = 29
+FULL_BUILD_MIN = 13.7
 STEPS = ("build", "create dump", "create physical", "restore dump", "restore physical")
 
 
