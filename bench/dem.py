@@ -9,7 +9,7 @@ mountain west, each rougher and less compressible than the one before), measures
 (median, 90th percentile, mean, over the first 4 files), then, in each of --runs rounds, loads them with both
 tools into fresh tables of one database:
   raster2pgsql -s 4326 -I -C -M -F -Y 50 -t 256x256 <files> public.bench_r2p | psql -v ON_ERROR_STOP=1
-  ingest dem <dir> --table public.bench_ingest
+  ingest dem <files> --table public.bench_ingest
 and prints, for each: wall time, client CPU (all client processes), server CPU (all postgres processes),
 peak client memory (RSS of the largest client process, and PSS of all of them together: shared pages
 split between processes, so forked workers are not counted twice), table size; the wall-time ratio; and whether the
@@ -128,12 +128,22 @@ def prepare_database(server_dsn: str, name: str,
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
             conn.execute(f'CREATE DATABASE "{name}"')
     dsn = make_conninfo(server_dsn, dbname=name)
+    init_database(dsn)
+    drop_tables(dsn, drop)
+    return dsn
+
+
+def init_database(dsn: str) -> None:
+    """`ingest init`: the reference tables that are missing, and the bookkeeping."""
     subprocess.run([str(Path(sys.executable).parent / "ingest"), "init", "--dsn", dsn], check=True,
                    stdout=subprocess.DEVNULL)
+
+
+def drop_tables(dsn: str, tables: tuple[str, ...] | list[str]) -> None:
+    """The tables and their load-log rows, gone."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"DROP TABLE IF EXISTS {', '.join(drop)}")
-        conn.execute("DELETE FROM gsqa.load_log WHERE target_table = ANY(%s)", [list(drop)])
-    return dsn
+        conn.execute(f"DROP TABLE IF EXISTS {', '.join(tables)}")
+        conn.execute("DELETE FROM gsqa.load_log WHERE target_table = ANY(%s)", [list(tables)])
 
 
 def _commands(files: list[Path], dsn: str, compression: str) -> list[tuple[str, str, str]]:
@@ -141,7 +151,7 @@ def _commands(files: list[Path], dsn: str, compression: str) -> list[tuple[str, 
     return [
         ("raster2pgsql", f"raster2pgsql -s {SRID} -I -C -M -F -Y 50 -t {TILE}x{TILE} {listing} public.bench_r2p "
                          f"2>/dev/null | psql -q -v ON_ERROR_STOP=1 -d '{dsn}' >/dev/null", "public.bench_r2p"),
-        ("ingest dem", f"{Path(sys.executable).parent / 'ingest'} dem {files[0].parent} --dsn '{dsn}' "
+        ("ingest dem", f"{Path(sys.executable).parent / 'ingest'} dem {listing} --dsn '{dsn}' "
                        f"--table public.bench_ingest --compression {compression} --replace 2>/dev/null",
          "public.bench_ingest"),
     ]

@@ -22,6 +22,7 @@ the spread (min-max) and the wall-time ratio of the medians.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -32,7 +33,7 @@ from pathlib import Path
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.dem import prepare_database, timed  # noqa: E402
+from bench.dem import drop_tables, init_database, prepare_database, timed  # noqa: E402
 from bench.osmx_synth import LAYER_FOLDERS, write_layers  # noqa: E402
 from gsqa_core import schema  # noqa: E402
 
@@ -67,23 +68,17 @@ def rows(dsn: str, tables: list[str]) -> int:
         return sum(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for table in tables)
 
 
-def drop_ogr_tables(dsn: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"DROP TABLE IF EXISTS {', '.join(OGR_TABLES)}")
-
-
 def fresh_ingest_tables(dsn: str) -> None:
     """The five tables as `ingest init` makes them on a new database: empty, no load log, no index."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"DROP TABLE IF EXISTS {', '.join([*TABLES, STAGE])}")
-        conn.execute("DELETE FROM gsqa.load_log WHERE target_table = ANY(%s)", [[*TABLES, STAGE]])
-    subprocess.run([str(INGEST), "init", "--dsn", dsn], check=True, stdout=subprocess.DEVNULL)
+    drop_tables(dsn, [*TABLES, STAGE])
+    init_database(dsn)
 
 
 def one_round(folder: Path, dsn: str, mb: float, ingest_first: bool, indexes: bool = False) -> dict[str, dict]:
     analyze = f" && psql -q -d '{dsn}' -c 'ANALYZE {', '.join(OGR_TABLES)}'" if indexes else ""
     no_index = "" if indexes else " --no-index"
-    tools = [("ogr2ogr", ogr2ogr_command(folder, dsn, index=indexes) + analyze, OGR_TABLES, drop_ogr_tables),
+    tools = [("ogr2ogr", ogr2ogr_command(folder, dsn, index=indexes) + analyze, OGR_TABLES,
+              functools.partial(drop_tables, tables=OGR_TABLES)),
              ("ingest osm", f"{INGEST} osm {folder}{no_index} --dsn '{dsn}' >/dev/null 2>&1", TABLES,
               fresh_ingest_tables)]
     results = {}

@@ -71,7 +71,7 @@ def main() -> None:
                     start(server, variables[name])
                     with psycopg.connect(server.dsn(), autocommit=True) as conn:
                         conn.execute("CHECKPOINT")
-                    usage = run_measured(f"{INGEST} dem {files[0].parent} --dsn '{server.dsn()}' "
+                    usage = run_measured(f"{INGEST} dem {' '.join(map(str, files))} --dsn '{server.dsn()}' "
                                          f"--table public.bench_malloc --replace 2>/dev/null", name=name).total
                     runs[name].append({"wall_s": usage.wall_s, "server_cpu_s": usage.server_cpu_s,
                                        "client_cpu_s": usage.client_cpu_s})
