@@ -422,9 +422,9 @@ def finish(conn: psycopg.Connection, target: Target, dsn: str) -> None:
     """What raster2pgsql does after the tiles (-I -C -M), made idempotent: a rerun after a crash in here
     redoes it. Heap order is verified and restored (CLUSTER) if a rerun had to replace files."""
     with conn.transaction():
-        # The files committed without waiting for their WAL (as on a server with synchronous_commit off):
-        # this commit waits for it, so that VACUUM can mark every page all-visible, which it cannot while
-        # the commit of a page's rows is not yet flushed.
+        # The files committed without waiting for their WAL (_write_file); this commit waits for all of it,
+        # even on a server whose synchronous_commit is off, so that VACUUM can mark every page all-visible,
+        # which it cannot while the commit of a page's rows is not yet flushed.
         conn.execute("SET LOCAL synchronous_commit = on")
         _restore_heap_order(conn, target)
         grids = [TileGrid.from_log(entry.details) for entry in read_log(conn, target.qualified).values()]
