@@ -147,7 +147,7 @@ ca-certificates:
 	@for cert in $(wildcard $(EXTRA_CA_DIR)/*.crt); do cmp -s "$$cert" docker/ca-certificates/$$(basename "$$cert") || cp "$$cert" docker/ca-certificates/; done
 
 # (No $(MAKE) in the recipes above: `make -n db` must only print, and make runs $(MAKE) lines even then.)
-print_where = echo "database: $(DATABASE_URL_HOST)  (read-only benchmark login: gsqa_reader)"; \
+print_where = echo "database: $(DATABASE_URL_HOST)  (sandbox logins: gsqa_reader for gold SQL, gsqa_model for a model's)"; \
 	echo "verify:   DATABASE_URL=$(DATABASE_URL_HOST) $(VENV)/bin/reproduce verify --config raster_only"; \
 	echo "status:   $(COMPOSE) run --rm loader status"
 

@@ -53,7 +53,8 @@ sys.path[0] = str(ROOT / "tests")
 from refdb_fixtures import load_stored_answers  # noqa: E402
 from standby_helpers import primary_and_standby  # noqa: E402
 
-from gsqa_core.db import with_user  # noqa: E402
+from gsqa_core.roles import login_dsn  # noqa: E402
+from gsqa_core.sandbox import READER  # noqa: E402
 from ingest.initdb import initialize  # noqa: E402
 from reproduce import compare, configs, dataset  # noqa: E402
 from reproduce.dataset import Record  # noqa: E402
@@ -143,8 +144,8 @@ def judging(data: Path) -> None:
 
 def replicas(questions: int, max_workers: int, rows: int) -> None:
     with primary_and_standby() as (primary, standby):
-        reader = with_user(primary.dsn(), "gsqa_reader", None)
-        standby_server = Server("standby", with_user(standby.dsn(), "gsqa_reader", None), standby.dsn())
+        reader = login_dsn(primary.dsn(), READER)
+        standby_server = Server("standby", login_dsn(standby.dsn(), READER), standby.dsn())
         for kind, statement in (("CPU-bound", CPU_SQL.format(n=rows)), ("sleep-bound", "SELECT pg_sleep(0.25)")):
             records = [Record(f"bench/{kind}/{n}", "R1", "bench", kind, "", statement, "", [], {})
                        for n in range(questions)]
@@ -311,7 +312,7 @@ def main() -> None:
         try:
             with psycopg.connect(dsn) as conn:
                 load_stored_answers(conn, dataset.load(BENCHMARK, [configs.template(n) for n in STORED]).records)
-            sql_scoring(dsn, with_user(dsn, "gsqa_reader", os.environ.get("GSQA_READER_PASSWORD")), args.repeat)
+            sql_scoring(dsn, login_dsn(dsn, READER), args.repeat)
         finally:
             drop_database()
         return
@@ -322,7 +323,7 @@ def main() -> None:
                        str(args.durations) if durations else "synthetic mix, seed 7")
         return
     dsn = create_database()
-    reader = with_user(dsn, "gsqa_reader", os.environ.get("GSQA_READER_PASSWORD"))
+    reader = login_dsn(dsn, READER)
     try:
         with psycopg.connect(dsn) as conn:
             version = conn.execute("SELECT version()").fetchone()[0]

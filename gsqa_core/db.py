@@ -70,10 +70,10 @@ def connect(dsn: str | None = None, **kwargs: Any) -> psycopg.Connection:
     except psycopg.OperationalError as error:
         cause = " ".join(str(error).split()) or type(error).__name__
         end = "" if cause.endswith((".", "?")) else "."
-        raise DatabaseUnreachable(f"cannot connect to PostgreSQL ({target}): {cause}{end} {_advice(cause)}") from None
+        raise DatabaseUnreachable(f"cannot connect to PostgreSQL ({target}): {cause}{end} {advice(cause)}") from None
 
 
-def _advice(cause: str) -> str:
+def advice(cause: str) -> str:
     """What to do, by what libpq said."""
     lowered = cause.lower()
     if "does not exist" in lowered and "database" in lowered:

@@ -16,7 +16,6 @@ import psycopg
 from gsqa_core.dem_grid import TILES_PER_FILE
 from gsqa_core.errors import SchemaConflict
 
-READER_ROLE = "gsqa_reader"
 # TOAST compression the loaders can give their big columns (tiles, geometries): lz4 loads faster, pglz is
 # what raster2pgsql and loader 1 got. Values and query results are the same either way.
 TOAST_COMPRESSIONS = ("lz4", "pglz")
@@ -200,12 +199,16 @@ stage_log = Table(BOOKKEEPING_SCHEMA, "stage_log", (
     Column("report", JSONB),
 ), primary_key=("stage",))
 
-# The password `ingest init` gave gsqa_reader (GSQA_READER_PASSWORD, or one it generated): `reproduce` reads it
-# through its admin connection to log the reader in over TCP where the socket refuses it (peer authentication).
-# In gsqa, so the reader itself cannot read it; one row.
-reader_login = Table(BOOKKEEPING_SCHEMA, "reader_login", (Column("password", TEXT, nullable=False),))
+# The passwords `ingest init` gave the sandbox roles (gsqa_core/sandbox.py: their variable, or one it
+# generated), a row per role: `reproduce` reads them through its admin connection to log the roles in over TCP
+# where the socket refuses them (peer authentication). In gsqa, so that the roles themselves cannot read them.
+role_login = Table(BOOKKEEPING_SCHEMA, "role_login", (Column("role", TEXT, nullable=False),
+                                                      Column("password", TEXT, nullable=False)),
+                   primary_key=("role",))
+# What an older `ingest init` kept the reader's password in; the next init moves it into role_login.
+LEGACY_READER_LOGIN = f"{BOOKKEEPING_SCHEMA}.reader_login"
 
 VECTOR_TABLES = [pois, roads, parks, lakes, regions]
 REFERENCE_TABLES = [*VECTOR_TABLES, dem_us]
-ALL_TABLES = sorted([*REFERENCE_TABLES, load_log, pois_stage, reader_login, stage_log],
+ALL_TABLES = sorted([*REFERENCE_TABLES, load_log, pois_stage, role_login, stage_log],
                     key=lambda table: table.fullname)

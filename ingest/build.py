@@ -84,11 +84,13 @@ def build(options: BuildOptions, dsn: str | None, announce: Callable[[str], None
     if not options.data_dir.is_dir() and options.offline:
         raise GsqaError(f"{options.data_dir}: not a directory (with --offline the sources must already be there)")
     started, clock = time.time(), time.monotonic()
-    initdb.initialize(dsn)  # creates gsqa.stage_log too: then it is recorded like the other stages
+    initialized = initdb.initialize(dsn)  # creates gsqa.stage_log too: then it is recorded like the other stages
     with connect(dsn, autocommit=True) as conn:
         if not conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [_RUN_LOCK]).fetchone()[0]:
             raise GsqaError("another `ingest all` is building this database right now")
-        init = StageResult("init", "done", "schema in place", seconds=time.monotonic() - clock)
+        summary = ["schema in place", *(f"repaired {item}" for item in initialized.repaired),
+                   *(f"not repaired: {item}" for item in initialized.left)]
+        init = StageResult("init", "done", "; ".join(summary), seconds=time.monotonic() - clock)
         _record(conn, init, started, time.time())
         report.stages.append(init)
         for stage, run in _stage_runners(options, dsn):

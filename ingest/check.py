@@ -21,10 +21,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from gsqa_core import schema
+from gsqa_core import sandbox, schema
 from gsqa_core.db import connect, identifier, relation_exists, where
 from gsqa_core.dem_grid import ASTER_SIZE, SRID, TILE, tile_sizes, tiles_across
-from gsqa_core.reader import reader_dsn, reader_problem
+from gsqa_core.roles import audit, login_dsn
 from ingest import indexes
 from ingest.dem.constraints import TileGrid, desired_definitions, existing_definitions
 
@@ -58,7 +58,7 @@ def run_checks(dsn: str | None, reference: bool = False) -> list[Check]:
         for table in schema.VECTOR_TABLES:
             checks += _vector_checks(conn, table, reference)
         checks += _expected_files(conn)
-    checks.append(_reader_check(dsn))
+    checks.append(_roles_check(dsn))
     return checks
 
 
@@ -215,12 +215,10 @@ def _expected_files(conn: psycopg.Connection) -> list[Check]:
     return checks
 
 
-def _reader_check(dsn: str | None) -> Check:
-    problem = reader_problem(reader_dsn(dsn, None))
-    if problem is None:
-        with connect(dsn, autocommit=True) as conn:
-            unreadable = [table.fullname for table in schema.REFERENCE_TABLES if not conn.execute(
-                "SELECT has_table_privilege(%s, %s, 'SELECT')", [schema.READER_ROLE, table.fullname]).fetchone()[0]]
-        if unreadable:
-            problem = f"{schema.READER_ROLE} may not read {', '.join(unreadable)}: rerun `ingest init`"
-    return Check("reader", problem is None, problem or f"{schema.READER_ROLE} logs in, read-only, reads every table")
+def _roles_check(dsn: str | None) -> Check:
+    """Both sandbox roles log in and are as declared (gsqa_core/roles.py: they read every reference table, own
+    and may create nothing, store exactly their declared settings); the server allows what the sandbox needs."""
+    audits = [audit(login_dsn(dsn, role), role) for role in sandbox.ROLES]
+    problems = list(dict.fromkeys(problem for found in audits for problem in found.problems))
+    return Check("roles", not problems, "; ".join(problems) or
+                 f"{' and '.join(role.name for role in sandbox.ROLES)} log in, read every table, as declared")

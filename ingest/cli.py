@@ -17,7 +17,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from gsqa_core import schema
 from gsqa_core.cli import JsonOption, command_group, run
 from gsqa_core.db import DsnOption
-from gsqa_core.errors import EXIT_INTERRUPTED, reported_as_exit_code
+from gsqa_core.errors import EXIT_INTERRUPTED, EXIT_SOME_FAILED, reported_as_exit_code
 from ingest import initdb
 
 if TYPE_CHECKING:
@@ -43,32 +43,43 @@ unreachable database, no readable input).""",
 @app.command()
 def init(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """Create the reference schema: extensions postgis and postgis_raster, the tables pois, roads, parks,
-    lakes, regions and public.dem_us (empty), the bookkeeping schema gsqa, and the read-only login role
-    gsqa_reader with its grants.
+    lakes, regions and public.dem_us (empty), the bookkeeping schema gsqa, and the two sandbox login roles:
+    gsqa_reader, which gold SQL runs as, and gsqa_model, which a model's SQL runs as (`reproduce score`,
+    `reproduce.baseline.engine()`). Both may read the reference tables and nothing else, own nothing and
+    create nothing (docs/DESIGN.md, "The sandbox").
 
     Idempotent: a second run changes nothing and says so. A table that exists with other columns is
-    reported and left untouched. The role is cluster-wide: it is created when missing; its grants are
-    re-applied. Its password is set at every run: $GSQA_READER_PASSWORD, else the one this database keeps,
-    else a generated one; it is kept in gsqa.reader_login (readable by the admin only), where `reproduce`
-    finds it to log the reader in over TCP on 127.0.0.1 when the local socket refuses it (peer
-    authentication, as on a stock Debian or Ubuntu server).
+    reported and left untouched. The roles are cluster-wide: created when missing, and where one differs
+    from its declaration (settings it stored for itself, its password, what it owns here, a membership) it
+    is restored, and each repair is listed; what init cannot repair (objects the role owns in another
+    database, a server setting) is listed too. Each role's password is $GSQA_READER_PASSWORD /
+    $GSQA_MODEL_PASSWORD, else the one this database keeps, else a generated one; it is kept in
+    gsqa.role_login (readable by the admin only), where `reproduce` finds it to log the role in over TCP on
+    127.0.0.1 when the local socket refuses it (peer authentication, as on a stock Debian or Ubuntu server).
 
     Needs a role that may create extensions and roles (e.g. postgres).
 
     Example: ingest init --dsn postgresql://postgres@localhost:5432/gsqa
 
-    Exit codes: 0 schema in place; 2 unreachable database, missing PostGIS, conflicting table.
+    Exit codes: 0 schema in place; 1 in place, but a role still differs in a way init cannot repair;
+    2 unreachable database, missing PostGIS, conflicting table.
     """
     with reported_as_exit_code():
         report = initdb.initialize(dsn)
     if as_json:
-        typer.echo(json.dumps({"database": report.target, "created": report.created}))
-    elif report.changed:
-        typer.echo(f"created in {report.target}:")
-        for label in report.created:
-            typer.echo(f"  {label}")
+        typer.echo(json.dumps({"database": report.target, "created": report.created, "repaired": report.repaired,
+                               "left": report.left}))
     else:
-        typer.echo(f"nothing to do: the reference schema is already in place in {report.target}")
+        for heading, labels in ((f"created in {report.target}:", report.created),
+                                (f"repaired in {report.target} (it differed from its declaration):", report.repaired),
+                                ("not repaired (init cannot):", report.left)):
+            if labels:
+                typer.echo(heading)
+                typer.echo("\n".join(f"  {label}" for label in labels))
+        if not report.changed and not report.left:
+            typer.echo(f"nothing to do: the reference schema is already in place in {report.target}")
+    if report.left:
+        raise typer.Exit(EXIT_SOME_FAILED)
 
 
 @app.command()

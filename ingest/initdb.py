@@ -1,8 +1,9 @@
-"""`ingest init`: create the extensions, the reference tables, the bookkeeping schema and the reader role.
+"""`ingest init`: create the extensions, the reference tables, the bookkeeping schema and the sandbox roles.
 
 Everything runs in one transaction, so a failure leaves the database as it was. Running it again on a
 database that already has the schema changes nothing and says so; a table that exists with other columns
-is a conflict that is reported, never altered.
+is a conflict that is reported, never altered; a sandbox role that differs from its declaration is repaired,
+and what was repaired is reported (ingest/roles.py).
 """
 
 from __future__ import annotations
@@ -10,19 +11,16 @@ from __future__ import annotations
 import functools
 import os
 import queue
-import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
-from psycopg import sql
 
-from gsqa_core import schema
-from gsqa_core.db import connect, identifier, relation_exists, run_together, where
+from gsqa_core import sandbox, schema
+from gsqa_core.db import connect, relation_exists, run_together, where
 from gsqa_core.errors import GsqaError
-from gsqa_core.reader import READER_PASSWORD_ENV
 from gsqa_core.schema import MIN_POSTGIS, refuse_other_columns
-from ingest import indexes
+from ingest import indexes, roles
 
 
 def sql_dir() -> Path:
@@ -39,10 +37,12 @@ def run_sql_file(conn: psycopg.Connection, name: str) -> None:
 class InitReport:
     target: str
     created: list[str] = field(default_factory=list)
+    repaired: list[str] = field(default_factory=list)  # how a sandbox role differed before, now restored
+    left: list[str] = field(default_factory=list)  # how one still differs: what init cannot repair
 
     @property
     def changed(self) -> bool:
-        return bool(self.created)
+        return bool(self.created or self.repaired)
 
 
 def initialize(dsn: str | None) -> InitReport:
@@ -54,7 +54,7 @@ def initialize(dsn: str | None) -> InitReport:
                 before = _existing_objects(conn)
                 _refuse_conflicting_tables(conn, before)
                 _create_missing(conn, before)
-                _apply_grants(conn)
+                report.repaired, report.left = roles.apply(conn, f"schema {schema.BOOKKEEPING_SCHEMA}" in before)
                 report.created = sorted(_existing_objects(conn) - before)
         except psycopg.errors.InsufficientPrivilege as error:
             raise GsqaError(
@@ -92,8 +92,8 @@ def _existing_objects(conn: psycopg.Connection) -> set[str]:
             found.add(f"table {table.fullname}")
     if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [schema.BOOKKEEPING_SCHEMA]).fetchone():
         found.add(f"schema {schema.BOOKKEEPING_SCHEMA}")
-    if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [schema.READER_ROLE]).fetchone():
-        found.add(f"role {schema.READER_ROLE}")
+    found |= {f"role {name}" for (name,) in conn.execute("SELECT rolname FROM pg_roles WHERE rolname = ANY(%s)",
+                                                         [[role.name for role in sandbox.ROLES]])}
     return found
 
 
@@ -109,39 +109,6 @@ def _create_missing(conn: psycopg.Connection, existing: set[str]) -> None:
     for table in schema.ALL_TABLES:
         if f"table {table.fullname}" not in existing:
             conn.execute(table.create_sql())
-    if f"role {schema.READER_ROLE}" not in existing:
-        _create_reader_role(conn)
-
-
-def _create_reader_role(conn: psycopg.Connection) -> None:
-    statement = sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(schema.READER_ROLE))
-    try:
-        with conn.transaction():  # a savepoint: another session may create the cluster-wide role first
-            conn.execute(statement)
-            run_sql_file(conn, "20_reader_role.sql")
-    except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
-        pass
-
-
-def _set_reader_password(conn: psycopg.Connection) -> None:
-    """The reader's password, on every run: $GSQA_READER_PASSWORD, else the one this database keeps, else a new
-    one; set on the role and kept in gsqa.reader_login, where `reproduce` finds it (gsqa_core/reader.py). The
-    role is the cluster's: init on another database without GSQA_READER_PASSWORD gives it that database's."""
-    kept = conn.execute(sql.SQL("SELECT password FROM {}").format(identifier(schema.reader_login.fullname))).fetchone()
-    password = os.environ.get(READER_PASSWORD_ENV) or (kept[0] if kept else secrets.token_urlsafe(18))
-    conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(sql.Identifier(schema.READER_ROLE), sql.Literal(password)))
-    if not kept or kept[0] != password:
-        conn.execute(sql.SQL("DELETE FROM {}").format(identifier(schema.reader_login.fullname)))
-        conn.execute(sql.SQL("INSERT INTO {} VALUES (%s)").format(identifier(schema.reader_login.fullname)),
-                     [password])
-
-
-def _apply_grants(conn: psycopg.Connection) -> None:
-    """The reader's password, resource limits and grants, on every run (a role made by an older version gets
-    them too)."""
-    _set_reader_password(conn)
-    run_sql_file(conn, "25_reader_limits.sql")
-    run_sql_file(conn, "30_reader_grants.sql")
 
 
 def finalize(dsn: str | None, workers: int | None = None) -> None:

@@ -16,9 +16,10 @@ import typer
 from gsqa_core.cli import JsonOption, command_group, run
 from gsqa_core.db import DsnOption
 from gsqa_core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_SOME_FAILED, reported_as_exit_code
+from gsqa_core.sandbox import MODEL, READER
 from reproduce import configs, readiness, report
 from reproduce import verify as verification
-from reproduce.runner import MAX_ROWS
+from reproduce.runner import MAX_ROWS, MIN_TIMEOUT_S
 from reproduce.verify import Request, Run, Shown
 
 app = command_group(
@@ -26,9 +27,10 @@ app = command_group(
     """Re-run the GS-QA2 benchmark SQL against the reference database and compare with the stored answers.
 
 The database is resolved as everywhere: --dsn, then $DATABASE_URL, then libpq's PG* variables.
-Benchmark SQL runs as the read-only login role gsqa_reader (--reader-dsn, or the main DSN with that user
-and $GSQA_READER_PASSWORD, else the password `ingest init` kept; over TCP on 127.0.0.1 where the local socket
-refuses it).
+SQL runs in the sandbox `ingest init` sets up: gold SQL as the login role gsqa_reader, a model's SQL as
+gsqa_model (--reader-dsn, or the main DSN with that user and $GSQA_READER_PASSWORD / $GSQA_MODEL_PASSWORD,
+else the password `ingest init` kept; over TCP on 127.0.0.1 where the local socket refuses it). Only one
+query runs per question (SELECT, WITH, VALUES, TABLE, EXPLAIN, SHOW); anything else is refused in one line.
 
 Exit codes: 0 ok; 1 the run went through but something failed or differs; 2 nothing started;
 130 interrupted (Ctrl-C).""",
@@ -38,7 +40,8 @@ Exit codes: 0 ok; 1 the run went through but something failed or differs; 2 noth
 ReaderDsnOption = Annotated[
     str | None,
     typer.Option("--reader-dsn", metavar="DSN",
-                 help="DSN of the read-only role (default: --dsn as gsqa_reader).", show_default=False),
+                 help="DSN of the sandbox role the SQL runs as (default: --dsn as that role: gsqa_reader for "
+                      "gold SQL, gsqa_model for a model's).", show_default=False),
 ]
 
 
@@ -47,30 +50,32 @@ def check(dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
           as_json: JsonOption = False) -> None:
     """Say whether the database is ready for benchmark runs: PostGIS >= 3.2, the six reference tables
     present and not empty (rows: the planner's estimate, or for a table not yet analyzed an exact count up
-    to a million, "more than" above),
-    and the gsqa_reader login usable: read-only, with a temp_file_limit (and the work_mem it gets), unable
-    to cancel or end other backends; each of these settings is shown.
+    to a million, "more than" above), and both sandbox logins (gsqa_reader for gold SQL, gsqa_model for a
+    model's; --reader-dsn names gsqa_reader's) usable and as declared: each logs in, reads every reference
+    table, owns and may create nothing, and stores exactly its declared settings (a role may change its own:
+    any difference is named, and `ingest init` restores it); the server allows no prepared transactions.
+    What each session gets is shown.
 
     Example: reproduce check --dsn postgresql://postgres@localhost:5432/gsqa
 
-    Exit codes: 0 ready; 1 some table is missing or empty, or the reader cannot log in; 2 unreachable
-    database or no PostGIS.
+    Exit codes: 0 ready; 1 some table is missing or empty, or a role cannot log in or differs from its
+    declaration; 2 unreachable database or no PostGIS.
     """
     with reported_as_exit_code():
-        result = readiness.check(dsn, reader_dsn)
+        result = readiness.check(dsn, {READER: reader_dsn, MODEL: None})
     if as_json:
         typer.echo(json.dumps({"postgis": result.postgis_version, "tables": result.row_estimates,
-                               "counted": result.counted, "reader": result.reader_settings,
+                               "counted": result.counted,
+                               "roles": {name: found.settings for name, found in result.audits.items()},
                                "problems": result.problems}))
     else:
         typer.echo(f"PostGIS {result.postgis_version}")
         for name, rows in result.row_estimates.items():
             typer.echo(f"  {name:<8} {_describe_rows(rows, result.counted[name])}")
-        if result.reader_settings:
-            reader = result.reader_settings
-            typer.echo(f"reader {reader['user']}: read-only by default {reader['read_only']}, temp_file_limit "
-                       f"{reader['temp_file_limit']}, work_mem {reader['work_mem']}, may signal other backends "
-                       f"{reader['may_signal_backends']}")
+        for found in result.audits.values():
+            if found.settings:
+                settings = ", ".join(f"{name} {value}" for name, value in found.settings.items() if name != "user")
+                typer.echo(f"{found.role.name} ({found.role.runs}): {settings}")
         for problem in result.problems:
             typer.echo(f"not ready: {problem}")
     if result.problems:
@@ -103,7 +108,7 @@ DataOption = Annotated[Path | None, typer.Option(
     "<config>/*.parquet as on Hugging Face. Default: the Hugging Face dataset Zoe/GS-QA2 (cached).",
     show_default=False)]
 TimeoutOption = Annotated[float, typer.Option("--timeout", metavar="SECONDS",
-                                              min=0.1, help="Seconds per question (server-side).")]
+                                              min=MIN_TIMEOUT_S, help="Seconds per question (server-side).")]
 ResumeOption = Annotated[Path | None, typer.Option("--resume", metavar="FILE", help="Append results to FILE; "
                                                    "skip questions already in it.", show_default=False,
                                                    dir_okay=False)]

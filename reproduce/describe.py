@@ -4,8 +4,8 @@ Each reference table with its columns and types (as PostgreSQL spells them) and 
 vector tables the geometry types present, their SRID and the extent (one pass over every geometry); for
 public.dem_us the raster metadata (raster_columns, ST_MetaData and ST_BandMetaData of its first tile), the
 extent and the tile count, against the 265,950 tiles of the reference when the last `ingest all` loaded the
-reference tile list; and the limits gsqa_reader runs under. What is missing (a table, rows, a stage of
-`ingest all` that did not finish, the reader login) is listed under `problems`.
+reference tile list; and the limits a model's SQL runs under (as gsqa_model). What is missing (a table, rows,
+a stage of `ingest all` that did not finish, the model login) is listed under `problems`.
 
 Plain psycopg, no SQLAlchemy: the command starts as fast as the others.
 """
@@ -21,6 +21,7 @@ from psycopg import sql
 
 from gsqa_core import schema
 from gsqa_core.db import connect, identifier, relation_exists, where
+from gsqa_core.sandbox import MODEL
 from reproduce import readiness
 
 FORMATS = ("text", "markdown", "json")
@@ -74,24 +75,24 @@ class Description:
     server: str
     postgis: str
     tables: list[Table]
-    reader: dict[str, str]  # what the reader login gets (gsqa_core.reader.reader_settings) and its timeout
+    reader: dict[str, str]  # what a session of the model role gets (gsqa_core.roles.Audit.settings)
     problems: list[str]
 
 
 def describe(dsn: str | None, reader: str | None = None,
              progress: Callable[[str], None] = lambda line: None) -> Description:
-    """Read the description from the database `dsn` resolves to; `reader` is the reader role's DSN, if not the
-    main DSN logged in as gsqa_reader. `progress` hears of each table before it is read."""
-    ready = readiness.check(dsn, reader)
+    """Read the description from the database `dsn` resolves to; `reader` is the DSN of the role a model's
+    SQL runs as, if not the main DSN logged in as gsqa_model. `progress` hears of each table before it is read."""
+    ready = readiness.check(dsn, {MODEL: reader})
     with connect(dsn, autocommit=True) as conn:
         tables = []
         for table in schema.REFERENCE_TABLES:
             progress(f"reading {table.fullname}")
             tables.append(_table(conn, table))
         server = conn.execute("SHOW server_version").fetchone()[0]
-        reader_settings = {**ready.reader_settings, "statement_timeout": _role_timeout(conn)}
         problems = ready.problems + _unfinished_stages(conn) + _dem_problems(tables)
-        return Description(where(conn), server, ready.postgis_version, tables, reader_settings, problems)
+        return Description(where(conn), server, ready.postgis_version, tables, ready.audits[MODEL.name].settings,
+                           problems)
 
 
 def _table(conn: psycopg.Connection, table: schema.Table) -> Table:
@@ -178,16 +179,6 @@ def _dem_problems(tables: list[Table]) -> list[str]:
     return [f"{table.name} holds {table.raster.tiles:,} of the reference's {table.raster.reference_tiles:,} tiles"
             for table in tables if table.raster is not None and table.raster.reference_tiles is not None
             and table.raster.tiles != table.raster.reference_tiles]
-
-
-def _role_timeout(conn: psycopg.Connection) -> str | None:
-    """The statement_timeout the reader role gets at login (this database's setting first): sql/20_reader_role.sql."""
-    row = conn.execute(
-        "SELECT substr(setting, length('statement_timeout=') + 1) FROM pg_db_role_setting s, unnest(s.setconfig) "
-        "setting WHERE s.setrole = to_regrole(%s) AND s.setdatabase IN (0, (SELECT oid FROM pg_database WHERE "
-        "datname = current_database())) AND setting LIKE 'statement\\_timeout=%%' ORDER BY s.setdatabase DESC "
-        "LIMIT 1", [schema.READER_ROLE]).fetchone()
-    return row and row[0]
 
 
 # --- rendering ------------------------------------------------------------------------------------------
@@ -281,9 +272,9 @@ def _pixel(width: float, height: float) -> str:
     return f"{_number(width)} x {_number(height)} degrees"
 
 
-def _limits(reader: dict[str, str]) -> str:
-    if not reader:
-        return f"Queries run as {schema.READER_ROLE}, which cannot log in (see below)."
-    return (f"Queries run as {reader['user']}: read-only by default {reader['read_only']}, statement_timeout "
-            f"{reader.get('statement_timeout') or 'none'}, temp_file_limit {reader['temp_file_limit']}, work_mem "
-            f"{reader['work_mem']}, may signal other backends {reader['may_signal_backends']}.")
+def _limits(session: dict[str, str]) -> str:
+    if not session:
+        return f"Queries run as {MODEL.name}, which cannot log in (see below)."
+    return (f"Queries run as {session['user']}, which may only read: statement_timeout "
+            f"{session['statement_timeout']}, temp_file_limit {session['temp_file_limit']}, work_mem "
+            f"{session['work_mem']}; one query per call (SELECT, WITH, VALUES, TABLE, EXPLAIN, SHOW).")

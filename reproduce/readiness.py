@@ -1,19 +1,26 @@
-"""Is a database ready for `reproduce`? PostGIS version, the reference tables, and the reader login.
+"""Is a database ready for `reproduce`? PostGIS version, the reference tables, and the sandbox logins: each
+role logs in and is as gsqa_core/sandbox.py declares it (gsqa_core/roles.py's audit).
 
-This is the preflight of a verification run, and `reproduce check` on its own.
+This is the preflight of every run (for the roles it runs SQL as), and `reproduce check` on its own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import psycopg
 from psycopg import sql
 
-from gsqa_core import schema
+from gsqa_core import sandbox, schema
 from gsqa_core.db import connect, identifier, relation_exists, where
 from gsqa_core.errors import GsqaError
-from gsqa_core.reader import reader_dsn, reader_settings
+from gsqa_core.roles import Audit, audit, login_dsn
+from gsqa_core.sandbox import Role
+
+# Which roles a run logs in as, each with an explicit DSN (--reader-dsn) or None (the main DSN as that role).
+Logins = Mapping[Role, str | None]
+BOTH_ROLES: Logins = {role: None for role in sandbox.ROLES}
 
 
 @dataclass
@@ -23,20 +30,18 @@ class Readiness:
     # How each count was had: "estimate" (the planner's, once analyzed), "exact", or "more than" (not analyzed
     # and above the exact-count limit).
     counted: dict[str, str] = field(default_factory=dict)
-    reader_problem: str | None = None
-    reader_settings: dict[str, str] = field(default_factory=dict)  # what the reader login gets
+    audits: dict[str, Audit] = field(default_factory=dict)  # each role's, by name
 
     @property
     def problems(self) -> list[str]:
         found = [f"table public.{name} is missing" for name, rows in self.row_estimates.items() if rows is None]
         found += [f"table public.{name} is empty" for name, rows in self.row_estimates.items() if rows == 0]
-        if self.reader_problem:
-            found.append(self.reader_problem)
-        return found
+        found += [audited.problem for audited in self.audits.values() if audited.problem]
+        return found + list(dict.fromkeys(item for audited in self.audits.values() for item in audited.server))
 
 
-def check(dsn: str | None, reader: str | None = None, tables: list[str] | None = None) -> Readiness:
-    """PostGIS, the reference tables (or only `tables`, by name) and the reader login."""
+def check(dsn: str | None, logins: Logins = BOTH_ROLES, tables: list[str] | None = None) -> Readiness:
+    """PostGIS, the reference tables (or only `tables`, by name) and the logins of `logins`."""
     with connect(dsn, autocommit=True) as conn:
         readiness = Readiness(postgis_version=_postgis_version(conn))
         for table in schema.REFERENCE_TABLES:
@@ -44,13 +49,14 @@ def check(dsn: str | None, reader: str | None = None, tables: list[str] | None =
                 rows, how = _row_estimate(conn, table.fullname)
                 readiness.row_estimates[table.name] = rows
                 readiness.counted[table.name] = how
-    readiness.reader_settings, readiness.reader_problem = reader_settings(reader_dsn(dsn, reader))
+    readiness.audits = {role.name: audit(login_dsn(dsn, role, explicit), role) for role, explicit in logins.items()}
     return readiness
 
 
-def preflight(dsn: str | None, reader: str | None, tables: list[str]) -> Readiness:
-    """check() for a run that needs `tables`: any problem stops the run before the first question."""
-    readiness = check(dsn, reader, tables)
+def preflight(dsn: str | None, logins: Logins, tables: list[str]) -> Readiness:
+    """check() for a run that needs `tables` and logs in as `logins`: any problem stops the run before the
+    first question."""
+    readiness = check(dsn, logins, tables)
     if readiness.problems:
         raise GsqaError(
             "the database is not ready: " + "; ".join(readiness.problems)

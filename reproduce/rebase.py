@@ -35,6 +35,8 @@ from tqdm import tqdm
 
 from gsqa_core.db import describe_target, resolve_dsn
 from gsqa_core.errors import GsqaError
+from gsqa_core.roles import login_dsn
+from gsqa_core.sandbox import READER
 from reproduce import compare, configs, readiness
 from reproduce.dataset import Record
 from reproduce.resume import ResumeFile
@@ -145,7 +147,7 @@ def rebase(request: Request, out: Path, keep_failed: bool = False, layout: str =
 def _run(request: Request, records: list[Record], report: RebaseReport, resume: ResumeFile | None) -> None:
     """Every record's outcome (those in the resume file as they were), judged, in dataset order."""
     done = resume.done if resume else {}
-    runner = Runner(readiness.reader_dsn(request.dsn, request.reader_dsn), request.timeout, request.workers,
+    runner = Runner(login_dsn(request.dsn, READER, request.reader_dsn), request.timeout, request.workers,
                     resolve_dsn(request.dsn), request.max_rows)
     report.rebased += [_judge(record, done[record.id].outcome) for record in records if record.id in done]
     todo = [record for record in records if record.id not in done]

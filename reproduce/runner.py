@@ -1,9 +1,11 @@
-"""Run benchmark SQL safely: as gsqa_reader, one statement, one transaction, bounded in time.
+"""Run SQL we did not write safely: as a sandbox role, one query, one transaction, bounded in time.
 
-Each question runs on a worker connection logged in as the read-only role, in its own transaction that
-starts with SET LOCAL statement_timeout (so a question that changes the setting cannot affect the next
-one) and always ends in ROLLBACK. The SQL is sent with the extended protocol, which
-refuses more than one statement, so "COMMIT; DELETE ..." is an error and nothing of it runs. A client
+Each question runs on a worker connection logged in as a sandbox role (gold SQL as gsqa_reader, a model's as
+gsqa_model: gsqa_core/sandbox.py), in its own transaction that starts with SET LOCAL statement_timeout (so a
+question that changes the setting cannot affect the next one) and always ends in ROLLBACK. A statement that
+is not a query is refused without running, and the server's refusals are worded in one line (gate.py). The
+SQL is sent with the extended protocol, which refuses more than one statement, so "COMMIT; DELETE ..." is an
+error and nothing of it runs. A client
 watchdog cancels on the server if the server-side timeout did not fire (statement_timeout acts only where
 the backend checks for interrupts), and ends the backend if the SQL catches that cancel too. N workers pull
 from one queue; closing the iterator early (Ctrl-C) cancels whatever is still running, the same way.
@@ -44,8 +46,10 @@ import psycopg
 from psycopg import pq, sql
 
 from gsqa_core.errors import EXIT_SOME_FAILED, GsqaError
+from reproduce import gate
 from reproduce.dataset import Record
 
+MIN_TIMEOUT_S = 0.1  # the shortest statement timeout a run or engine() accepts
 WATCHDOG_GRACE_S = 2.0  # the server's own timeout gets this long before the client cancels
 CANCEL_WAIT_S = 5.0
 # A statement can catch the cancel (a DO block with EXCEPTION WHEN query_canceled) and go on: if the same
@@ -140,7 +144,9 @@ class Session:
 
     def run(self, statement: str) -> Outcome:
         """Run one question's SQL and roll back, whatever it did; once more if its connection was ended from
-        outside (not by our watchdog)."""
+        outside (not by our watchdog). A statement that is not a query is refused without running (gate.py)."""
+        if refused := gate.refusal(statement):
+            return Outcome("error", 0.0, error=refused)
         outcome = self._run_once(statement)
         if outcome.kind == "error" and self.conn.closed and not self.watchdog_fired:
             again = self._run_once(statement)
@@ -285,8 +291,9 @@ def _quoted(name: str) -> str:
 
 
 def _message(error: psycopg.Error) -> str:
+    """One line: the server's refusal as the gate words it, else its primary message."""
     primary = error.diag.message_primary if error.diag else None
-    return " ".join((primary or str(error) or type(error).__name__).split())
+    return gate.server_refusal(error) or " ".join((primary or str(error) or type(error).__name__).split())
 
 
 class Runner:

@@ -1,8 +1,9 @@
 """`reproduce score` as a library call: a model's predictions judged against the stored answers.
 
 Each run (one model and method: a file or a folder of predictions, reproduce/predictions.py) is paired with
-the benchmark questions by id. SQL predictions run exactly as `verify` runs gold SQL (the same Runner: the
-reader role, one statement, server-side timeout, capped rows), all runs' SQL on one queue; answer
+the benchmark questions by id. SQL predictions run exactly as `verify` runs gold SQL (the same Runner: one
+statement, server-side timeout, capped rows), but as the model role gsqa_model, which cannot see the query
+text of gold runs (--gold's run goes as gsqa_reader); all models' SQL on one queue; answer
 predictions are judged directly, so a run of answers needs no database. Every question of every run gets
 one result, with the paper's verdict (the headline) and the strict one beside it; a question a run did not
 predict counts as wrong, as in the paper.
@@ -25,6 +26,8 @@ from tqdm import tqdm
 
 from gsqa_core.db import describe_target, resolve_dsn
 from gsqa_core.errors import GsqaError
+from gsqa_core.roles import login_dsn
+from gsqa_core.sandbox import MODEL, READER, Role
 from reproduce import compare, readiness, schedule, servers, verify
 from reproduce.dataset import Record, Skip, tables_needed
 from reproduce.paper import paper_verdict
@@ -290,19 +293,31 @@ def _run_sql(request: ScoreRequest, jobs: list[SqlJob], resume: ResumeFile | Non
         return {}
     estimate = schedule.estimator({}, provenance["database"].get("row_counts") or {})
     jobs = sorted(jobs, key=lambda job: estimate(job.record), reverse=True)
-    runner = Runner(readiness.reader_dsn(request.dsn, request.reader_dsn), request.timeout, request.workers,
-                    resolve_dsn(request.dsn), request.max_rows, [replica.server for replica in replicas],
-                    provenance["servers"][0]["name"])
-    provenance["lost"] = runner.lost
-    results = {}
+    results, provenance["lost"] = {}, {}
     with tqdm(total=len(jobs), desc="score", unit="q", file=sys.stderr, disable=not request.progress) as bar:
-        for job, outcome in runner.run(jobs):
-            result = evaluate(job, outcome)
-            results[result.key] = result
-            if resume:
-                resume.add(result)
-            bar.update()
+        for role, explicit in _logins(request, jobs).items():
+            runner = Runner(login_dsn(request.dsn, role, explicit), request.timeout, request.workers,
+                            resolve_dsn(request.dsn), request.max_rows,
+                            [replace(replica.server, reader=login_dsn(replica.server.admin, role))
+                             for replica in replicas], provenance["servers"][0]["name"])
+            runner.lost = provenance["lost"]  # one record of lost servers for both roles' runners
+            for job, outcome in runner.run([job for job in jobs if _role_of(job) == role]):
+                result = evaluate(job, outcome)
+                results[result.key] = result
+                if resume:
+                    resume.add(result)
+                bar.update()
     return results
+
+
+def _role_of(job: SqlJob) -> Role:
+    return READER if job.run == GOLD_RUN else MODEL
+
+
+def _logins(request: ScoreRequest, jobs: list[SqlJob]) -> dict[Role, str | None]:
+    """The roles the jobs run as: models' SQL as gsqa_model (--reader-dsn names its login), gold as gsqa_reader."""
+    return {role: request.reader_dsn if role == MODEL else None
+            for role in (MODEL, READER) if any(_role_of(job) == role for job in jobs)}
 
 
 def evaluate(job: SqlJob, outcome: Outcome) -> Scored:
@@ -338,8 +353,9 @@ def _provenance(request: ScoreRequest, data: Any, runs: list[PredictionRun], job
     checked: list[servers.Checked] = []
     if jobs:
         records = list({job.record.id: job.record for job in jobs}.values())
-        verify.preflight_records(_verify_request(request), records)
-        checked = servers.replicas(request.dsn, request.replicas, tables_needed(records), request.force)
+        verify.preflight_records(_verify_request(request), records, _logins(request, jobs))
+        checked = servers.replicas(request.dsn, request.replicas, tables_needed(records), request.force,
+                                   {role: None for role in _logins(request, jobs)})
         provenance["database"] = {"target": describe_target(resolve_dsn(request.dsn)),
                                   **readiness.database_facts(request.dsn)}
         provenance["servers"] = [{"name": servers.name_of(request.dsn), "role": "primary"},

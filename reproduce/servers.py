@@ -18,9 +18,12 @@ import psycopg
 
 from gsqa_core.db import connect, resolve_dsn, target_parts
 from gsqa_core.errors import GsqaError
+from gsqa_core.roles import login_dsn
+from gsqa_core.sandbox import READER
 from reproduce import readiness
 from reproduce.runner import Server
 
+READER_ONLY: readiness.Logins = {READER: None}
 REPLAY_WAIT_S = 30.0  # how long a standby may take to replay what the primary has written so far
 
 
@@ -32,9 +35,10 @@ class Checked:
 
 
 def replicas(primary: str | None, dsns: Sequence[str], tables: list[str], force: bool,
-             wait: float = REPLAY_WAIT_S) -> list[Checked]:
-    """The --replica servers, ready and checked against the primary; GsqaError for the first that is not
-    (a lagging or different one only without `force`)."""
+             logins: readiness.Logins = READER_ONLY, wait: float = REPLAY_WAIT_S) -> list[Checked]:
+    """The --replica servers, ready for `logins` and checked against the primary; GsqaError for the first that
+    is not (a lagging or different one only without `force`). Each Server logs in as the first role of
+    `logins`."""
     checked = []
     names = {name_of(primary)}
     for dsn in dsns:
@@ -43,14 +47,14 @@ def replicas(primary: str | None, dsns: Sequence[str], tables: list[str], force:
             raise GsqaError(f"--replica {name}: named twice (or it is the primary)")
         names.add(name)
         try:
-            readiness.preflight(dsn, None, tables)
+            readiness.preflight(dsn, logins, tables)
         except GsqaError as error:
             raise GsqaError(f"--replica {name}: {error}") from None
         role, problem = _compare(primary, dsn, wait)
         if problem and not force:
             raise GsqaError(f"--replica {name}: {problem}; its answers could differ from the primary's "
                             "(--force runs on it anyway)")
-        checked.append(Checked(Server(name, readiness.reader_dsn(dsn, None), resolve_dsn(dsn)), role, problem))
+        checked.append(Checked(Server(name, login_dsn(dsn, next(iter(logins))), resolve_dsn(dsn)), role, problem))
     return checked
 
 

@@ -19,6 +19,8 @@ from tqdm import tqdm
 
 from gsqa_core.db import describe_target, resolve_dsn
 from gsqa_core.errors import GsqaError
+from gsqa_core.roles import login_dsn
+from gsqa_core.sandbox import READER
 from reproduce import compare, configs, dataset, readiness, schedule, servers
 from reproduce.dataset import Record, tables_needed
 from reproduce.paper import PaperVerdict, paper_verdict
@@ -104,13 +106,15 @@ def _number(record_id: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-def preflight_records(request: Request, records: list[Record]) -> readiness.Readiness:
-    """readiness.preflight, and when tables are missing or empty: which templates read them, and the command
-    line that runs the others."""
+def preflight_records(request: Request, records: list[Record],
+                      logins: readiness.Logins | None = None) -> readiness.Readiness:
+    """readiness.preflight (as gsqa_reader, unless `logins` says otherwise), and when tables are missing or
+    empty: which templates read them, and the command line that runs the others."""
+    logins = logins or {READER: request.reader_dsn}
     try:
-        return readiness.preflight(request.dsn, request.reader_dsn, tables_needed(records))
+        return readiness.preflight(request.dsn, logins, tables_needed(records))
     except GsqaError as error:
-        unusable = {name for name, rows in readiness.check(request.dsn, request.reader_dsn,
+        unusable = {name for name, rows in readiness.check(request.dsn, logins,
                                                            tables_needed(records)).row_estimates.items() if not rows}
         blocked = {record.template_id for record in records if set(tables_needed([record])) & unusable}
         runnable = [template for template in dict.fromkeys(record.template_id for record in records)
@@ -155,7 +159,7 @@ def _resume_header(provenance: dict[str, Any]) -> dict[str, Any]:
 def _run(request: Request, todo: list[Record], resume: ResumeFile | None, replicas: list[Server],
          provenance: dict[str, Any]) -> list[Result]:
     """The results of `todo`, in the order they finish; provenance["lost"]: the servers lost meanwhile."""
-    reader = readiness.reader_dsn(request.dsn, request.reader_dsn)
+    reader = login_dsn(request.dsn, READER, request.reader_dsn)
     runner = Runner(reader, request.timeout, request.workers, resolve_dsn(request.dsn), request.max_rows,
                     replicas, provenance["servers"][0]["name"])
     provenance["lost"] = runner.lost  # filled as servers are lost
@@ -224,8 +228,8 @@ class Shown:
 def show(record_id: str, data: Path | None, dsn: str | None, reader: str | None, timeout: float) -> Shown:
     """Re-run one question: its record, what the SQL gave, and the verdict per component."""
     record = dataset.find(record_id, data)
-    readiness.preflight(dsn, reader, tables_needed([record]))
-    [(_, outcome)] = Runner(readiness.reader_dsn(dsn, reader), timeout, 1, resolve_dsn(dsn)).run([record])
+    readiness.preflight(dsn, {READER: reader}, tables_needed([record]))
+    [(_, outcome)] = Runner(login_dsn(dsn, READER, reader), timeout, 1, resolve_dsn(dsn)).run([record])
     flags = compare.instability(record.template_id, record.sql)
     if outcome.kind != "rows":
         return Shown(record, outcome, None, None, flags)

@@ -72,7 +72,7 @@ def test_check_passes_on_a_build_and_names_what_is_wrong(new_database, layout: P
     assert good.returncode == 0, good.stdout
     assert {check["check"] for check in json.loads(good.stdout)} >= {
         "dem.tiles", "dem.tiles_per_file", "dem.census", "dem.extent", "dem.heap_order", "dem.constraints",
-        "dem.raster_columns", "dem.index", "roads.rows", "roads.index", "roads.analyzed", "reader", "osm.files"}
+        "dem.raster_columns", "dem.index", "roads.rows", "roads.index", "roads.analyzed", "roles", "osm.files"}
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("DROP INDEX public.roads_geometry_gix")
         conn.execute("DELETE FROM public.dem_us WHERE rid = (SELECT max(rid) FROM public.dem_us)")

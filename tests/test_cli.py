@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from sandbox_helpers import SESSION_SETTINGS
 
 BIN = Path(sys.executable).parent
 UNREACHABLE = "postgresql://nobody@127.0.0.1:1/gsqa_nowhere"
@@ -72,12 +73,14 @@ def test_check_reports_empty_tables_with_exit_1(initialized_dsn: str) -> None:
     report = json.loads(result.stdout)
     assert report["tables"]["dem_us"] == 0
     assert "table public.dem_us is empty" in report["problems"]
-    assert not any("reader" in problem for problem in report["problems"])
-    assert report["reader"] == {"user": "gsqa_reader", "read_only": "on", "temp_file_limit": "2GB", "work_mem": "64MB",
-                                "may_signal_backends": "no"}
+    assert not any("gsqa_" in problem for problem in report["problems"])
+    assert report["roles"] == {role: {"user": role, **SESSION_SETTINGS} for role in ("gsqa_reader", "gsqa_model")}
     shown = run("reproduce", "check", "--dsn", initialized_dsn).stdout
-    assert ("reader gsqa_reader: read-only by default on, temp_file_limit 2GB, work_mem 64MB, may signal other "
-            "backends no") in shown
+    settings = ("default_transaction_read_only on, statement_timeout 2min, idle_in_transaction_session_timeout 10min, "
+                "work_mem 64MB, temp_file_limit 2GB, search_path public, extra_float_digits 1")
+    assert f"gsqa_reader (gold SQL: reproduce verify, show, rebase; score's gold run): {settings}" in shown
+    assert (f"gsqa_model (model SQL: reproduce score, reproduce.baseline.engine(), reproduce serve): {settings}"
+            in shown)
 
 
 def test_check_counts_a_small_table_that_was_never_analyzed_exactly(initialized_dsn: str) -> None:

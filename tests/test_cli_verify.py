@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from conftest import DATA
 from refdb_fixtures import grid_index, insert_raster
-from test_runner import running_reader_queries
+from test_runner import running_sandbox_queries
 
 BIN = Path(sys.executable).parent
 UNREACHABLE = "postgresql://nobody@127.0.0.1:1/gsqa_nowhere"
@@ -88,7 +88,7 @@ def test_each_status_and_exit_1(full_run: tuple, db: str) -> None:
     assert "no_such_column" in by_id[IDS["error"]]["detail"]["error"]
     failure = by_id[IDS["mismatch"]]["detail"]["failure"]
     assert (failure["component"], failure["expected"], failure["actual"]) == ("elevation", 100.0, 120.5)
-    assert running_reader_queries(db) == []
+    assert running_sandbox_queries(db) == []
 
 
 def test_provenance(full_run: tuple, data: Path) -> None:
@@ -263,13 +263,13 @@ def test_ctrl_c_cancels_running_queries_and_exits_130(db: str, tmp_path: Path) -
                                 "--dsn", db, "--timeout", "60", "--workers", "2", "--resume", str(resume)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 20
-    while len(running_reader_queries(db)) < 2 and time.monotonic() < deadline:
+    while len(running_sandbox_queries(db)) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert len(running_reader_queries(db)) == 2
+    assert len(running_sandbox_queries(db)) == 2
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=15)
     assert process.returncode == 130 and "interrupted" in stderr and "Traceback" not in stderr
-    assert running_reader_queries(db) == []
+    assert running_sandbox_queries(db) == []
     assert [json.loads(line)["format"] for line in resume.read_text().splitlines()] == ["gsqa-reproduce-resume/1"]
 
 

@@ -15,7 +15,7 @@ from load_helpers import BIN, end_sessions, ingest, logged_files, query_active, 
 
 from gsqa_core.db import with_user
 from gsqa_core.errors import GsqaError
-from gsqa_core.schema import READER_ROLE
+from gsqa_core.sandbox import READER
 from ingest.dem.load import Target, load_dem
 from ingest.dem.synthetic import cheap_terrain, write_aster_tile
 from ingest.diskspace import NotEnoughDisk, check_room
@@ -200,7 +200,7 @@ def test_foreign_table_is_refused_untouched_then_replaced(initialized_dsn: str, 
                       "--replace", "--json")
     assert replaced.returncode == 0, replaced.stderr
     assert json.loads(replaced.stdout)["tiles_written"] == 225
-    with psycopg.connect(with_user(initialized_dsn, READER_ROLE, None)) as reader:  # the new table is readable
+    with psycopg.connect(with_user(initialized_dsn, READER.name, None)) as reader:  # the new table is readable
         assert reader.execute("SELECT count(*) FROM public.ref_full").fetchone()[0] == 225
 
 

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from demo_helpers import build_demo
 from load_helpers import BIN
+from sandbox_helpers import SESSION_SETTINGS
 
 from gsqa_core import schema
 from ingest.demo import write_demo
@@ -65,8 +66,7 @@ def test_the_description_gives_the_figures_of_the_demo_database(demo: str, tmp_p
     assert (dem.raster.srid, dem.raster.tile_width, dem.raster.tile_height, dem.raster.bands, dem.raster.band_type,
             dem.raster.nodata, dem.raster.reference_tiles) == (4326, 256, 256, 1, "16BSI", None, None)
     assert (dem.raster.pixel_width, dem.raster.pixel_height) == pytest.approx((PIXEL, PIXEL), rel=1e-12)
-    assert found.reader == {"user": schema.READER_ROLE, "read_only": "on", "temp_file_limit": "2GB",
-                            "work_mem": "64MB", "may_signal_backends": "no", "statement_timeout": "120s"}
+    assert found.reader == {"user": "gsqa_model", **SESSION_SETTINGS}
     assert found.problems == []
 
 
@@ -84,8 +84,8 @@ def test_schema_in_three_formats(demo: str) -> None:
     assert "  -- rast: 1 band of 16BSI; nodata not set (no pixel reads as NULL)" in lines
     assert ("  -- rast: SRID 4326; tiles of 256x256 pixels (edge tiles may be smaller); pixel size 0.000277777778 "
             "degrees (1/3600)") in lines
-    assert lines[-1] == ("Queries run as gsqa_reader: read-only by default on, statement_timeout 120s, temp_file_limit "
-                         "2GB, work_mem 64MB, may signal other backends no.")
+    assert lines[-1] == ("Queries run as gsqa_model, which may only read: statement_timeout 2min, temp_file_limit "
+                         "2GB, work_mem 64MB; one query per call (SELECT, WITH, VALUES, TABLE, EXPLAIN, SHOW).")
     markdown = reproduce_schema("--dsn", demo, "--format", "markdown")
     assert markdown.returncode == 0, markdown.stderr
     blocks = markdown.stdout.split("\n## ")

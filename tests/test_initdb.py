@@ -64,7 +64,7 @@ def test_public_holds_exactly_the_reference_tables(initialized_dsn: str) -> None
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'gsqa'"
         )}
     assert public == set(REFERENCE_TABLE_NAMES) | {"spatial_ref_sys"}
-    assert bookkeeping == {"load_log", "pois_stage", "reader_login", "stage_log"}
+    assert bookkeeping == {"load_log", "pois_stage", "role_login", "stage_log"}
 
 
 def test_primary_keys_and_no_spatial_index_before_the_load(initialized_dsn: str) -> None:

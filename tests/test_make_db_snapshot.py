@@ -63,10 +63,10 @@ def assert_restored_from(folder: Path, dsn: str, snapshot_format: str) -> None:
 
 
 def contents_but_the_reader_password(dsn: str) -> dict:
-    """database_contents without the reader's password, which the restore sets from the loader's
-    GSQA_READER_PASSWORD as a build does (verify below logs in with it)."""
+    """database_contents without the sandbox roles' passwords, which the restore sets from the loader's
+    GSQA_READER_PASSWORD and GSQA_MODEL_PASSWORD as a build does (verify below logs in with them)."""
     contents = database_contents(dsn)
-    assert contents.pop("gsqa.reader_login")[0] == 1
+    assert contents.pop("gsqa.role_login")[0] == 2
     return contents
 
 

@@ -11,7 +11,8 @@ import psycopg
 import pytest
 
 from gsqa_core.db import with_user
-from gsqa_core.schema import READER_ROLE
+from gsqa_core.roles import AUDIT_APPLICATION, audit
+from gsqa_core.sandbox import READER, ROLES
 from reproduce.dataset import Record
 from reproduce.runner import TERMINATE_AFTER_S, WATCHDOG_GRACE_S, Runner, Session
 
@@ -20,13 +21,15 @@ from reproduce.runner import TERMINATE_AFTER_S, WATCHDOG_GRACE_S, Runner, Sessio
 def reader(initialized_dsn: str) -> str:
     with psycopg.connect(initialized_dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO pois (geometry, poi_name) VALUES ('POINT(1 2)', 'seed')")
-    return with_user(initialized_dsn, READER_ROLE, None)
+    return with_user(initialized_dsn, READER.name, None)
 
 
-def running_reader_queries(dsn: str) -> list[str]:
+def running_sandbox_queries(dsn: str) -> list[str]:
+    """The queries running as either sandbox role in this database (not a preflight's audit)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        rows = conn.execute("SELECT query FROM pg_stat_activity WHERE usename = %s AND state = 'active' "
-                            "AND pid <> pg_backend_pid() AND datname = current_database()", [READER_ROLE]).fetchall()
+        rows = conn.execute("SELECT query FROM pg_stat_activity WHERE usename = ANY(%s) AND state = 'active' "
+                            "AND pid <> pg_backend_pid() AND datname = current_database() "
+                            "AND application_name <> %s", [[role.name for role in ROLES], AUDIT_APPLICATION]).fetchall()
     return [row[0] for row in rows]
 
 
@@ -45,7 +48,7 @@ def test_timeout_is_enforced_on_the_server(reader: str, initialized_dsn: str, st
     session = Session(reader, timeout=1.0)
     outcome = session.run(statement)
     assert outcome.kind == "timeout" and 0.9 <= outcome.seconds < 2.5
-    assert running_reader_queries(initialized_dsn) == []
+    assert running_sandbox_queries(initialized_dsn) == []
     # The next question still gets its own timeout: nothing leaked from the one before.
     assert session.run("SELECT pg_sleep(30)").kind == "timeout"
     assert session.run("SELECT current_setting('statement_timeout') AS t").rows == [{"t": "1s"}]
@@ -59,26 +62,36 @@ def test_watchdog_cancels_on_the_server(reader: str, initialized_dsn: str) -> No
     outcome = session.run("SELECT pg_sleep(30)")
     assert outcome.kind == "timeout" and "client watchdog" in outcome.error
     assert time.perf_counter() - start < 3
-    assert running_reader_queries(initialized_dsn) == []
+    assert running_sandbox_queries(initialized_dsn) == []
     assert session.run("SELECT 1 AS one").rows == [{"one": 1}]
     session.close()
 
 
 # Catches every cancel (statement_timeout's and the watchdog's) and sleeps on: only ending the backend stops it.
-STUBBORN = ("DO $$ BEGIN FOR i IN 1..600 LOOP BEGIN PERFORM pg_sleep(0.1); EXCEPTION WHEN query_canceled THEN "
-            "NULL; END; END LOOP; END $$")
+# A function the administrator defined: the sandbox runs no DO block, but calling a function needs no USAGE
+# on its language, and C functions that never check for a cancel behave the same.
+STUBBORN = "SELECT stubborn_sleep()"
 
 
+@pytest.fixture(scope="module")
+def stubborn(initialized_dsn: str) -> None:
+    with psycopg.connect(initialized_dsn, autocommit=True) as conn:
+        conn.execute("CREATE FUNCTION stubborn_sleep() RETURNS void LANGUAGE plpgsql AS $$ BEGIN FOR i IN 1..600 LOOP "
+                     "BEGIN PERFORM pg_sleep(0.1); EXCEPTION WHEN query_canceled THEN NULL; END; END LOOP; END $$")
+
+
+@pytest.mark.usefixtures("stubborn")
 def test_a_question_that_catches_the_cancel_is_ended_by_the_watchdog(reader: str, initialized_dsn: str) -> None:
     session = Session(reader, timeout=1.0, admin=initialized_dsn)  # the reader itself may not end backends
     outcome = session.run(STUBBORN)  # 60 s if nothing ended it
     assert outcome.kind == "timeout" and "client watchdog" in outcome.error
     assert outcome.seconds < 1.0 + WATCHDOG_GRACE_S + TERMINATE_AFTER_S + 2
-    assert running_reader_queries(initialized_dsn) == []
+    assert running_sandbox_queries(initialized_dsn) == []
     assert session.run("SELECT 1 AS one").rows == [{"one": 1}]  # the next question gets a new connection
     session.close()
 
 
+@pytest.mark.usefixtures("stubborn")
 def test_ctrl_c_ends_a_question_that_catches_the_cancel(reader: str, initialized_dsn: str) -> None:
     record = Record("raster_only/elevation+poi/0", "R1", "raster_only", "elevation+poi", "", STUBBORN, "", [], {})
     threading.Timer(1.0, _thread.interrupt_main).start()
@@ -86,28 +99,33 @@ def test_ctrl_c_ends_a_question_that_catches_the_cancel(reader: str, initialized
     with pytest.raises(KeyboardInterrupt):
         list(Runner(reader, timeout=60.0, workers=1, admin=initialized_dsn).run([record]))
     assert time.perf_counter() - start < 1.0 + TERMINATE_AFTER_S + 2
-    assert running_reader_queries(initialized_dsn) == []
+    assert running_sandbox_queries(initialized_dsn) == []
 
 
-@pytest.mark.parametrize("statement", [
-    "DROP TABLE pois",
-    "SELECT 1; DELETE FROM pois",
-    "COMMIT; DELETE FROM pois",
-    "SET TRANSACTION READ WRITE; DELETE FROM pois",
-    "RESET ROLE; DELETE FROM pois",
-    "RESET ROLE",
-    "WITH gone AS (DELETE FROM pois RETURNING 1) SELECT count(*) FROM gone",
-    "SET default_transaction_read_only = off",
+ONLY_A_QUERY = "only a query runs here (SELECT, WITH, VALUES, TABLE, EXPLAIN, SHOW)"
+HIDDEN_DELETE = "WITH gone AS (DELETE FROM pois RETURNING 1) SELECT count(*) FROM gone"  # a query to the gate
+
+
+@pytest.mark.parametrize("statement, refusal", [
+    ("DROP TABLE pois", f"refused: `DROP` changes the database; {ONLY_A_QUERY}"),
+    ("SELECT 1; DELETE FROM pois", f"refused: several statements in one; {ONLY_A_QUERY}, one statement at a time"),
+    ("COMMIT; DELETE FROM pois", f"refused: `COMMIT` controls the transaction, which the sandbox owns; {ONLY_A_QUERY}"),
+    ("SET TRANSACTION READ WRITE; DELETE FROM pois",
+     f"refused: `SET` changes the session, whose settings the sandbox fixes; {ONLY_A_QUERY}"),
+    ("RESET ROLE; DELETE FROM pois",
+     f"refused: `RESET` changes the session, whose settings the sandbox fixes; {ONLY_A_QUERY}"),
+    (HIDDEN_DELETE, "refused: cannot execute SELECT in a read-only transaction (the sandbox only reads)"),
+    ("SELECT set_config('default_transaction_read_only', 'off', false)", None),
 ])
-def test_sql_cannot_change_the_database(reader: str, initialized_dsn: str, statement: str) -> None:
+def test_sql_cannot_change_the_database(reader: str, initialized_dsn: str, statement: str,
+                                        refusal: str | None) -> None:
     before = database_state(initialized_dsn)
     session = Session(reader, timeout=2.0)
     outcome = session.run(statement)
-    follow_up = session.run("DELETE FROM pois")  # whatever the statement did to the session, writes still fail
+    follow_up = session.run(HIDDEN_DELETE)  # whatever the statement did to the session, writes still fail
     session.close()
-    assert outcome.kind in ("error", "rows") and follow_up.kind == "error"
-    if ";" in statement:
-        assert "multiple commands" in outcome.error
+    assert (outcome.kind, outcome.error) == (("error", refusal) if refusal else ("rows", ""))
+    assert follow_up.kind == "error" and follow_up.error.startswith("refused: cannot execute SELECT in a read-only")
     assert database_state(initialized_dsn) == before == (1, True)
 
 
@@ -208,10 +226,14 @@ def test_one_question_cannot_end_another(reader: str) -> None:
     assert outcomes[innocent.id].kind == "rows" and outcomes[innocent.id].rows == [{"nap": "", "elevation": 1}]
 
 
-def test_a_session_lock_does_not_outlive_its_question(reader: str) -> None:
+def test_a_lock_does_not_outlive_its_question(reader: str) -> None:
     first, second = Session(reader, timeout=10.0), Session(reader, timeout=10.0)
-    assert first.run("SELECT pg_advisory_lock(4242)::text AS taken").kind == "rows"
-    assert second.run("SELECT pg_try_advisory_lock(4242) AS got").rows == [{"got": True}]  # no wait
+    session_lock = first.run("SELECT pg_advisory_lock(4242)::text AS taken")
+    assert (session_lock.kind, session_lock.error) == ("error", "refused: permission denied for function "
+                                                       "pg_advisory_lock (the sandbox role may only read the reference "
+                                                       "tables)")
+    assert first.run("SELECT pg_advisory_xact_lock(4242)::text AS taken").kind == "rows"
+    assert second.run("SELECT pg_try_advisory_xact_lock(4242) AS got").rows == [{"got": True}]  # no wait
     first.close()
     second.close()
 
@@ -232,19 +254,17 @@ def test_a_question_ended_from_outside_runs_once_more(reader: str, initialized_d
 
 
 def test_check_fails_where_a_reader_limit_is_missing(reader: str, initialized_dsn: str) -> None:
-    from gsqa_core.reader import reader_problem
-
-    assert reader_problem(reader) is None
+    assert audit(reader, READER).problem is None
     database = psycopg.conninfo.conninfo_to_dict(initialized_dsn)["dbname"]
     with psycopg.connect(initialized_dsn, autocommit=True) as conn:
         conn.execute(f"ALTER ROLE gsqa_reader IN DATABASE \"{database}\" SET temp_file_limit = -1")
         try:
-            assert "no temp_file_limit" in reader_problem(reader)
+            assert f"it stores temp_file_limit=-1 for database {database}" in audit(reader, READER).problem
         finally:
             conn.execute(f"ALTER ROLE gsqa_reader IN DATABASE \"{database}\" RESET temp_file_limit")
         conn.execute("GRANT EXECUTE ON FUNCTION pg_catalog.pg_terminate_backend(integer, bigint) TO PUBLIC")
         try:
-            assert "may cancel or end other backends" in reader_problem(reader)
+            assert "it may execute pg_terminate_backend(integer, bigint)" in audit(reader, READER).problem
         finally:
             conn.execute("REVOKE EXECUTE ON FUNCTION pg_catalog.pg_terminate_backend(integer, bigint) FROM PUBLIC")
 

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from conftest import DATA
 from refdb_fixtures import load_stored_answers
-from test_runner import running_reader_queries
+from test_runner import running_sandbox_queries
 
 from reproduce import configs, dataset
 from reproduce.score import ScoreRequest, score
@@ -110,7 +110,9 @@ def test_sql_predictions_run_in_the_sandbox(stored_db: str, tmp_path: Path) -> N
     assert results[f"{R1}/1"]["detail"]["sql"] == [lines[1]["sql"]]
     assert results[f"{R1}/1"]["detail"]["rows"] == [{"elevation": records_of("R1")[1].answers[0]["elevation"] + 30}]
     assert results[f"{R1}/3"]["paper_reason"].startswith("sql_error: syntax error at or near")
-    assert "cannot insert multiple commands" in results[f"{R1}/6"]["detail"]["error"]
+    assert results[f"{R1}/6"]["detail"]["error"] == ("refused: several statements in one; only a query runs here "
+                                                     "(SELECT, WITH, VALUES, TABLE, EXPLAIN, SHOW), one statement at a "
+                                                     "time")
     with psycopg.connect(stored_db) as conn:  # nothing a prediction did stayed
         assert conn.execute("SELECT count(*) FROM dem_us").fetchone()[0] == tiles
     line = next(line for line in result.stdout.splitlines() if line.startswith("raster_only  R1"))
@@ -267,7 +269,7 @@ def test_ctrl_c_then_the_same_command_scores_only_the_rest(stored_db: str, tmp_p
                "--data", str(BENCHMARK), "--dsn", stored_db, "--resume", str(resume)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 20
-    while not running_reader_queries(stored_db) and time.monotonic() < deadline:
+    while not running_sandbox_queries(stored_db) and time.monotonic() < deadline:
         time.sleep(0.05)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=15)

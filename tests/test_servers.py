@@ -18,7 +18,7 @@ from standby_helpers import BIN, LocalServer, primary_and_standby
 
 from gsqa_core.db import with_user
 from gsqa_core.errors import GsqaError
-from gsqa_core.schema import READER_ROLE
+from gsqa_core.sandbox import READER
 from reproduce import servers
 from reproduce.dataset import Record, template_of
 from reproduce.runner import AllServersLost, Runner, Server
@@ -89,7 +89,7 @@ def sleepers(count: int, seconds: float) -> list[Record]:
 
 
 def reader(server: LocalServer) -> str:
-    return with_user(server.dsn(), READER_ROLE, None)
+    return with_user(server.dsn(), READER.name, None)
 
 
 def test_a_server_stopped_mid_run_hands_its_questions_to_the_others(pair: tuple) -> None:

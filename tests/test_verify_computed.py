@@ -49,10 +49,11 @@ def computed_db(initialized_dsn: str, sample: list[dataset.Record]) -> str:
 
 @pytest.fixture(scope="module")
 def outcomes(computed_db: str, sample: list[dataset.Record]) -> dict[str, tuple[dataset.Record, object]]:
-    from reproduce.readiness import reader_dsn
+    from gsqa_core.roles import login_dsn
+    from gsqa_core.sandbox import READER
     from reproduce.runner import Runner
 
-    return {record.id: (record, outcome) for record, outcome in Runner(reader_dsn(computed_db, None), 10.0, 2)
+    return {record.id: (record, outcome) for record, outcome in Runner(login_dsn(computed_db, READER), 10.0, 2)
             .run(sample)}
 
 

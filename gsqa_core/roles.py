@@ -1,0 +1,222 @@
+"""The sandbox roles on a server (gsqa_core/sandbox.py declares them): their login DSNs, and an audit of a
+server and database against the declaration.
+
+A role's password is its variable ($GSQA_READER_PASSWORD, $GSQA_MODEL_PASSWORD), else the one `ingest init`
+kept in gsqa.role_login (read through the admin connection). Where the local socket refuses the role (a stock
+Debian or Ubuntu server authenticates socket logins by peer, and there is no such OS user), it logs in over
+TCP on 127.0.0.1, the same port, with that password (scram-sha-256 there). Every login DSN carries the
+declared settings as start-up options, so a setting the role stored for itself does not reach our sessions.
+
+The audit reads only catalogs every role may read, so it runs on the role's own connection as well as on an
+administrator's. It names each difference in a short phrase; `ingest init` repairs those of this database and
+of the roles themselves, and says which it cannot (objects the role owns in another database, server settings).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from gsqa_core import sandbox, schema
+from gsqa_core.db import advice, identifier, resolve_dsn, with_user
+from gsqa_core.sandbox import Role
+
+LOGIN_TIMEOUT = 10  # seconds for each login tried
+AUDIT_APPLICATION = "gsqa-audit"  # what pg_stat_activity shows for an audit's session
+
+
+def login_dsn(dsn: str | None, role: Role, explicit: str | None = None) -> str:
+    """`explicit` (a DSN of the role itself), else the main DSN logged in as the role with its password, over
+    TCP on 127.0.0.1 when the socket refuses it and TCP takes it; with the declared start-up settings."""
+    if explicit:
+        return _with_settings(explicit)
+    password = os.environ.get(role.password_env) or kept_password(dsn, role)
+    login = _with_settings(with_user(dsn, role.name, password))
+    if not password or not _on_socket(login) or _logs_in(login):
+        return login
+    over_tcp = make_conninfo(login, host="127.0.0.1")
+    return over_tcp if _logs_in(over_tcp) else login
+
+
+def _with_settings(dsn: str) -> str:
+    """The DSN with the declared settings last in its `options`, where they win over the DSN's own."""
+    options = conninfo_to_dict(dsn).get("options") or ""
+    return make_conninfo(dsn, options=f"{options} {sandbox.startup_options()}".strip())
+
+
+def kept_password(dsn: str | None, role: Role) -> str | None:
+    """The password `ingest init` kept for the role (None where the admin connection cannot read it)."""
+    try:
+        with psycopg.connect(resolve_dsn(dsn), autocommit=True, connect_timeout=LOGIN_TIMEOUT) as conn:
+            query = sql.SQL("SELECT password FROM {} WHERE role = %s").format(identifier(schema.role_login.fullname))
+            return (conn.execute(query, [role.name]).fetchone() or [None])[0]
+    except psycopg.Error:
+        return None
+
+
+def _on_socket(dsn: str) -> bool:
+    host = conninfo_to_dict(dsn).get("host") or os.environ.get("PGHOST", "")
+    return not host or host.startswith("/")
+
+
+def _logs_in(dsn: str) -> bool:
+    try:
+        psycopg.connect(dsn, connect_timeout=LOGIN_TIMEOUT).close()
+    except psycopg.OperationalError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Audit:
+    """A role as one of its logins finds it: what the session gets, how the role and the server differ from the
+    declaration (empty: as declared), or why it cannot log in."""
+
+    role: Role
+    settings: dict[str, str]
+    differences: list[str]
+    login_problem: str | None = None
+    server: list[str] = field(default_factory=list)  # server settings the sandbox needs, where they differ
+
+    @property
+    def problem(self) -> str | None:
+        """The role's problem in one line (the server's are in `server`)."""
+        if self.login_problem:
+            return self.login_problem
+        if self.differences:
+            return (f"{self.role.name} is not as declared: {'; '.join(self.differences)} "
+                    f"(`ingest init` restores what it can and names the rest)")
+        return None
+
+    @property
+    def problems(self) -> list[str]:
+        return ([self.problem] if self.problem else []) + self.server
+
+
+def audit(login: str, role: Role) -> Audit:
+    """Log in as the role and audit the server from that session."""
+    try:
+        with psycopg.connect(login, autocommit=True, connect_timeout=LOGIN_TIMEOUT,
+                             application_name=AUDIT_APPLICATION) as conn:
+            names = list(sandbox.SETTINGS)
+            values = conn.execute(f"SELECT current_user, {', '.join(['current_setting(%s)'] * len(names))}",
+                                  names).fetchone()
+            settings = {"user": values[0], **dict(zip(names, values[1:], strict=True))}
+            if settings["user"] != role.name:
+                return Audit(role, settings, [], f"the DSN for {role.name} logs in as {settings['user']}")
+            return Audit(role, settings, differences(conn, role), server=server_differences(conn))
+    except psycopg.OperationalError as error:
+        cause = " ".join(str(error).split())
+        return Audit(role, {}, [], f"{role.name} cannot log in: {cause}. {_login_advice(cause, role)}")
+
+
+def _login_advice(cause: str, role: Role) -> str:
+    lowered = cause.lower()
+    if "authentication failed" in lowered or "no password supplied" in lowered:
+        return (f"`ingest init` gives {role.name} a password (${role.password_env}, or one it generates and keeps "
+                "in the database), with which it logs in over TCP where the socket refuses it.")
+    if f'role "{role.name}" does not exist' in lowered:
+        return "Run `ingest init`, which creates it."
+    if "too many connections for role" in lowered:
+        return f"{role.name} may hold {role.connection_limit} connections at once: close some, or wait."
+    return advice(cause)
+
+
+def differences(conn: psycopg.Connection, role: Role) -> list[str]:
+    """How the role, and its privileges in this database, differ from the declaration."""
+    return role_differences(conn, role) + privilege_differences(conn, role)
+
+
+def role_differences(conn: psycopg.Connection, role: Role) -> list[str]:
+    """How the cluster-wide role differs: attributes, stored settings, memberships, what it owns anywhere."""
+    row = conn.execute("SELECT oid, rolconnlimit, " + ", ".join(column for _, column, _ in sandbox.ATTRIBUTES)
+                       + " FROM pg_roles WHERE rolname = %s", [role.name]).fetchone()
+    if row is None:
+        return ["the role does not exist"]
+    oid, limit, *attributes = row
+    found = [f"it has {keyword.removeprefix('NO') if value else 'NO' + keyword}"
+             for (keyword, _, wanted), value in zip(sandbox.ATTRIBUTES, attributes, strict=True) if value != wanted]
+    if limit != role.connection_limit:
+        found.append(f"its connection limit is {limit} (declared {role.connection_limit})")
+    return found + _stored_settings(conn, oid) + _memberships(conn, oid) + _owned(conn, oid)
+
+
+def _stored_settings(conn: psycopg.Connection, oid: int) -> list[str]:
+    rows = conn.execute("SELECT coalesce(d.datname, ''), s.setconfig FROM pg_db_role_setting s "
+                        "LEFT JOIN pg_database d ON d.oid = s.setdatabase WHERE s.setrole = %s", [oid]).fetchall()
+    found = [f"it stores {', '.join(config)} for database {database}" for database, config in rows if database]
+    role_wide = next((dict(entry.split("=", 1) for entry in config) for database, config in rows if not database), {})
+    for name in sorted(set(role_wide) | set(sandbox.SETTINGS)):
+        have, want = role_wide.get(name), sandbox.SETTINGS.get(name)
+        if have == want:
+            continue
+        if want is None:
+            found.append(f"it stores {name}={have}")
+        elif have is None:
+            found.append(f"it lacks {name}={want}")
+        else:
+            found.append(f"it stores {name}={have} (declared {want})")
+    return found
+
+
+def _memberships(conn: psycopg.Connection, oid: int) -> list[str]:
+    rows = conn.execute(
+        "SELECT m.member = %(oid)s, r.rolname FROM pg_auth_members m JOIN pg_roles r "
+        "ON r.oid = CASE WHEN m.member = %(oid)s THEN m.roleid ELSE m.member END "
+        "WHERE %(oid)s IN (m.member, m.roleid) ORDER BY 2", {"oid": oid}).fetchall()
+    return [f"it is a member of {name}" if member else f"{name} is a member of it" for member, name in rows]
+
+
+def _owned(conn: psycopg.Connection, oid: int) -> list[str]:
+    """What the role owns, in any database of the cluster (pg_shdepend is shared): large objects, default
+    privileges, anything a looser server let it create."""
+    rows = conn.execute(
+        "SELECT coalesce(d.datname, 'the cluster'), s.classid::regclass::text, count(*) FROM pg_shdepend s "
+        "LEFT JOIN pg_database d ON d.oid = s.dbid WHERE s.refobjid = %s AND s.deptype = 'o' "
+        "GROUP BY 1, 2 ORDER BY 1, 2", [oid]).fetchall()
+    return [f"it owns {count} {_OWNED_KINDS.get(kind, (kind, kind))[count > 1]} in database {database}"
+            for database, kind, count in rows]
+
+
+_OWNED_KINDS = {"pg_largeobject": ("large object", "large objects"),
+                "pg_default_acl": ("entry of default privileges", "entries of default privileges"),
+                "pg_class": ("relation", "relations"), "pg_namespace": ("schema", "schemas"),
+                "pg_proc": ("function", "functions"), "pg_type": ("type", "types")}
+
+
+def privilege_differences(conn: psycopg.Connection, role: Role) -> list[str]:
+    """What the role may do in this database beyond reading the reference tables, or may not read of them."""
+    found = [f"it may execute {closed.function.removeprefix('pg_catalog.')}" for closed in sandbox.CLOSED_FUNCTIONS
+             if conn.execute("SELECT to_regprocedure(%s) IS NOT NULL AND has_function_privilege(%s, %s, 'EXECUTE')",
+                             [closed.function, role.name, closed.function]).fetchone()[0]]
+    found += [f"it may use language {language}" for language in sandbox.CLOSED_LANGUAGES
+              if conn.execute("SELECT has_language_privilege(%s, %s, 'USAGE')", [role.name, language]).fetchone()[0]]
+    found += [f"it may create objects in schema {name}" for (name,) in conn.execute(
+        "SELECT nspname FROM pg_namespace WHERE has_schema_privilege(%s, oid, 'CREATE') ORDER BY 1", [role.name])]
+    database, create, temp, bookkeeping = conn.execute(
+        "SELECT current_database(), has_database_privilege(%(role)s, current_database(), 'CREATE'), "
+        "has_database_privilege(%(role)s, current_database(), 'TEMP'), "
+        "coalesce(has_schema_privilege(%(role)s, to_regnamespace(%(schema)s), 'USAGE'), false)",
+        {"role": role.name, "schema": schema.BOOKKEEPING_SCHEMA}).fetchone()
+    found += [f"it may create schemas and extensions in database {database}"] if create else []
+    found += [f"it may create temporary tables in database {database}"] if temp else []
+    found += [f"it may read schema {schema.BOOKKEEPING_SCHEMA}, where the passwords are kept"] if bookkeeping else []
+    unreadable = [table.fullname for table in schema.REFERENCE_TABLES
+                  if conn.execute("SELECT to_regclass(%s) IS NOT NULL AND NOT has_table_privilege(%s, %s, 'SELECT')",
+                                  [table.fullname, role.name, table.fullname]).fetchone()[0]]
+    return found + ([f"it may not read {', '.join(unreadable)}"] if unreadable else [])
+
+
+def server_differences(conn: psycopg.Connection) -> list[str]:
+    """The server settings the sandbox needs, where they differ (only the server's administrator can change
+    them: postgresql.conf, then a restart)."""
+    found = []
+    for name, (wanted, why) in sandbox.SERVER.items():
+        value = conn.execute("SELECT current_setting(%s)", [name]).fetchone()[0]
+        if value != wanted:
+            found.append(f"the server has {name} = {value}, where {why} (set it to {wanted} in postgresql.conf)")
+    return found

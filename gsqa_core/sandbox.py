@@ -1,0 +1,111 @@
+"""The sandbox that SQL we did not write runs in, declared once: the two login roles, what they get at login,
+and what the reference database closes to them. `ingest init` applies it (ingest/roles.py), every command's
+preflight and `reproduce check` audit a server against it (gsqa_core/roles.py), and docs/DESIGN.md ("The
+sandbox") is the threat model it implements.
+
+Two roles, so that neither can read the other's query text in pg_stat_activity (PostgreSQL shows it only to
+the same role, superusers and pg_read_all_stats): gold SQL runs as gsqa_reader, a model's SQL as gsqa_model.
+Both own nothing and may create nothing; what PostgreSQL 15 cannot forbid a login (its own `ALTER ROLE ...
+SET`, its own password, its own default privileges) is sent again at every login we make, audited, and
+repaired by `ingest init`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Role:
+    name: str
+    runs: str  # whose SQL, for messages and `reproduce check`
+    password_env: str  # the variable that gives its password (else the one `ingest init` keeps or generates)
+    connection_limit: int  # -1: none
+
+
+READER = Role("gsqa_reader", "gold SQL: reproduce verify, show, rebase; score's gold run", "GSQA_READER_PASSWORD", -1)
+# A bound on a model's connections keeps the server's other slots for gold runs and administrators.
+MODEL = Role("gsqa_model", "model SQL: reproduce score, reproduce.baseline.engine(), reproduce serve",
+             "GSQA_MODEL_PASSWORD", 50)
+ROLES = (READER, MODEL)
+
+# Role attributes: keyword for ALTER ROLE, the pg_roles column, its declared value. NOINHERIT: a membership
+# someone grants later gives no privileges without an explicit SET ROLE, which the roles' SQL cannot do.
+ATTRIBUTES = (
+    ("LOGIN", "rolcanlogin", True),
+    ("NOSUPERUSER", "rolsuper", False),
+    ("NOCREATEDB", "rolcreatedb", False),
+    ("NOCREATEROLE", "rolcreaterole", False),
+    ("NOREPLICATION", "rolreplication", False),
+    ("NOBYPASSRLS", "rolbypassrls", False),
+    ("NOINHERIT", "rolinherit", False),
+)
+
+# Stored on both roles (ALTER ROLE ... SET, as PostgreSQL spells them back in pg_db_role_setting) and, those a
+# session may change, sent again by every connection we open as them (libpq's `options`), which outranks what
+# the role stores: a role may always change its own stored settings.
+SETTINGS = {
+    "default_transaction_read_only": "on",  # a first wall only: SQL may switch it off; privileges hold
+    "statement_timeout": "120s",  # every run sets its own --timeout on top
+    "idle_in_transaction_session_timeout": "10min",  # an open transaction holds locks and the xmin horizon
+    "work_mem": "64MB",  # per sort or hash node
+    "temp_file_limit": "2GB",  # a bad join on 18 M roads cannot fill the disk; superusers only may change it
+    "search_path": "public",  # the benchmark's unqualified table and PostGIS function names
+    "extra_float_digits": "1",  # floats as the stored answers were read: shortest exact text
+}
+SUPERUSER_ONLY = frozenset({"temp_file_limit"})  # stored only: a login may not send it, nor change it
+
+
+def startup_options() -> str:
+    """libpq's `options`: the user-settable SETTINGS, which outrank the role's stored ones."""
+    return " ".join(f"-c {name}={value.replace(' ', chr(92) + ' ')}" for name, value in SETTINGS.items()
+                    if name not in SUPERUSER_ONLY)
+
+
+@dataclass(frozen=True)
+class Closed:
+    """A function (regprocedure signature) whose EXECUTE is revoked from PUBLIC in the reference database."""
+
+    function: str
+    why: str
+
+
+_LARGE_OBJECT = "creates a large object, which outlives the session"
+_LARGE_OBJECT_CHANGE = "changes or deletes a large object"
+_ADVISORY = "takes a session-level advisory lock, held across calls until the session ends"
+_SIGNAL = "signals backends of the same role: one question could end another"
+CLOSED_FUNCTIONS = (
+    Closed("pg_catalog.lo_create(oid)", _LARGE_OBJECT),
+    Closed("pg_catalog.lo_creat(integer)", _LARGE_OBJECT),
+    Closed("pg_catalog.lo_from_bytea(oid, bytea)", _LARGE_OBJECT),
+    Closed("pg_catalog.lo_import(text)", _LARGE_OBJECT),
+    Closed("pg_catalog.lo_import(text, oid)", _LARGE_OBJECT),
+    Closed("pg_catalog.lowrite(integer, bytea)", _LARGE_OBJECT_CHANGE),
+    Closed("pg_catalog.lo_put(oid, bigint, bytea)", _LARGE_OBJECT_CHANGE),
+    Closed("pg_catalog.lo_truncate(integer, integer)", _LARGE_OBJECT_CHANGE),
+    Closed("pg_catalog.lo_truncate64(integer, bigint)", _LARGE_OBJECT_CHANGE),
+    Closed("pg_catalog.lo_unlink(oid)", _LARGE_OBJECT_CHANGE),
+    Closed("pg_catalog.pg_advisory_lock(bigint)", _ADVISORY),
+    Closed("pg_catalog.pg_advisory_lock(integer, integer)", _ADVISORY),
+    Closed("pg_catalog.pg_advisory_lock_shared(bigint)", _ADVISORY),
+    Closed("pg_catalog.pg_advisory_lock_shared(integer, integer)", _ADVISORY),
+    Closed("pg_catalog.pg_try_advisory_lock(bigint)", _ADVISORY),
+    Closed("pg_catalog.pg_try_advisory_lock(integer, integer)", _ADVISORY),
+    Closed("pg_catalog.pg_try_advisory_lock_shared(bigint)", _ADVISORY),
+    Closed("pg_catalog.pg_try_advisory_lock_shared(integer, integer)", _ADVISORY),
+    Closed("pg_catalog.pg_notify(text, text)", "sends a notification to every listening session"),
+    Closed("pg_catalog.pg_logical_emit_message(boolean, text, text)", "writes to the server's WAL"),
+    Closed("pg_catalog.pg_logical_emit_message(boolean, text, bytea)", "writes to the server's WAL"),
+    Closed("pg_catalog.pg_cancel_backend(integer)", _SIGNAL),
+    Closed("pg_catalog.pg_terminate_backend(integer, bigint)", _SIGNAL),
+)
+# USAGE revoked from PUBLIC: DO blocks, whose loops can catch a cancel (functions already defined in the
+# language still run: calling one needs no USAGE).
+CLOSED_LANGUAGES = {"plpgsql": "runs DO blocks, which can catch a cancel and loop on"}
+
+# Server settings the sandbox needs; only the server's administrator can change them (postgresql.conf).
+SERVER = {
+    "max_prepared_transactions": ("0", "PREPARE TRANSACTION would leave a transaction, with its locks, behind "
+                                       "the session"),
+    "lo_compat_privileges": ("off", "any role may write or delete any large object"),
+}

@@ -1,0 +1,185 @@
+"""`ingest init`'s part of the sandbox (gsqa_core/sandbox.py): the two login roles created, or repaired where
+they differ from the declaration, their passwords, and their privileges in this database, all in the caller's
+transaction. Returns what it changed in a role that was there before, so that init can say so; a second run
+changes nothing.
+
+A role may always change its own stored settings, its password and its default privileges (PostgreSQL 15):
+those are what a repair usually restores. What a role owns in another database of the cluster is named, not
+dropped: that database is not ours.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import secrets
+import unicodedata
+
+import psycopg
+from psycopg import sql
+
+from gsqa_core import sandbox, schema
+from gsqa_core.db import identifier
+from gsqa_core.roles import differences, privilege_differences, role_differences
+from gsqa_core.sandbox import Role
+
+
+def apply(conn: psycopg.Connection, database_was_ours: bool) -> tuple[list[str], list[str]]:
+    """Create or repair both roles, then grant and close as declared in this database. (repaired, left): what
+    differed before and no longer does, for roles that existed (and for this database's privileges when it
+    held our schema before: `database_was_ours`), and what differs still, which init cannot repair."""
+    _move_legacy_password(conn)
+    before = {role.name: _existing_differences(conn, role, database_was_ours) for role in sandbox.ROLES}
+    passwords = {}
+    for role in sandbox.ROLES:
+        _create_or_align(conn, role)
+        _restore_settings(conn, role)
+        _revoke_memberships(conn, role)
+        _drop_owned_here(conn, role)
+        passwords[role.name] = _set_password(conn, role, existed=before[role.name] is not None)
+    _close(conn)
+    for role in sandbox.ROLES:
+        _grant(conn, role)
+    repaired, left = [], []
+    for role in sandbox.ROLES:
+        after = differences(conn, role)
+        fixed = [found for found in before[role.name] or [] if found not in after] + passwords[role.name]
+        repaired += [f"{role.name}: {found}" for found in fixed]
+        left += [f"{role.name}: {found}" for found in after]
+    return repaired, left
+
+
+def _existing_differences(conn: psycopg.Connection, role: Role, database_was_ours: bool) -> list[str] | None:
+    """The role's differences before the repair; None for a role to be created. A database init has not been
+    run on yet has none of our grants, which is not a difference to report."""
+    if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role.name]).fetchone():
+        return None
+    return role_differences(conn, role) + (privilege_differences(conn, role) if database_was_ours else [])
+
+
+def _create_or_align(conn: psycopg.Connection, role: Role) -> None:
+    name = sql.Identifier(role.name)
+    row = conn.execute("SELECT rolconnlimit, " + ", ".join(column for _, column, _ in sandbox.ATTRIBUTES)
+                       + " FROM pg_roles WHERE rolname = %s", [role.name]).fetchone()
+    if row is None:
+        try:
+            with conn.transaction():  # a savepoint: another session may create the cluster-wide role first
+                conn.execute(sql.SQL("CREATE ROLE {}").format(name))
+        except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
+            pass
+    elif list(row) == [role.connection_limit, *(wanted for _, _, wanted in sandbox.ATTRIBUTES)]:
+        return
+    keywords = " ".join(keyword for keyword, _, _ in sandbox.ATTRIBUTES)
+    conn.execute(sql.SQL("ALTER ROLE {} " + keywords + " CONNECTION LIMIT {}").format(
+        name, sql.Literal(role.connection_limit)))
+
+
+def _restore_settings(conn: psycopg.Connection, role: Role) -> None:
+    """The role's stored settings exactly as declared: anything else it stored (role-wide or for one database)
+    is reset first."""
+    rows = conn.execute("SELECT coalesce(d.datname, ''), s.setconfig FROM pg_db_role_setting s "
+                        "LEFT JOIN pg_database d ON d.oid = s.setdatabase "
+                        "WHERE s.setrole = (SELECT oid FROM pg_roles WHERE rolname = %s)", [role.name]).fetchall()
+    declared = sorted(f"{name}={value}" for name, value in sandbox.SETTINGS.items())
+    if [(database, sorted(config)) for database, config in rows] == [("", declared)]:
+        return
+    name = sql.Identifier(role.name)
+    conn.execute(sql.SQL("ALTER ROLE {} RESET ALL").format(name))
+    for database, _ in rows:
+        if database:
+            conn.execute(sql.SQL("ALTER ROLE {} IN DATABASE {} RESET ALL").format(name, sql.Identifier(database)))
+    for setting, value in sandbox.SETTINGS.items():
+        conn.execute(sql.SQL("ALTER ROLE {} SET {} = {}").format(name, sql.Identifier(setting), sql.Literal(value)))
+
+
+def _revoke_memberships(conn: psycopg.Connection, role: Role) -> None:
+    rows = conn.execute("SELECT r.rolname, m.rolname FROM pg_auth_members a JOIN pg_roles r ON r.oid = a.roleid "
+                        "JOIN pg_roles m ON m.oid = a.member WHERE %s IN (r.rolname, m.rolname)", [role.name])
+    for granted, member in rows.fetchall():
+        conn.execute(sql.SQL("REVOKE {} FROM {}").format(sql.Identifier(granted), sql.Identifier(member)))
+
+
+def _drop_owned_here(conn: psycopg.Connection, role: Role) -> None:
+    """Whatever the role owns in this database (a large object, default privileges it gave itself): dropped.
+    DROP OWNED also revokes what was granted to the role here; _grant gives that back."""
+    owns = conn.execute("SELECT 1 FROM pg_shdepend WHERE deptype = 'o' AND refobjid = "
+                        "(SELECT oid FROM pg_roles WHERE rolname = %s) AND dbid = "
+                        "(SELECT oid FROM pg_database WHERE datname = current_database())", [role.name]).fetchone()
+    if owns:
+        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role.name)))
+
+
+def _set_password(conn: psycopg.Connection, role: Role, existed: bool) -> list[str]:
+    """The role's password: its variable, else the one this database keeps, else a new one; set on the role
+    where it does not match (a role may change its own) and kept in gsqa.role_login. The role is the cluster's:
+    init on another database without the variable gives it that database's. Returns the change to report."""
+    table = identifier(schema.role_login.fullname)
+    kept = conn.execute(sql.SQL("SELECT password FROM {} WHERE role = %s").format(table), [role.name]).fetchone()
+    password = os.environ.get(role.password_env) or (kept[0] if kept else secrets.token_urlsafe(18))
+    if kept is None or kept[0] != password:
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (%s, %s) ON CONFLICT (role) DO UPDATE SET password = "
+                             "excluded.password").format(table), [role.name, password])
+    if _password_is(conn, role, password):
+        return []
+    conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(sql.Identifier(role.name), sql.Literal(password)))
+    # A new password the administrator gave ($GSQA_..._PASSWORD) is their change, not a repair to report.
+    return ["its password differed from the one kept for it"] if existed and kept and kept[0] == password else []
+
+
+def _password_is(conn: psycopg.Connection, role: Role, password: str) -> bool:
+    """Whether the role's stored verifier matches `password` (False where this login may not read it)."""
+    if not conn.execute("SELECT has_table_privilege('pg_catalog.pg_authid', 'SELECT')").fetchone()[0]:
+        return False
+    stored = conn.execute("SELECT rolpassword FROM pg_authid WHERE rolname = %s", [role.name]).fetchone()[0] or ""
+    if stored.startswith("md5"):
+        return hmac.compare_digest(stored, "md5" + hashlib.md5((password + role.name).encode()).hexdigest())
+    if not stored.startswith("SCRAM-SHA-256$"):
+        return False
+    iterations_salt, keys = stored.removeprefix("SCRAM-SHA-256$").split("$")
+    iterations, salt = iterations_salt.split(":")
+    salted = hashlib.pbkdf2_hmac("sha256", unicodedata.normalize("NFKC", password).encode(),
+                                 base64.b64decode(salt), int(iterations))
+    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+    stored_key = base64.b64encode(hashlib.sha256(client_key).digest()).decode()
+    return hmac.compare_digest(stored_key, keys.split(":")[0])
+
+
+def _move_legacy_password(conn: psycopg.Connection) -> None:
+    """A database an older init made keeps the reader's password in gsqa.reader_login: moved to role_login."""
+    if conn.execute("SELECT to_regclass(%s)", [schema.LEGACY_READER_LOGIN]).fetchone()[0] is None:
+        return
+    legacy = identifier(schema.LEGACY_READER_LOGIN)
+    conn.execute(sql.SQL("INSERT INTO {} SELECT %s, password FROM {} LIMIT 1 ON CONFLICT (role) DO NOTHING").format(
+        identifier(schema.role_login.fullname), legacy), [sandbox.READER.name])
+    conn.execute(sql.SQL("DROP TABLE {}").format(legacy))
+
+
+def _close(conn: psycopg.Connection) -> None:
+    """What no sandbox role may do in this database, closed for PUBLIC (privileges granted to PUBLIC cannot be
+    revoked from one role) and for the roles themselves: CREATE in any schema, TEMP, the declared functions
+    and languages. The owner and superusers keep them."""
+    everyone = sql.SQL(", ").join([sql.SQL("PUBLIC"), *(sql.Identifier(role.name) for role in sandbox.ROLES)])
+    database = sql.Identifier(conn.info.dbname)
+    conn.execute(sql.SQL("REVOKE CREATE, TEMPORARY ON DATABASE {} FROM {}").format(database, everyone))
+    open_schemas = conn.execute("SELECT nspname FROM pg_namespace WHERE " + " OR ".join(
+        ["has_schema_privilege(%s, oid, 'CREATE')"] * len(sandbox.ROLES)), [role.name for role in sandbox.ROLES])
+    for (name,) in open_schemas.fetchall():
+        conn.execute(sql.SQL("REVOKE CREATE ON SCHEMA {} FROM {}").format(sql.Identifier(name), everyone))
+    for closed in sandbox.CLOSED_FUNCTIONS:
+        if conn.execute("SELECT to_regprocedure(%s)", [closed.function]).fetchone()[0]:
+            conn.execute(sql.SQL("REVOKE EXECUTE ON FUNCTION " + closed.function + " FROM {}").format(everyone))
+    for language in sandbox.CLOSED_LANGUAGES:
+        conn.execute(sql.SQL("REVOKE USAGE ON LANGUAGE {} FROM {}").format(sql.Identifier(language), everyone))
+
+
+def _grant(conn: psycopg.Connection, role: Role) -> None:
+    """Read the reference tables and what PostGIS functions read (spatial_ref_sys, raster_columns, ...),
+    including tables later stages create (or re-create with --replace); nothing of our bookkeeping."""
+    name, database = sql.Identifier(role.name), sql.Identifier(conn.info.dbname)
+    conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(database, name))
+    conn.execute(sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(name))
+    conn.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA public TO {}").format(name))
+    conn.execute(sql.SQL("ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO {}").format(name))
+    conn.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM {}").format(sql.Identifier(schema.BOOKKEEPING_SCHEMA), name))

@@ -1,0 +1,144 @@
+"""Hostile SQL through every door we give a model, against the real server: `reproduce.baseline.engine()` in a
+transaction and in autocommit, `reproduce score`'s SQL predictions, and a raw psycopg connection as each
+sandbox role. At our doors each statement is refused in one line beginning "refused: "; on the raw connection,
+after switching read-only mode off, the server refuses it by privilege; through every door nothing outlives
+the statement: no role, setting, object, lock, comment, prepared transaction or backend
+(sandbox_helpers.leftovers). What a login can always do to itself in PostgreSQL 15 (ALTER ROLE on itself,
+its default privileges) is tests/test_roles.py's: named by the audit, restored by `ingest init`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psycopg
+import pytest
+import sqlalchemy
+from demo_helpers import build_demo
+from sandbox_helpers import leftovers
+from sqlalchemy import text
+
+from gsqa_core.roles import login_dsn
+from gsqa_core.sandbox import ROLES
+from reproduce import configs, dataset
+from reproduce.baseline import Refused, engine
+from reproduce.score import ScoreRequest, score
+
+HOSTILE = {
+    "large object": "SELECT lo_from_bytea(0, '\\x00'::bytea)",
+    "large object by number": "SELECT lo_create(0)",
+    "large object from a server file": "SELECT lo_import('/etc/hostname')",
+    "large object written": "SELECT lo_put(1, 0, '\\x00'::bytea)",
+    "session advisory lock": "SELECT pg_advisory_lock(42)",
+    "notification": "SELECT pg_notify('gsqa', 'x')",
+    "WAL message": "SELECT pg_logical_emit_message(false, 'gsqa', 'x')",
+    "temporary table": "CREATE TEMP TABLE scratch (x int)",
+    "temporary table from a query": "SELECT 1 AS x INTO TEMP scratch",
+    "table": "CREATE TABLE public.intruder (x int)",
+    "schema": "CREATE SCHEMA intruder",
+    "extension": "CREATE EXTENSION pgcrypto",
+    "sequence": "SELECT nextval('pois_id_seq')",
+    "comment": "COMMENT ON TABLE pois IS 'mine'",
+    "role comment": "COMMENT ON ROLE gsqa_model IS 'mine'",
+    "membership": "GRANT gsqa_model TO gsqa_reader",
+    "prepared transaction": "PREPARE TRANSACTION 'gsqa'",
+    "procedural block": "DO $$ BEGIN PERFORM 1; END $$",
+    "write": "DELETE FROM pois",
+    "write in a query": "WITH gone AS (DELETE FROM pois RETURNING 1) SELECT count(*) FROM gone",
+    "server file": "SELECT pg_read_file('/etc/hostname')",
+    "kept passwords": "SELECT password FROM gsqa.role_login",
+    "other backends": "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid()",
+    "a role that sees every query": "SET ROLE pg_read_all_stats",
+    "another session user": "SET SESSION AUTHORIZATION postgres",
+}
+READ_WRITE = "SELECT set_config('default_transaction_read_only', 'off', false)"  # a query: the gate lets it by
+
+
+@pytest.fixture(scope="module")
+def demo(scratch_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    folder = tmp_path_factory.mktemp("demo")
+    build_demo(scratch_dsn, folder)
+    return scratch_dsn, folder / "benchmark"
+
+
+@pytest.fixture
+def before(demo: tuple[str, Path]) -> dict:
+    return leftovers(demo[0])
+
+
+def assert_one_refusal(line: str) -> None:
+    assert line.startswith("refused: ") and "\n" not in line, line
+
+
+@pytest.mark.parametrize("isolation", ["transaction", "AUTOCOMMIT"])
+@pytest.mark.parametrize("name", HOSTILE)
+def test_engine_refuses_in_one_line_and_nothing_stays(demo: tuple[str, Path], before: dict, name: str,
+                                                      isolation: str) -> None:
+    made = engine(demo[0], timeout=5)
+    if isolation != "transaction":
+        made = made.execution_options(isolation_level=isolation)
+    try:
+        with made.connect() as conn:
+            conn.execute(text(READ_WRITE))
+            conn.commit()
+            with pytest.raises(Refused) as refused:
+                conn.execute(text(HOSTILE[name]))
+    finally:
+        made.dispose()
+    assert_one_refusal(str(refused.value))
+    assert leftovers(demo[0]) == before
+
+
+def test_score_refuses_every_prediction_in_one_line_and_nothing_stays(demo: tuple[str, Path], before: dict,
+                                                                      tmp_path: Path) -> None:
+    ids = [record.id for record in dataset.load(demo[1], [configs.template("V5")]).records][:len(HOSTILE) + 1]
+    statements = [*HOSTILE.values(), "SELECT current_user AS poi_name"]
+    predictions = tmp_path / "hostile.jsonl"
+    predictions.write_text("".join(json.dumps({"id": question, "sql": statement}) + "\n"
+                                   for question, statement in zip(ids, statements, strict=True)))
+    scored = score(ScoreRequest([predictions], config="vector", templates=["V5"], ids=ids, data=demo[1],
+                                dsn=demo[0], timeout=5, progress=False))
+    by_id = {result.id: result for result in scored.results}
+    for question in ids[:-1]:
+        assert by_id[question].status == "sql_error"
+        assert_one_refusal(by_id[question].detail["error"])
+    assert by_id[ids[-1]].detail["rows"] == [{"poi_name": "gsqa_model"}]  # models' SQL runs as the model role
+    assert leftovers(demo[0]) == before
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda role: role.name)
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_raw_connection_as_a_role_is_refused_by_the_server_and_nothing_stays(demo: tuple[str, Path], before: dict,
+                                                                               name: str, role) -> None:
+    with psycopg.connect(login_dsn(demo[0], role)) as conn:
+        conn.execute("SET default_transaction_read_only = off")
+        conn.commit()
+        with pytest.raises(psycopg.Error) as refused:
+            conn.execute(HOSTILE[name])
+        conn.rollback()
+    assert refused.value.sqlstate in ("42501", "55000", "0A000"), (refused.value.sqlstate, str(refused.value))
+    assert leftovers(demo[0]) == before
+
+
+def test_out_of_database_rasters_and_gdal_drivers_stay_off_whatever_a_session_sets(demo: tuple[str, Path]) -> None:
+    """Set before PostGIS's raster library is loaded, the two settings are placeholders any session may set;
+    loading the library refuses them to a role that is not a superuser, so no raster can read a server file."""
+    with psycopg.connect(login_dsn(demo[0], ROLES[1]), autocommit=True) as conn:
+        conn.execute("SET postgis.enable_outdb_rasters = true")
+        conn.execute("SET postgis.gdal_enabled_drivers = 'ENABLE_ALL'")
+        conn.execute("SELECT ST_Width(ST_MakeEmptyRaster(1, 1, 0, 0, 1))")
+        assert conn.execute("SELECT current_setting('postgis.enable_outdb_rasters'), "
+                            "current_setting('postgis.gdal_enabled_drivers')").fetchone() == ("off", "DISABLE_ALL")
+
+
+def test_the_engine_lets_savepoints_of_a_nested_transaction_through(demo: tuple[str, Path]) -> None:
+    made = engine(demo[0], timeout=5)
+    try:
+        with made.connect() as conn, conn.begin():
+            with conn.begin_nested():
+                assert conn.execute(text("SELECT count(*) FROM pois")).scalar() > 0
+            with pytest.raises(sqlalchemy.exc.ProgrammingError), conn.begin_nested():
+                conn.execute(text("SELECT no_such_column FROM pois"))
+            assert conn.execute(text("SELECT 1")).scalar() == 1  # the rollback to the savepoint kept the transaction
+    finally:
+        made.dispose()
