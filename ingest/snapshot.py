@@ -17,7 +17,7 @@ again), then moves each file into data/ (cutting the large ones), hashes the par
 last: a folder with a manifest is complete. Restore checks every part's size and sha256 against the manifest
 before it touches the database, then runs `pg_restore -j` on the parts where they are (hard-linked into a
 scratch dump directory; a cut table's data goes in by COPY from its parts, so no file is written out whole
-again), makes the DEM's raster constraints as the DEM stage does, re-applies `ingest init` (the reader role
+again), makes the DEM's raster constraints as the DEM stage does, re-applies `ingest init` (the sandbox roles
 and grants, which are cluster-wide and not in a dump), runs VACUUM ANALYZE (a dump holds no statistics) and
 `ingest check`. While it runs, the database's comment says which snapshot is being restored, so that a rerun
 after kill -9 knows the tables it finds are its own and starts them over; when it is done, the comment names
@@ -487,7 +487,7 @@ def _restore_dump(report: RestoreReport, folder: Path, manifest: dict[str, Any],
         _create_extensions(conn, folder, manifest["parts"])
         _pg_restore(folder, manifest["parts"], dsn, jobs)
         _respell_raster_constraints(conn)
-        initdb.initialize(dsn)  # the reader role (cluster-wide, not in a dump) and its grants
+        initdb.initialize(dsn)  # the sandbox roles (cluster-wide, not in a dump) and their grants
         run_tool(["vacuumdb", "--analyze", f"--jobs={jobs}", *_dbname(dsn)], "vacuumdb")
         _set_restored(conn, report, manifest)
     report.checks = check.run_checks(dsn)

@@ -154,11 +154,12 @@ def verify(
 
     Before the first question: the data must load, the report files must be writable, PostGIS must be >= 3.2,
     the tables the selected SQL reads must exist and hold rows (else the templates that read them are named,
-    with the command line that runs the others), and the reader must log in. Each question runs as one
-    statement in its own read-only transaction with SET LOCAL statement_timeout, rows capped (--max-rows;
+    with the command line that runs the others), and gsqa_reader must log in and be as declared. Each question
+    runs as gsqa_reader, as one query (anything else is refused in one line without running) in its own
+    read-only transaction with SET LOCAL statement_timeout, rows capped (--max-rows;
     64 MB of values, 64 MB for one value: past either it is an error saying how much was read), and is
     rolled back, the session reset; a watchdog cancels a question on the server 2 s past its timeout and
-    ends its backend 2 s later if the SQL caught the cancel (docs/DESIGN.md, "The read-only role").
+    ends its backend 2 s later if the SQL caught the cancel (docs/SANDBOX.md).
 
     Prints a table per config and template (questions, pass %, exact %, paper %, counts per status,
     seconds), the first failing questions with their evidence and the skipped ones grouped by template and
@@ -427,7 +428,7 @@ def schema_description(
     geometry types present, their SRID and the extent (every geometry is read once); for public.dem_us the
     tile size, pixel size, band type, nodata, extent and tile count (of the reference's 265,950 when the
     last `ingest all` loaded the published tile list); and the limits gsqa_reader runs under. What is
-    not ready (tables missing or empty, stages of `ingest all` that did not finish, the reader login) is
+    not ready (tables missing or empty, stages of `ingest all` that did not finish, the model role's login) is
     listed last. The table being read goes to stderr. To run a baseline on the database, see
     reproduce.baseline (an SQLAlchemy engine as gsqa_reader).
 

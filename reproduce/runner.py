@@ -110,7 +110,7 @@ def _json_value(value: Any) -> Any:
 
 
 class Session:
-    """One worker connection as the reader role; `admin` (a DSN that may end the reader's backends) is used
+    """One worker connection as a sandbox role; `admin` (a DSN that may end the role's backends) is used
     only to end a question that catches the cancel."""
 
     def __init__(self, dsn: str, timeout: float, admin: str | None = None, max_rows: int = MAX_ROWS,
@@ -128,7 +128,7 @@ class Session:
             return psycopg.connect(self.dsn, application_name="gsqa-reproduce", prepare_threshold=None,
                                    connect_timeout=10)
         except psycopg.OperationalError as error:
-            raise ServerLost(f"the reader role cannot connect: {' '.join(str(error).split())}") from None
+            raise ServerLost(f"the sandbox role cannot connect: {' '.join(str(error).split())}") from None
 
     def run_first(self, statements: Sequence[str]) -> Outcome:
         """Run the statements in order, each as `run` runs one, until one does not fail with an error: a
