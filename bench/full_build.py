@@ -27,13 +27,15 @@ page cache first where they fit in half the memory, so neither side pays the fir
            analyze: ANALYZE
 printing per stage and in total: wall, client CPU (the command's process tree), server CPU (every postgres
 process of the machine), peak client memory (largest process RSS, process tree PSS), peak disk (sources,
-database, the server's WAL directory, and their sum; sampled every second), and the ratio anchors / ingest.
+database, the server's WAL directory, and their sum; sampled every second), and the wall ratios anchors / ingest
+for the DEM, for the vector tables with their indexes and ANALYZE, and in total.
 Then `reproduce verify --config all` on the ingest database with the repository's benchmark records
 (--benchmark-data): answers cannot match synthetic data, the point is the time per template (median, max)
 and the 10 slowest questions.
 --project S1,S2 runs both scales (verify at the larger only) and carries each stage's wall time and each
 side's peak disk to scale 1.0 by the power law through the two points (bench/measure.py, power_law), so the
-growth of index builds is measured, not assumed; start-up costs flatten small scales, so use scales whose
+growth of index builds is measured, not assumed: the exponent is printed (above 1, a stage grows faster than
+its input, as GiST builds that outgrow memory do); start-up costs flatten small scales, so use scales whose
 stages take tens of seconds. The WAL's peak is bounded by the server's max_wal_size and checkpoints, so its
 projection holds only below that bound; the WAL directory is the whole server's (other databases' writes
 count). The machine's load is not controlled: note it with the figures.

@@ -15,7 +15,12 @@ not the authors' arithmetic are listed, with their reasons, in docs/BENCHMARK-FO
 scoring is not the authors' arithmetic").
 The best pair of a one-component template (all the templates with large answers) is found through an index on
 that component (the stored names sharing a token, the nearest values, the nearest points), exactly and in time
-proportional to the rows rather than to their product; several components are tried pair by pair.
+proportional to the rows rather than to their product (a test compares it with trying every pair on every
+multi-row real record, perturbed); several components are tried pair by pair. Trying every pair would take
+minutes per run of 3,300 questions, where `reproduce score` judges 4 such runs (65 MB of answers) in about 4 s
+of CPU (`bench/reproduce.py --predictions`). There each answer is judged as it is read and only its verdict
+kept (holding the 4 runs' answers would take more than 800 MB), and twins are taken out once per side for both
+verdicts (compare.Distinct), the stored side once per question however many runs predict it.
 """
 
 from __future__ import annotations

@@ -7,6 +7,29 @@ run when there is one (--baseline's report or the --resume file): its own time, 
 template's, else the median of all. With no earlier run, the estimate is the size of what its SQL reads:
 the planner's row counts of the reference tables it names, a crude proxy that puts the 18 M roads and the
 266 k DEM tiles ahead of the small tables.
+
+What it gains, by list scheduling (each question to the first free worker) of 3,300 synthetic durations
+(`bench/reproduce.py --replicas`: `synthetic_durations`, 33 templates of 100 questions, 21 light with a median
+of 0.3 s, 8 medium of 5 s, 4 heavy of 60 s, lognormal within a template, capped at the 120 s timeout, 33,266 s
+in all; `--durations run.json` takes a recorded run instead):
+
+    servers x workers   file order   heavy templates last   longest first   lower bound (total / workers)
+    1 x 2               16,633 s     16,661 s               16,633 s        16,633 s
+    2 x 2                8,345 s      8,364 s                8,317 s         8,317 s
+    1 x 8                4,220 s      4,211 s                4,158 s         4,158 s
+    2 x 8                2,146 s      2,138 s                2,079 s         2,079 s
+    4 x 8                1,102 s      1,098 s                1,040 s         1,040 s
+
+The wall is the total work over the workers until the longest single question matters: 4 servers of 8 workers
+(one per core) take about 17 min where one 2-core server takes 4.6 h. Longest first reaches the lower bound;
+file order ends up to about 60 s late (the last heavy question starting just before the others finish), and
+the more workers, the more that matters: once a question's 120 s is no longer small against total / workers,
+file order can leave all but one worker idle at the end.
+
+The workers of several servers (`--replica`) take from one queue. On one 2-core machine a primary and its hot
+standby run sleep-bound questions (`pg_sleep(0.25)`, standing for questions that wait on their own server's
+disk or cores) 1.87x as fast as the primary alone and CPU-bound ones no faster, both servers sharing the cores
+(`bench/reproduce.py --replicas`); on separate servers CPU-bound questions behave like the sleep-bound ones.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 // The native PBF reader of a direct load (ingest/osm/pbf_native.py; --export-geojson reads with pyosmium):
-// libosmium reads one extract for one reader process and hands over binary COPY rows, in a seventh of the
-// pyosmium reader's CPU (docs/PERFORMANCE.md). It gives the same batches, counts, skip lists and report as the
+// libosmium reads one extract for one reader process and hands over binary COPY rows, in a third to a ninth of
+// the pyosmium reader's CPU (ingest/osm/pbf_native.py has the figures). It gives the same batches, counts, skip lists and report as the
 // pyosmium reader (ingest/osm/pbf_pyosmium.py), byte for byte (tests/test_osm_pbf.py compares them):
 // - the rules come from Python as data, declared once in ingest/osm/rules.py: the osmx classification (which
 //   node, way or area gives a feature of which layer, with which shape: Classification) and loader 1's rules

@@ -1,6 +1,10 @@
 """The reader processes of a direct load and their progress bar: two processes, forked before the loader opens
 any connection, each reading its ReadPlan with the native reader (or, where it is not built, with pyosmium)
-and handing each source's batches to the loader's writers through a bounded queue per kind and layer."""
+and handing each source's batches to the loader's writers through a bounded queue per kind and layer.
+
+Their memory is mostly node locations: each reader that needs them keeps its own index in memory, 16 bytes per
+node, up to 1 GiB of input (pbf_plans.py), then one sparse file on disk. On bench/osm_pbf.py's inputs (up to
+11.3 M objects) the largest process stays at 50-315 MB RSS."""
 
 from __future__ import annotations
 
