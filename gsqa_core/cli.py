@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import logging
 import re
+import string
 import sys
-from typing import Annotated
+from collections.abc import Callable, Iterator
+from typing import Annotated, TypeVar
 
+import psycopg
 import typer
 import typer.core
 
-from gsqa_core.errors import EXIT_INTERRUPTED, EXIT_NOT_STARTED
+from gsqa_core.db import DSN_HELP
+from gsqa_core.errors import EXIT_INTERRUPTED, EXIT_NOT_STARTED, EXIT_SOME_FAILED, GsqaError, connection_lost
 
 # typer carries its own copy of click and exports only BadParameter by name; its base is click's UsageError.
 UsageError = typer.BadParameter.__mro__[1]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
+DsnOption = Annotated[str | None, typer.Option("--dsn", metavar="DSN", help=DSN_HELP, show_default=False)]
+F = TypeVar("F", bound=Callable)
 
 
 def command_group(name: str, help_text: str, order: tuple[str, ...] = ()) -> typer.Typer:
@@ -37,6 +44,44 @@ def command_group(name: str, help_text: str, order: tuple[str, ...] = ()) -> typ
         rich_markup_mode=None,
         pretty_exceptions_show_locals=False,
     )
+
+
+@contextlib.contextmanager
+def reported_as_exit_code() -> Iterator[None]:
+    """Turn a GsqaError raised by library code into `error: ...` on stderr and its exit code."""
+    try:
+        yield
+    except GsqaError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise typer.Exit(error.exit_code) from None
+    except psycopg.OperationalError as error:
+        if not connection_lost(error):
+            raise
+        cause = " ".join(str(error).split("\n")[0].split())
+        print(f"error: lost the connection to the database ({cause}): what was committed before stays; "
+              "once the server is back, run the same command again to resume", file=sys.stderr)
+        raise typer.Exit(EXIT_SOME_FAILED) from None
+
+
+@contextlib.contextmanager
+def interrupted_as_130(what_was_kept: str) -> Iterator[None]:
+    """Ctrl-C inside: say what happened to the work in flight and what was kept, then exit 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        print(f"interrupted: {what_was_kept}", file=sys.stderr)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+def manual(**values: str) -> Callable[[F], F]:
+    """Fill ${name} in a command's docstring (its manual) from the declarations it states, such as the
+    tolerances or the minimum PostGIS, so that the manual cannot drift from them."""
+
+    def fill(command: F) -> F:
+        command.__doc__ = string.Template(command.__doc__ or "").safe_substitute(values)
+        return command
+
+    return fill
 
 
 def run(app: typer.Typer) -> None:

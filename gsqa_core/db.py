@@ -12,10 +12,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from typing import Annotated, Any
+from typing import Any
 
 import psycopg
-import typer
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -29,7 +28,6 @@ DSN_HELP = (
     "Defaults to $DATABASE_URL, then to libpq's PGHOST/PGPORT/PGDATABASE/PGUSER/PGPASSWORD, then to the "
     f"database of `make db` ({MAKE_DB_DSN})."
 )
-DsnOption = Annotated[str | None, typer.Option("--dsn", metavar="DSN", help=DSN_HELP, show_default=False)]
 
 
 def resolve_dsn(dsn: str | None = None) -> str:

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import sys
-from collections.abc import Iterator
-
 import psycopg
-import typer
 
 EXIT_OK = 0
 EXIT_SOME_FAILED = 1  # the run went through, but some inputs failed or answers differ
@@ -27,23 +22,6 @@ class DatabaseUnreachable(GsqaError):
 
 class SchemaConflict(GsqaError):
     """A table exists but does not have the reference columns."""
-
-
-@contextlib.contextmanager
-def reported_as_exit_code() -> Iterator[None]:
-    """Turn a GsqaError raised by library code into `error: ...` on stderr and its exit code."""
-    try:
-        yield
-    except GsqaError as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise typer.Exit(error.exit_code) from None
-    except psycopg.OperationalError as error:
-        if not connection_lost(error):
-            raise
-        cause = " ".join(str(error).split("\n")[0].split())
-        print(f"error: lost the connection to the database ({cause}): what was committed before stays; "
-              "once the server is back, run the same command again to resume", file=sys.stderr)
-        raise typer.Exit(EXIT_SOME_FAILED) from None
 
 
 def connection_lost(error: psycopg.Error) -> bool:

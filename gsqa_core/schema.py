@@ -21,6 +21,7 @@ from gsqa_core.errors import SchemaConflict
 TOAST_COMPRESSIONS = ("lz4", "pglz")
 BOOKKEEPING_SCHEMA = "gsqa"
 MIN_POSTGIS = (3, 2)  # the benchmark SQL needs ST_DumpSegments
+MIN_POSTGIS_TEXT = ".".join(map(str, MIN_POSTGIS))
 # The published DEM (docs/REFERENCE-DB.md): dem/tile_list.txt names 1,182 ASTER files.
 REFERENCE_DEM_FILES = 1_182
 REFERENCE_DEM_TILES = REFERENCE_DEM_FILES * TILES_PER_FILE

@@ -15,9 +15,8 @@ import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from gsqa_core import schema
-from gsqa_core.cli import JsonOption, command_group, run
-from gsqa_core.db import DsnOption
-from gsqa_core.errors import EXIT_INTERRUPTED, EXIT_SOME_FAILED, reported_as_exit_code
+from gsqa_core.cli import DsnOption, JsonOption, command_group, interrupted_as_130, reported_as_exit_code, run
+from gsqa_core.errors import EXIT_SOME_FAILED
 from ingest import initdb
 
 if TYPE_CHECKING:
@@ -699,13 +698,10 @@ def _check_compression(compression: str) -> None:
 def _load_stage() -> Iterator[None]:
     """A load stage's run: warnings on stderr, user errors as one line, Ctrl-C as exit 130."""
     _log_to_stderr()
-    with reported_as_exit_code(), logging_redirect_tqdm([logging.getLogger("ingest")]):
-        try:
-            yield
-        except KeyboardInterrupt:
-            print("interrupted: the file being loaded was rolled back, the files before it are kept; "
-                  "run the same command again to resume", file=sys.stderr)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+    with (reported_as_exit_code(), logging_redirect_tqdm([logging.getLogger("ingest")]),
+          interrupted_as_130("the file being loaded was rolled back, the files before it are kept; run the same "
+                             "command again to resume")):
+        yield
 
 
 def _log_to_stderr() -> None:

@@ -76,7 +76,8 @@ def _require_postgis(conn: psycopg.Connection) -> None:
         )
     version = tuple(int(part) for part in row[0].split(".")[:2])
     if version < MIN_POSTGIS:
-        raise GsqaError(f"PostGIS {row[0]} is too old: the benchmark SQL needs >= 3.2 (ST_DumpSegments).")
+        raise GsqaError(f"PostGIS {row[0]} is too old: the benchmark SQL needs >= {schema.MIN_POSTGIS_TEXT} "
+                        "(ST_DumpSegments).")
 
 
 def _existing_objects(conn: psycopg.Connection) -> set[str]:

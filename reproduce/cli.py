@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import json
 import os
+import shlex
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from gsqa_core.cli import JsonOption, command_group, run
-from gsqa_core.db import DsnOption
-from gsqa_core.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_SOME_FAILED, reported_as_exit_code
+from gsqa_core import schema
+from gsqa_core.cli import DsnOption, JsonOption, command_group, interrupted_as_130, manual, reported_as_exit_code, run
+from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED
 from gsqa_core.sandbox import MODEL, READER
-from reproduce import configs, readiness, report
+from reproduce import compare, configs, readiness, report
 from reproduce import verify as verification
 from reproduce.runner import MAX_ROWS, MIN_TIMEOUT_S
 from reproduce.verify import Request, Run, Shown
@@ -46,9 +45,10 @@ ReaderDsnOption = Annotated[
 
 
 @app.command()
+@manual(postgis=schema.MIN_POSTGIS_TEXT)
 def check(dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
           as_json: JsonOption = False) -> None:
-    """Say whether the database is ready for benchmark runs: PostGIS >= 3.2, the six reference tables
+    """Say whether the database is ready for benchmark runs: PostGIS >= ${postgis}, the six reference tables
     present and not empty (rows: the planner's estimate, or for a table not yet analyzed an exact count up
     to a million, "more than" above), and both sandbox logins (gsqa_reader for gold SQL, gsqa_model for a
     model's; --reader-dsn names gsqa_reader's) usable and as declared: each logs in, reads every reference
@@ -91,16 +91,6 @@ def _describe_rows(rows: int | None, how: str) -> str:
             "more than": f"more than {rows:,} rows (not analyzed)"}[how]
 
 
-@contextlib.contextmanager
-def _exit_130_on_ctrl_c(kept: str) -> Iterator[None]:
-    """Ctrl-C during a run: the runner has cancelled the running queries; say so (and what was kept), exit 130."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        print(f"interrupted: running queries were cancelled{kept}", file=sys.stderr)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-
-
 # The choices come from the registry, so the help and the error for an unknown name list the real names.
 ConfigName = enum.Enum("ConfigName", {name: name for name in configs.CONFIG_NAMES}, type=str)
 DataOption = Annotated[Path | None, typer.Option(
@@ -114,45 +104,46 @@ ResumeOption = Annotated[Path | None, typer.Option("--resume", metavar="FILE", h
                                                    dir_okay=False)]
 ForceOption = Annotated[bool, typer.Option("--force", help="Reuse a --resume file written for another dataset, "
                                            "database or timeout; run on a --replica that lags or differs.")]
+ConfigOption = Annotated[ConfigName, typer.Option("--config", help="Which part of the benchmark.")]
+WorkersOption = Annotated[int, typer.Option("--workers", metavar="N", min=1, show_default=False,
+                                            help="Parallel connections per server (default: cores).")]
+TemplateOption = Annotated[list[str], typer.Option("--template", metavar="ID", help="Template id or stem "
+                                                   "(repeatable); the only way to run the 9 exploratory templates.")]
+IdOption = Annotated[list[str], typer.Option("--id", metavar="ID", help="Question id (repeatable).")]
+MaxRowsOption = Annotated[int, typer.Option("--max-rows", metavar="N", min=1, help="A result with more rows is an "
+                                            "error (the largest stored answer has 6,885).")]
+ReplicaOption = Annotated[list[str], typer.Option("--replica", metavar="DSN", help="Another server holding the same "
+                                                  "database, e.g. a hot standby (repeatable); --workers N run on "
+                                                  "each.")]
+JsonOutOption = Annotated[Path | None, typer.Option("--json-out", metavar="FILE", show_default=False, dir_okay=False,
+                                                    help="Every question's result as JSON.")]
+JunitOption = Annotated[Path | None, typer.Option("--junit", metavar="FILE", show_default=False, dir_okay=False,
+                                                  help="JUnit XML (a testcase per question).")]
+HtmlOption = Annotated[Path | None, typer.Option("--html", metavar="FILE", show_default=False, dir_okay=False,
+                                                 help="One self-contained HTML page.")]
+CORES = os.cpu_count() or 1
 
 
 @app.command()
+@manual(tolerances=compare.tolerances_text(), postgis=schema.MIN_POSTGIS_TEXT)
 def verify(
-    config: Annotated[ConfigName, typer.Option("--config", help="Which part of the benchmark.")],
+    config: ConfigOption,
     data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None, timeout: TimeoutOption = 120,
-    workers: Annotated[int, typer.Option("--workers", metavar="N", min=1, help="Parallel connections (default: cores).",
-                                         show_default=False)] = os.cpu_count() or 1,
-    template: Annotated[list[str], typer.Option("--template", metavar="ID",
-                                                help="Template id or stem (repeatable); the only "
-                                                "way to run the 9 exploratory templates.")] = [],  # noqa: B006
-    question: Annotated[list[str], typer.Option("--id", metavar="ID",
-                                                help="Question id (repeatable).")] = [],  # noqa: B006
-    json_out: Annotated[Path | None, typer.Option("--json-out", metavar="FILE", help="Write the full report as JSON.",
-                                                  show_default=False, dir_okay=False)] = None,
-    junit: Annotated[Path | None, typer.Option("--junit", metavar="FILE",
-                                               help="Write JUnit XML (one testcase per question).",
-                                               show_default=False, dir_okay=False)] = None,
-    html: Annotated[Path | None, typer.Option("--html", metavar="FILE", help="Write one self-contained HTML page.",
-                                              show_default=False, dir_okay=False)] = None,
+    workers: WorkersOption = CORES, template: TemplateOption = [], question: IdOption = [],  # noqa: B006
+    json_out: JsonOutOption = None, junit: JunitOption = None, html: HtmlOption = None,
     resume: ResumeOption = None,
     force: ForceOption = False,
     baseline: Annotated[Path | None, typer.Option("--baseline", metavar="FILE",
                                                   help="An earlier --json-out: list status changes.",
                                                   show_default=False, dir_okay=False)] = None,
-    max_rows: Annotated[int, typer.Option("--max-rows", metavar="N", min=1,
-                                          help="A result with more rows is an error (the largest stored answer "
-                                          "has 6,885).")] = MAX_ROWS,
-    replica: Annotated[list[str], typer.Option("--replica", metavar="DSN",
-                                               help="Another server holding the same database, e.g. a hot standby "
-                                               "(repeatable); --workers N run on each.")] = [],  # noqa: B006
+    max_rows: MaxRowsOption = MAX_ROWS, replica: ReplicaOption = [],  # noqa: B006
 ) -> None:
     """Re-run the benchmark SQL of the selected questions as gsqa_reader and compare every result with the
-    stored answer under the paper's tolerances (token F1 >= 0.8, 5 m, 5 deg, 10 m elevation, 5 deg slope,
-    0.05 relative), plus a strict row-level comparison reported as `exact`; beside them the paper's verdict
-    (`paper %`): each template scored as the benchmark authors score it (docs/BENCHMARK-FORMAT.md, "Two
-    verdicts").
+    stored answer under the paper's tolerances (${tolerances}), plus a strict row-level comparison reported
+    as `exact`; beside them the paper's verdict (`paper %`): each template scored as the benchmark authors
+    score it (docs/BENCHMARK-FORMAT.md, "Two verdicts").
 
-    Before the first question: the data must load, the report files must be writable, PostGIS must be >= 3.2,
+    Before the first question: the data must load, the report files must be writable, PostGIS must be >= ${postgis},
     the tables the selected SQL reads must exist and hold rows (else the templates that read them are named,
     with the command line that runs the others), and gsqa_reader must log in and be as declared. Each question
     runs as gsqa_reader, as one query (anything else is refused in one line without running) in its own
@@ -196,7 +187,8 @@ def verify(
     with reported_as_exit_code():
         report.check_writable([json_out, junit, html, resume])
         previous = report.read_baseline(baseline) if baseline else None
-        with _exit_130_on_ctrl_c(f"; finished questions are in {resume}" if resume else ""):
+        kept = f"; finished questions are in {resume}" if resume else ""
+        with interrupted_as_130(f"running queries were cancelled{kept}"):
             run = verification.verify(request)
     _print_run(run, previous)
     for path, render in ((json_out, lambda: report.as_json(run.provenance, run.results)),
@@ -222,18 +214,14 @@ def _print_run(run: Run, previous: dict[str, str] | None) -> None:
 
 @app.command()
 def rebase(
-    config: Annotated[ConfigName, typer.Option("--config", help="Which part of the benchmark.")],
+    config: ConfigOption,
     out: Annotated[Path, typer.Option("--out", metavar="DIR", help="A new folder for the re-based dataset.",
                                       file_okay=False)],
     data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None, timeout: TimeoutOption = 120,
-    workers: Annotated[int, typer.Option("--workers", metavar="N", min=1, help="Parallel connections (default: cores).",
-                                         show_default=False)] = os.cpu_count() or 1,
-    template: Annotated[list[str], typer.Option("--template", metavar="ID", help="Template id or stem "
-                                                "(repeatable).")] = [],  # noqa: B006
+    workers: WorkersOption = CORES, template: TemplateOption = [],  # noqa: B006
     keep_failed: Annotated[bool, typer.Option("--keep-failed", help="Write what a failed question gave (empty, "
                                               "timeout, error) instead of keeping its published answer.")] = False,
-    max_rows: Annotated[int, typer.Option("--max-rows", metavar="N", min=1,
-                                          help="A result with more rows is an error.")] = MAX_ROWS,
+    max_rows: MaxRowsOption = MAX_ROWS,
     layout: Annotated[str, typer.Option("--format", metavar="jsonl|parquet",
                                         help="jsonl: the raw layout; parquet: the Hugging Face one, with a dataset "
                                         "card.")] = "jsonl",
@@ -270,8 +258,8 @@ def rebase(
                       resume, force, max_rows=max_rows)
     with reported_as_exit_code():
         kept = f"; finished questions are in {resume}, run the same command to go on" if resume else ""
-        with _exit_130_on_ctrl_c(f", nothing was written to --out{kept}"):
-            report = rebasing.rebase(request, out, keep_failed, layout)
+        with interrupted_as_130(f"running queries were cancelled, nothing was written to --out{kept}"):
+            report = rebasing.rebase(request, out, keep_failed, layout, shlex.join(["reproduce", *sys.argv[1:]]))
     table = report.per_template()
     if as_json:
         typer.echo(json.dumps({"out": report.out, "templates": table}))
@@ -294,30 +282,17 @@ def score(
                                             "(default: its file or folder name).")] = [],  # noqa: B006
     gold: Annotated[bool, typer.Option("--gold", help="Also score the dataset's own SQL as a run named gold "
                                        "(it scores as `verify` verifies).")] = False,
-    config: Annotated[ConfigName, typer.Option("--config", help="Which part of the benchmark.")] = "all",
-    template: Annotated[list[str], typer.Option("--template", metavar="ID",
-                                                help="Template id or stem (repeatable).")] = [],  # noqa: B006
-    question: Annotated[list[str], typer.Option("--id", metavar="ID",
-                                                help="Question id (repeatable).")] = [],  # noqa: B006
+    config: ConfigOption = "all", template: TemplateOption = [], question: IdOption = [],  # noqa: B006
     data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
-    replica: Annotated[list[str], typer.Option("--replica", metavar="DSN", help="Another server holding the same "
-                                               "database (repeatable).")] = [],  # noqa: B006
-    workers: Annotated[int, typer.Option("--workers", metavar="N", min=1, help="Parallel connections (default: cores).",
-                                         show_default=False)] = os.cpu_count() or 1,
+    replica: ReplicaOption = [], workers: WorkersOption = CORES,  # noqa: B006
     timeout: TimeoutOption = 120,
     resume: ResumeOption = None,
     force: ForceOption = False,
-    json_out: Annotated[Path | None, typer.Option("--json-out", metavar="FILE", help="Every question of every run "
-                                                  "as JSON.", show_default=False, dir_okay=False)] = None,
+    json_out: JsonOutOption = None,
     csv_out: Annotated[Path | None, typer.Option("--csv-out", metavar="FILE", help="The figures in long format "
                                                  "(run, model, method, config, template, metric, value).",
                                                  show_default=False, dir_okay=False)] = None,
-    html: Annotated[Path | None, typer.Option("--html", metavar="FILE", help="One self-contained HTML page.",
-                                              show_default=False, dir_okay=False)] = None,
-    junit: Annotated[Path | None, typer.Option("--junit", metavar="FILE", help="JUnit XML (a testsuite per run).",
-                                               show_default=False, dir_okay=False)] = None,
-    max_rows: Annotated[int, typer.Option("--max-rows", metavar="N", min=1,
-                                          help="A result with more rows is an error.")] = MAX_ROWS,
+    html: HtmlOption = None, junit: JunitOption = None, max_rows: MaxRowsOption = MAX_ROWS,
 ) -> None:
     """Score a model's predictions: each PRED is one run (one model, one method), a file or a folder.
     Predictions are JSON Lines, one a line: {"id": "raster_only/aspect+poi/0", "sql": "SELECT ..."} or
@@ -353,12 +328,13 @@ def score(
     if not prediction and not gold:
         raise typer.BadParameter("give at least one PRED (a predictions file or folder), or --gold",
                                  param_hint="PRED")
-    request = scoring.ScoreRequest(prediction, name, gold, ConfigName(config).value, template, question, data, dsn,
-                                   reader_dsn, replica, workers, timeout, resume, force, max_rows=max_rows)
+    request = scoring.ScoreRequest(ConfigName(config).value, data, dsn, reader_dsn, timeout, workers, template,
+                                   question, resume, force, max_rows=max_rows, replicas=replica,
+                                   predictions=prediction, names=name, gold=gold)
     with reported_as_exit_code():
         report.check_writable([json_out, csv_out, html, junit, resume])
         kept = f"; scored questions are in {resume}, the same command scores the rest" if resume else ""
-        with _exit_130_on_ctrl_c(kept):
+        with interrupted_as_130(f"running queries were cancelled{kept}"):
             scored = scoring.score(request)
     typer.echo(score_report.runs_text(scored) + "\n\n" + score_report.table(scored))
     if len(scored.runs) > 1:

@@ -66,7 +66,8 @@ def preflight(dsn: str | None, logins: Logins, tables: list[str]) -> Readiness:
 
 
 def database_facts(dsn: str | None) -> dict[str, object]:
-    """What a run's results depend on: server and PostGIS versions, exact row counts (the fingerprint)."""
+    """What a run's results depend on: server and PostGIS versions, exact row counts (the fingerprint): one
+    count(*) per reference table, seconds on the real database's 18 M roads."""
     with connect(dsn, autocommit=True) as conn:
         return table_facts(conn)
 
@@ -87,7 +88,7 @@ def _postgis_version(conn: psycopg.Connection) -> str:
     except psycopg.errors.UndefinedFunction:
         raise GsqaError(f"PostGIS is not installed in {where(conn)}: run `ingest init` first.") from None
     if tuple(int(part) for part in version.split(".")[:2]) < schema.MIN_POSTGIS:
-        raise GsqaError(f"PostGIS {version} is too old: the benchmark SQL needs >= 3.2.")
+        raise GsqaError(f"PostGIS {version} is too old: the benchmark SQL needs >= {schema.MIN_POSTGIS_TEXT}.")
     return version
 
 

@@ -24,24 +24,21 @@ import math
 import os
 import shutil
 import statistics
-import sys
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from tqdm import tqdm
 
-from gsqa_core.db import describe_target, resolve_dsn
 from gsqa_core.errors import GsqaError
-from gsqa_core.roles import login_dsn
 from gsqa_core.sandbox import READER
-from reproduce import compare, configs, readiness
+from reproduce import compare, configs, session
 from reproduce.dataset import Record
 from reproduce.resume import ResumeFile
-from reproduce.runner import Outcome, Runner
-from reproduce.verify import Request, clipped, load_selected, preflight_records
+from reproduce.runner import Outcome
+from reproduce.session import Prepared, Request
+from reproduce.verify import clipped
 
 RESUME_FORMAT = "gsqa-reproduce-rebase-resume/1"
 
@@ -72,6 +69,10 @@ class Rebased:
     change: float  # the failing component's measure against its tolerance (0 when held), for ranking
     measure: str = ""  # what changed, e.g. "elevation (m) 12 (tolerance 10)"
     checks: list[compare.Check] = field(default_factory=list)  # every component's measure (held or changed)
+
+    def as_dict(self) -> dict[str, Any]:
+        """What the --resume file keeps: the outcome, judged again when it is read back."""
+        return Answered(self.record.id, self.outcome).as_dict()
 
 
 @dataclass
@@ -119,44 +120,39 @@ def _by_measure(items: list[Rebased]) -> dict[str, dict[str, float]]:
 FORMATS = ("jsonl", "parquet")
 
 
-def rebase(request: Request, out: Path, keep_failed: bool = False, layout: str = "jsonl") -> RebaseReport:
+def rebase(request: Request, out: Path, keep_failed: bool = False, layout: str = "jsonl",
+           command: str = "") -> RebaseReport:
+    """Re-run the selected templates' gold SQL and write the re-based dataset to `out`; `command` is the
+    command line that made it, for the dataset card."""
     if out.exists() and any(out.iterdir()):
         raise GsqaError(f"--out {out}: exists and is not empty; rebase writes a new dataset folder")
-    data = load_selected(request)
-    preflight_records(request, data.records)
-    facts = readiness.database_facts(request.dsn)
+    data = session.load_selected(request)
+    prepared = session.prepare(request, data.records, [READER])
     report = RebaseReport(out=str(out), skipped=len(data.skipped))
-    resume = ResumeFile(request.resume, {"dataset": data.checksum, "database": facts["row_counts"],
-                                         "timeout": request.timeout}, request.force, Answered.from_dict,
-                        RESUME_FORMAT, "reproduce rebase") if request.resume else None
+    resume = session.open_resume(request, {"dataset": data.checksum, "database": prepared.facts["row_counts"],
+                                           "timeout": request.timeout}, entry=Answered.from_dict,
+                                 format=RESUME_FORMAT, command="reproduce rebase")
     try:
-        _run(request, data.records, report, resume)
+        _run(prepared, data.records, report, resume)
     finally:
         if resume:
             resume.close()
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     written = (_write_parquet if layout == "parquet" else _write_records)(partial, report.rebased, keep_failed)
-    _write_reports(partial, report, facts, request, written if layout == "parquet" else [])
+    _write_reports(partial, report, prepared, command, written if layout == "parquet" else [])
     if out.exists():
         out.rmdir()
     os.replace(partial, out)
     return report
 
 
-def _run(request: Request, records: list[Record], report: RebaseReport, resume: ResumeFile | None) -> None:
+def _run(prepared: Prepared, records: list[Record], report: RebaseReport, resume: ResumeFile | None) -> None:
     """Every record's outcome (those in the resume file as they were), judged, in dataset order."""
     done = resume.done if resume else {}
-    runner = Runner(login_dsn(request.dsn, READER, request.reader_dsn), request.timeout, request.workers,
-                    resolve_dsn(request.dsn), request.max_rows)
     report.rebased += [_judge(record, done[record.id].outcome) for record in records if record.id in done]
-    todo = [record for record in records if record.id not in done]
-    with tqdm(total=len(todo), desc="rebase", unit="q", file=sys.stderr, disable=not request.progress) as bar:
-        for record, outcome in runner.run(todo):
-            report.rebased.append(_judge(record, outcome))
-            if resume:
-                resume.add(Answered(record.id, outcome))
-            bar.update()
+    report.rebased += prepared.run([record for record in records if record.id not in done], READER, _judge, resume,
+                                   {}, "rebase")
     order = {record.id: n for n, record in enumerate(records)}
     report.rebased.sort(key=lambda item: order[item.record.id])
 
@@ -226,11 +222,11 @@ def _write_records(root: Path, items: list[Rebased], keep_failed: bool) -> list[
     return sorted({item.record.group for item in items})
 
 
-def _write_reports(root: Path, report: RebaseReport, facts: dict[str, Any], request: Request,
+def _write_reports(root: Path, report: RebaseReport, prepared: Prepared, command: str,
                    parquet_configs: list[str]) -> None:
-    made = {"command": " ".join(["reproduce", "rebase", *sys.argv[2:]]) if sys.argv[1:2] == ["rebase"] else "",
-            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "database": {"target": describe_target(resolve_dsn(request.dsn)), **facts}, "timeout": request.timeout}
+    made = {"command": command, "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "database": {"target": prepared.target.described, **prepared.facts},
+            "timeout": prepared.request.timeout}
     largest = sorted((item for item in report.rebased if item.status == "changed"), key=lambda item: -item.change)
     drift = {"made": made, "templates": report.per_template(), "skipped": report.skipped,
              "largest_changes": [{"id": item.record.id, "question": item.record.question, "change": item.measure}
@@ -242,7 +238,7 @@ def _write_reports(root: Path, report: RebaseReport, facts: dict[str, Any], requ
     (root / "README.md").write_text(
         _front_matter(parquet_configs, made) + "# GS-QA2 answers re-based on a rebuilt reference database\n\n"
         f"Made by `{made['command'] or 'reproduce rebase'}` on {made['date']} against {made['database']['target']} "
-        f"({made['database']['version']}; {made['database']['postgis_full_version']}), timeout {request.timeout} s.\n"
+        f"({made['database']['version']}; {made['database']['postgis_full_version']}), timeout {made['timeout']} s.\n"
         "Every record is the GS-QA2 record with its answers replaced by what its gold SQL returned there; "
         "`rebase.old_answers` keeps the published ones. DRIFT.md says what changed.\n\n"
         "Licence and attribution as the GS-QA2 benchmark: the answers derive from OpenStreetMap data, © "

@@ -7,33 +7,30 @@ text of gold runs (--gold's run goes as gsqa_reader); all models' SQL on one que
 predictions are judged directly, so a run of answers needs no database. Every question of every run gets
 one result, with the paper's verdict (the headline) and the strict one beside it; a question a run did not
 predict counts as wrong, as in the paper.
+
+On a benchmark of the full size (3,300 questions) and 4 runs of answers (65 MB of predictions, answers of up
+to 330 rows; `bench/reproduce.py --predictions`), judging takes about 4 s of CPU, reading the predictions
+about 1 s, and every report together (31 MB of JSON, 28 MB of HTML) about 1.5 s.
 """
 
 from __future__ import annotations
 
-import datetime
 import functools
 import hashlib
-import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
-from gsqa_core.db import describe_target, resolve_dsn
 from gsqa_core.errors import GsqaError
-from gsqa_core.roles import login_dsn
 from gsqa_core.sandbox import MODEL, READER, Role
-from reproduce import compare, readiness, schedule, servers, verify
-from reproduce.dataset import Record, Skip, tables_needed
+from reproduce import compare, schedule, session, verify
+from reproduce.dataset import Record, Skip
 from reproduce.paper import paper_verdict
 from reproduce.predictions import Prediction, PredictionRun, Problem, read_run
 from reproduce.resume import ResumeFile
-from reproduce.runner import MAX_ROWS, Outcome, Runner
+from reproduce.runner import Outcome
 
 STATUSES = ("pass", "mismatch", "empty", "sql_error", "timeout", "no_prediction", "unreadable", "unscorable")
 ANSWERED = frozenset({"pass", "mismatch", "empty"})  # a result was judged: the SQL ran, or an answer was given
@@ -44,23 +41,12 @@ GOLD_RUN = "gold"
 
 
 @dataclass
-class ScoreRequest:
+class ScoreRequest(session.Request):
+    """The kernel's request (its --reader-dsn is gsqa_model's login), and the runs to score."""
+
     predictions: list[Path] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
     gold: bool = False  # score the dataset's own SQL as a run named "gold"
-    config: str = "all"
-    templates: list[str] = field(default_factory=list)
-    ids: list[str] = field(default_factory=list)
-    data: Path | None = None
-    dsn: str | None = None
-    reader_dsn: str | None = None
-    replicas: list[str] = field(default_factory=list)
-    workers: int = 1
-    timeout: float = 120.0
-    resume: Path | None = None
-    force: bool = False
-    progress: bool = True
-    max_rows: int = MAX_ROWS
 
 
 @dataclass(frozen=True)
@@ -123,7 +109,7 @@ class SqlJob:
 def score(request: ScoreRequest) -> Scoring:
     """Every selected question of every run, judged; GsqaError before anything runs if nothing can be."""
     started = time.perf_counter()
-    data = verify.load_selected(_verify_request(request))
+    data = session.load_selected(request)
     records = data.records
     by_id = {record.id: record for record in records}
     answered: dict[tuple[str, str], Scored] = {}
@@ -137,15 +123,19 @@ def score(request: ScoreRequest) -> Scoring:
     jobs = [SqlJob(run.name, record, run.predictions[record.id]) for run in runs for record in records
             if record.id in run.predictions and run.predictions[record.id].kind == "sql"
             and run.predictions[record.id].statements]
-    provenance, replicas = _provenance(request, data, runs, jobs)
-    resume = ResumeFile(request.resume, _resume_header(provenance, runs), request.force, entry=Scored.from_dict,
-                        format=RESUME_FORMAT, command="reproduce score",
-                        key=lambda result: result.key) if request.resume else None
+    prepared = session.prepare(request, list({job.record.id: job.record for job in jobs}.values()),
+                               _roles(jobs)) if jobs else None
+    provenance = {**session.provenance(request, data, "reproduce score", prepared),
+                  "runs": [{"name": run.name, "source": run.source, "model": run.model, "method": run.method,
+                            "predictions": len(run.predictions), "problems": len(run.problems),
+                            "outside": run.outside} for run in runs]}
+    resume = session.open_resume(request, _resume_header(provenance, runs), entry=Scored.from_dict,
+                                 format=RESUME_FORMAT, command="reproduce score", key=lambda result: result.key)
     done = dict(resume.done) if resume else {}
     try:
         results = _judge_directly(runs, records, done, answered, resume)
-        results.update(_run_sql(request, [job for job in jobs if (job.run, job.record.id) not in done], resume,
-                                provenance, replicas))
+        results.update(_run_sql(prepared, [job for job in jobs if (job.run, job.record.id) not in done], resume,
+                                provenance))
     finally:
         if resume:
             resume.close()
@@ -153,12 +143,6 @@ def score(request: ScoreRequest) -> Scoring:
     provenance["seconds"] = round(time.perf_counter() - started, 3)
     ordered = [results[(run.name, record.id)] for run in runs for record in records]
     return Scoring(provenance, runs, ordered, {record.id: record for record in records}, data.skipped)
-
-
-def _verify_request(request: ScoreRequest) -> verify.Request:
-    return verify.Request(request.config, request.data, request.dsn, request.reader_dsn, request.timeout,
-                          request.workers, request.templates, request.ids, force=request.force,
-                          progress=request.progress, max_rows=request.max_rows, replicas=request.replicas)
 
 
 def run_names(request: ScoreRequest) -> list[str]:
@@ -190,7 +174,8 @@ def gold_run(records: list[Record]) -> PredictionRun:
 def _judging_answers(run: str, records: dict[str, Record], answered: dict[tuple[str, str], Scored]
                      ) -> Callable[[Prediction], Prediction]:
     """What read_run keeps of a prediction: an answer is judged as it is read and only its verdict is kept
-    (in `answered`), so that a run's memory does not grow with its answers; SQL is kept to be run."""
+    (in `answered`), so that a run's memory does not grow with its answers (holding the 4 runs' answers of
+    `bench/reproduce.py --predictions` would take more than 800 MB); SQL is kept to be run."""
     def keep(prediction: Prediction) -> Prediction:
         if prediction.kind == "sql":
             return prediction
@@ -287,37 +272,25 @@ def _detail(record: Record, prediction: Prediction | None) -> dict[str, Any]:
     return detail
 
 
-def _run_sql(request: ScoreRequest, jobs: list[SqlJob], resume: ResumeFile | None, provenance: dict[str, Any],
-             replicas: list[servers.Checked]) -> dict[tuple[str, str], Scored]:
+def _run_sql(prepared: session.Prepared | None, jobs: list[SqlJob], resume: ResumeFile | None,
+             provenance: dict[str, Any]) -> dict[tuple[str, str], Scored]:
+    """Each job's result: the models' SQL as gsqa_model, the gold run's as gsqa_reader, longest first."""
     if not jobs:
         return {}
     estimate = schedule.estimator({}, provenance["database"].get("row_counts") or {})
     jobs = sorted(jobs, key=lambda job: estimate(job.record), reverse=True)
-    results, provenance["lost"] = {}, {}
-    with tqdm(total=len(jobs), desc="score", unit="q", file=sys.stderr, disable=not request.progress) as bar:
-        for role, explicit in _logins(request, jobs).items():
-            runner = Runner(login_dsn(request.dsn, role, explicit), request.timeout, request.workers,
-                            resolve_dsn(request.dsn), request.max_rows,
-                            [replace(replica.server, reader=login_dsn(replica.server.admin, role))
-                             for replica in replicas], provenance["servers"][0]["name"])
-            runner.lost = provenance["lost"]  # one record of lost servers for both roles' runners
-            for job, outcome in runner.run([job for job in jobs if _role_of(job) == role]):
-                result = evaluate(job, outcome)
-                results[result.key] = result
-                if resume:
-                    resume.add(result)
-                bar.update()
-    return results
+    return {result.key: result for role in _roles(jobs)
+            for result in prepared.run([job for job in jobs if _role_of(job) == role], role, evaluate, resume,
+                                       provenance["lost"], "score")}
 
 
 def _role_of(job: SqlJob) -> Role:
     return READER if job.run == GOLD_RUN else MODEL
 
 
-def _logins(request: ScoreRequest, jobs: list[SqlJob]) -> dict[Role, str | None]:
-    """The roles the jobs run as: models' SQL as gsqa_model (--reader-dsn names its login), gold as gsqa_reader."""
-    return {role: request.reader_dsn if role == MODEL else None
-            for role in (MODEL, READER) if any(_role_of(job) == role for job in jobs)}
+def _roles(jobs: list[SqlJob]) -> list[Role]:
+    """The roles the jobs run as, gsqa_model first (the request's --reader-dsn is its login)."""
+    return [role for role in (MODEL, READER) if any(_role_of(job) == role for job in jobs)]
 
 
 def evaluate(job: SqlJob, outcome: Outcome) -> Scored:
@@ -333,35 +306,6 @@ def evaluate(job: SqlJob, outcome: Outcome) -> Scored:
         return replace(result, seconds=round(outcome.seconds, 4),
                        detail={**result.detail, **extra, "error": verify.clipped(outcome.error)})
     return judged(job.run, job.record, job.prediction, outcome.rows, outcome.seconds, extra)
-
-
-def _provenance(request: ScoreRequest, data: Any, runs: list[PredictionRun], jobs: list[SqlJob]
-                ) -> tuple[dict[str, Any], list[servers.Checked]]:
-    """What the scores depend on; the database part only when some SQL must run (then preflighted here, with
-    the replicas checked, which are returned)."""
-    provenance: dict[str, Any] = {
-        "tool": "gsqa-refdb", "tool_version": package_version("gsqa-refdb"), "command": "reproduce score",
-        "started_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "config": request.config, "templates": request.templates, "ids": request.ids,
-        "dataset": {"source": data.source, "checksum": data.checksum, "records": len(data.records),
-                    "skipped": len(data.skipped)},
-        "runs": [{"name": run.name, "source": run.source, "model": run.model, "method": run.method,
-                  "predictions": len(run.predictions), "problems": len(run.problems), "outside": run.outside}
-                 for run in runs],
-        "timeout": request.timeout, "database": {}, "servers": [], "lost": {},
-    }
-    checked: list[servers.Checked] = []
-    if jobs:
-        records = list({job.record.id: job.record for job in jobs}.values())
-        verify.preflight_records(_verify_request(request), records, _logins(request, jobs))
-        checked = servers.replicas(request.dsn, request.replicas, tables_needed(records), request.force,
-                                   {role: None for role in _logins(request, jobs)})
-        provenance["database"] = {"target": describe_target(resolve_dsn(request.dsn)),
-                                  **readiness.database_facts(request.dsn)}
-        provenance["servers"] = [{"name": servers.name_of(request.dsn), "role": "primary"},
-                                 *({"name": c.server.name, "role": c.role} for c in checked)]
-        provenance["workers"] = request.workers
-    return provenance, checked
 
 
 def _resume_header(provenance: dict[str, Any], runs: list[PredictionRun]) -> dict[str, Any]:

@@ -96,7 +96,7 @@ def test_score_refuses_every_prediction_in_one_line_and_nothing_stays(demo: tupl
     predictions = tmp_path / "hostile.jsonl"
     predictions.write_text("".join(json.dumps({"id": question, "sql": statement}) + "\n"
                                    for question, statement in zip(ids, statements, strict=True)))
-    scored = score(ScoreRequest([predictions], config="vector", templates=["V5"], ids=ids, data=demo[1],
+    scored = score(ScoreRequest(predictions=[predictions], config="vector", templates=["V5"], ids=ids, data=demo[1],
                                 dsn=demo[0], timeout=5, progress=False))
     by_id = {result.id: result for result in scored.results}
     for question in ids[:-1]:

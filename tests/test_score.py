@@ -128,7 +128,8 @@ def test_candidates_run_in_order_and_the_first_that_runs_counts(stored_db: str, 
     (folder / "elevation+poi-0.json").write_text(json.dumps({
         "id": "elevation+poi-0", "source_stem": "elevation+poi", "predicted_sql": "SELEC 1",
         "predicted_sql_candidates": ["SELEC 1", gold.sql, "SELECT 1 AS elevation"]}))
-    scored = score(ScoreRequest([tmp_path / "gpt4o_raster_only"], ids=[gold.id], config="raster_only",
+    scored = score(ScoreRequest(predictions=[tmp_path / "gpt4o_raster_only"], ids=[gold.id],
+                                config="raster_only",
                                 data=BENCHMARK, dsn=stored_db, progress=False))
     [result] = scored.results
     assert (result.status, result.detail["candidate"], scored.runs[0].model) == ("pass", "2 of 3", "gpt4o")

@@ -18,7 +18,8 @@ from perturb import EXPECTED, perturbed
 from refdb_fixtures import load_computed_fixture
 
 from reproduce import compare, configs, dataset
-from reproduce.verify import Request, tables_needed, verify
+from reproduce.dataset import tables_needed
+from reproduce.verify import Request, verify
 
 STORED = {"R1", "R2", "R3", "R4", "VR1", "VR2", "VR3"}  # test_verify_stored.py
 PER_VECTOR_TEMPLATE = 3

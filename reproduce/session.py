@@ -1,0 +1,196 @@
+"""The question-run kernel below `reproduce verify`, `score` and `rebase` (and `show`): what a run of questions
+against the database shares, written once.
+
+A command gives its selection (a Request), the roles its SQL runs as, its judge and its resume entry; the
+kernel resolves the database once into a Target, loads the selected records, preflights the database (and
+each --replica) for those roles and the tables the records read, states the run's provenance, opens the
+--resume file, and runs the questions through the Runner with one progress bar, handing each (question,
+outcome) to the judge and the judged result to the resume file as it finishes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from importlib.metadata import version as package_version
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tqdm import tqdm
+
+from gsqa_core.db import describe_target, resolve_dsn
+from gsqa_core.errors import GsqaError
+from gsqa_core.roles import login_dsn
+from gsqa_core.sandbox import Role
+from reproduce import configs, dataset, readiness, servers
+from reproduce.dataset import Record, tables_needed
+from reproduce.resume import ResumeFile
+from reproduce.runner import MAX_ROWS, Outcome, Runner
+
+Job = TypeVar("Job")  # what the Runner takes: a Record, or anything with `id` and `statements`
+Result = TypeVar("Result")
+
+
+@dataclass
+class Request:
+    """What every run of questions is asked for: the selection, the database, the run's limits."""
+
+    config: str = "all"
+    data: Path | None = None
+    dsn: str | None = None
+    reader_dsn: str | None = None  # the login of the role the command's SQL runs as (--reader-dsn)
+    timeout: float = 120.0
+    workers: int = 1
+    templates: list[str] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    resume: Path | None = None
+    force: bool = False
+    progress: bool = True
+    max_rows: int = MAX_ROWS
+    replicas: list[str] = field(default_factory=list)  # DSNs of more servers (hot standbys) to run on
+
+
+@dataclass(frozen=True)
+class Target:
+    """The database a run works on, resolved once: the admin DSN, how reports name it, how errors describe it."""
+
+    admin: str
+    name: str  # host:port/database
+    described: str  # host=... port=... database=...
+
+    @classmethod
+    def of(cls, dsn: str | None) -> Target:
+        admin = resolve_dsn(dsn)
+        return cls(admin, servers.name_of(admin), describe_target(admin))
+
+    def login(self, role: Role, explicit: str | None = None) -> str:
+        return login_dsn(self.admin, role, explicit)
+
+
+def load_selected(request: Request) -> dataset.Dataset:
+    """The records of the selected config and templates (or of the --id questions), skips included."""
+    names = list(request.templates) or [dataset.template_of(record_id).id for record_id in request.ids]
+    data = dataset.load(request.data, configs.select(request.config, names))
+    if request.ids:
+        wanted = set(request.ids)
+        known = {record.id for record in data.records} | {skip.id for skip in data.skipped}
+        if unknown := sorted(wanted - known):
+            raise GsqaError(f"no question {', '.join(unknown)} in {data.source} (--id)")
+        data.records = [record for record in data.records if record.id in wanted]
+        data.skipped = [skip for skip in data.skipped if skip.id in wanted]
+    return data
+
+
+def dataset_order(data: dataset.Dataset) -> list[str]:
+    """Questions in template order, then by number, the skipped ones in their place."""
+    rank = {t.id: n for n, t in enumerate(configs.TEMPLATES)}
+    ids = [(record.template_id, record.id) for record in data.records]
+    ids += [(skip.template_id, skip.id) for skip in data.skipped]
+    return [record_id for _, record_id in sorted(ids, key=lambda pair: (rank[pair[0]], _number(pair[1])))]
+
+
+def _number(record_id: str) -> int:
+    tail = record_id.rsplit("/", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+@dataclass
+class Prepared:
+    """A database ready for a run: preflighted for its roles and tables, its replicas checked, its facts."""
+
+    request: Request
+    target: Target
+    logins: readiness.Logins  # each role's explicit login (--reader-dsn), or None
+    readiness: readiness.Readiness
+    replicas: list[servers.Checked]
+
+    @functools.cached_property
+    def facts(self) -> dict[str, Any]:
+        """Server and PostGIS versions, exact row counts (counted once, when a report or resume file needs them)."""
+        return readiness.database_facts(self.target.admin)
+
+    def run(self, jobs: list[Job], role: Role, judge: Callable[[Job, Outcome], Result], resume: ResumeFile | None,
+            lost: dict[str, str], description: str) -> Iterator[Result]:
+        """Each job's judged result as it finishes, kept in `resume`; the jobs run as `role` (the request's
+        --reader-dsn is that role's login) on the primary and every replica; `lost` hears of lost servers."""
+        runner = Runner(self.target.login(role, self.logins[role]), self.request.timeout, self.request.workers,
+                        self.target.admin, self.request.max_rows,
+                        [replace(checked.server, reader=login_dsn(checked.server.admin, role))
+                         for checked in self.replicas], self.target.name)
+        runner.lost = lost
+        with tqdm(total=len(jobs), desc=description, unit="q", file=sys.stderr,
+                  disable=not self.request.progress) as bar:
+            for job, outcome in runner.run(jobs):
+                result = judge(job, outcome)
+                if resume:
+                    resume.add(result)
+                bar.update()
+                yield result
+
+
+def provenance(request: Request, data: dataset.Dataset, command: str, prepared: Prepared | None) -> dict[str, Any]:
+    """What a run's results depend on, as its reports state it (the database part only where SQL runs:
+    `prepared`); `lost` is filled as servers are lost."""
+    stated = {
+        "tool": "gsqa-refdb", "tool_version": package_version("gsqa-refdb"), "command": command,
+        "started_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "config": request.config, "templates": request.templates, "ids": request.ids,
+        "dataset": {"source": data.source, "checksum": data.checksum, "records": len(data.records),
+                    "skipped": len(data.skipped)},
+        "timeout": request.timeout, "database": {}, "servers": [], "lost": {},
+    }
+    if prepared:
+        stated["database"] = {"target": prepared.target.described, **prepared.facts}
+        stated["servers"] = [{"name": prepared.target.name, "role": "primary"},
+                             *({"name": checked.server.name, "role": checked.role,
+                                **({"forced": checked.problem} if checked.problem else {})}
+                               for checked in prepared.replicas)]
+        stated["workers"] = request.workers
+    return stated
+
+
+def prepare(request: Request, records: list[Record], roles: Iterable[Role]) -> Prepared:
+    """Preflight the database (and each --replica) for `roles` and the tables `records` read: nothing runs
+    before it passes. The request's --reader-dsn is the first role's login. A missing or empty table names the
+    templates that read it, and the command line that runs the others."""
+    roles = list(roles)
+    logins = {role: request.reader_dsn if n == 0 else None for n, role in enumerate(roles)}
+    target = Target.of(request.dsn)
+    ready = _preflight(request, target, records, logins)
+    checked = servers.replicas(target.admin, request.replicas, tables_needed(records), request.force,
+                               {role: None for role in roles})
+    return Prepared(request, target, logins, ready, checked)
+
+
+def _preflight(request: Request, target: Target, records: list[Record],
+               logins: readiness.Logins) -> readiness.Readiness:
+    try:
+        return readiness.preflight(target.admin, logins, tables_needed(records))
+    except GsqaError as error:
+        unusable = {name for name, rows in readiness.check(target.admin, logins, tables_needed(records))
+                    .row_estimates.items() if not rows}
+        blocked = {record.template_id for record in records if set(tables_needed([record])) & unusable}
+        runnable = [template for template in dict.fromkeys(record.template_id for record in records)
+                    if template not in blocked]
+        if not blocked:
+            raise
+        message = f"{error}; the templates that read them: {', '.join(sorted(blocked, key=_template_order))}"
+        if runnable:
+            data = f" --data {request.data}" if request.data else ""
+            options = " ".join(f"--template {template}" for template in runnable)
+            message += f"; to run the others: reproduce verify --config {request.config}{data} {options}"
+        raise GsqaError(message) from None
+
+
+def _template_order(template_id: str) -> tuple[str, int]:
+    prefix = template_id.rstrip("0123456789")
+    return prefix, int(template_id[len(prefix):] or 0)
+
+
+def open_resume(request: Request, header: dict[str, Any], **entry: Any) -> ResumeFile | None:
+    """The request's --resume file (None without one), for results of the kind `entry` describes
+    (ResumeFile's entry, format, command and key)."""
+    return ResumeFile(request.resume, header, request.force, **entry) if request.resume else None
