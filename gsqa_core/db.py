@@ -101,11 +101,11 @@ def identifier(qualified_name: str) -> sql.Identifier:
 
 
 def with_user(dsn: str | None, user: str, password: str | None) -> str:
-    """The same server and database as `dsn`, logged in as another user."""
-    overrides: dict[str, Any] = {"user": user}
-    if password:
-        overrides["password"] = password
-    return make_conninfo(resolve_dsn(dsn), **overrides)
+    """The same server and database as `dsn`, logged in as another user, with `password` (never the one
+    `dsn` has for its own user)."""
+    params: dict[str, Any] = {key: value for key, value in conninfo_to_dict(resolve_dsn(dsn)).items()
+                              if key not in ("user", "password")}
+    return make_conninfo(**params, user=user, **({"password": password} if password else {}))
 
 
 def run_together(tasks: list[Callable[[], None]], connections: list[psycopg.Connection], thread_name: str,

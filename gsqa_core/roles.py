@@ -23,6 +23,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from gsqa_core import sandbox, schema
 from gsqa_core.db import advice, identifier, resolve_dsn, with_user
+from gsqa_core.errors import GsqaError
 from gsqa_core.sandbox import Role
 
 LOGIN_TIMEOUT = 10  # seconds for each login tried
@@ -74,13 +75,15 @@ def _logs_in(dsn: str) -> bool:
 @dataclass(frozen=True)
 class Audit:
     """A role as one of its logins finds it: what the session gets, how the role and the server differ from the
-    declaration (empty: as declared), or why it cannot log in."""
+    declaration (empty: as declared), or why it cannot log in; and what it owns in other databases of the
+    server, which is named but does not stop a run (our doors never connect there)."""
 
     role: Role
     settings: dict[str, str]
     differences: list[str]
     login_problem: str | None = None
     server: list[str] = field(default_factory=list)  # server settings the sandbox needs, where they differ
+    elsewhere: list[str] = field(default_factory=list)  # what the role owns in other databases, and the fix
 
     @property
     def problem(self) -> str | None:
@@ -108,9 +111,10 @@ def audit(login: str, role: Role) -> Audit:
             settings = {"user": values[0], **dict(zip(names, values[1:], strict=True))}
             if settings["user"] != role.name:
                 return Audit(role, settings, [], f"the DSN for {role.name} logs in as {settings['user']}")
-            return Audit(role, settings, differences(conn, role), server=server_differences(conn))
+            return Audit(role, settings, differences(conn, role), server=server_differences(conn),
+                         elsewhere=owned_elsewhere(conn, role))
     except psycopg.OperationalError as error:
-        cause = " ".join(str(error).split())
+        cause = " ".join(str(error).split()).rstrip(".")
         return Audit(role, {}, [], f"{role.name} cannot log in: {cause}. {_login_advice(cause, role)}")
 
 
@@ -123,7 +127,21 @@ def _login_advice(cause: str, role: Role) -> str:
         return "Run `ingest init`, which creates it."
     if "too many connections for role" in lowered:
         return f"{role.name} may hold {role.connection_limit} connections at once: close some, or wait."
+    if "permission denied for database" in lowered:
+        return f"`ingest init` on this database grants {role.name} CONNECT again."
     return advice(cause)
+
+
+def refuse_tampered(conn: psycopg.Connection) -> None:
+    """Raise GsqaError, naming it, when the sandbox role this connection is logged in as stores settings other
+    than the declared ones: a role may store them for itself at any time, so every connection we open checks
+    (one query) that nothing it did not send at login can reach its SQL. A login that is not a sandbox role
+    (a DSN of the caller's own) is the caller's to vouch for."""
+    user, oid = conn.execute("SELECT current_user, oid FROM pg_roles WHERE rolname = current_user").fetchone()
+    if user not in {role.name for role in sandbox.ROLES}:
+        return
+    if found := _stored_settings(conn, oid):
+        raise GsqaError(f"{conn.info.user} is not as declared: {'; '.join(found)} (`ingest init` restores it)")
 
 
 def differences(conn: psycopg.Connection, role: Role) -> list[str]:
@@ -131,23 +149,36 @@ def differences(conn: psycopg.Connection, role: Role) -> list[str]:
     return role_differences(conn, role) + privilege_differences(conn, role)
 
 
-def role_differences(conn: psycopg.Connection, role: Role) -> list[str]:
-    """How the cluster-wide role differs: attributes, stored settings, memberships, what it owns anywhere."""
+def role_attributes(conn: psycopg.Connection, role: Role) -> tuple[int, int, list[bool]] | None:
+    """(oid, connection limit, the ATTRIBUTES' values in order), or None for a role that does not exist."""
     row = conn.execute("SELECT oid, rolconnlimit, " + ", ".join(column for _, column, _ in sandbox.ATTRIBUTES)
                        + " FROM pg_roles WHERE rolname = %s", [role.name]).fetchone()
-    if row is None:
+    return None if row is None else (row[0], row[1], list(row[2:]))
+
+
+def role_differences(conn: psycopg.Connection, role: Role) -> list[str]:
+    """How the cluster-wide role differs: attributes, stored settings, memberships, what it owns here."""
+    found = role_attributes(conn, role)
+    if found is None:
         return ["the role does not exist"]
-    oid, limit, *attributes = row
-    found = [f"it has {keyword.removeprefix('NO') if value else 'NO' + keyword}"
-             for (keyword, _, wanted), value in zip(sandbox.ATTRIBUTES, attributes, strict=True) if value != wanted]
+    oid, limit, attributes = found
+    differ = [f"it has {keyword.removeprefix('NO') if value else 'NO' + keyword}"
+              for (keyword, _, wanted), value in zip(sandbox.ATTRIBUTES, attributes, strict=True) if value != wanted]
     if limit != role.connection_limit:
-        found.append(f"its connection limit is {limit} (declared {role.connection_limit})")
-    return found + _stored_settings(conn, oid) + _memberships(conn, oid) + _owned(conn, oid)
+        differ.append(f"its connection limit is {limit} (declared {role.connection_limit})")
+    owned = [f"it owns {_counted(kind, count)} in database {database}"
+             for database, kind, count in _owned(conn, oid, here=True)]
+    return differ + _stored_settings(conn, oid) + _memberships(conn, oid) + owned
+
+
+def stored_settings(conn: psycopg.Connection, oid: int) -> list[tuple[str, list[str]]]:
+    """(database name, "" for role-wide; its `name=value` entries) of what the role stores."""
+    return conn.execute("SELECT coalesce(d.datname, ''), s.setconfig FROM pg_db_role_setting s "
+                        "LEFT JOIN pg_database d ON d.oid = s.setdatabase WHERE s.setrole = %s", [oid]).fetchall()
 
 
 def _stored_settings(conn: psycopg.Connection, oid: int) -> list[str]:
-    rows = conn.execute("SELECT coalesce(d.datname, ''), s.setconfig FROM pg_db_role_setting s "
-                        "LEFT JOIN pg_database d ON d.oid = s.setdatabase WHERE s.setrole = %s", [oid]).fetchall()
+    rows = stored_settings(conn, oid)
     found = [f"it stores {', '.join(config)} for database {database}" for database, config in rows if database]
     role_wide = next((dict(entry.split("=", 1) for entry in config) for database, config in rows if not database), {})
     for name in sorted(set(role_wide) | set(sandbox.SETTINGS)):
@@ -171,15 +202,26 @@ def _memberships(conn: psycopg.Connection, oid: int) -> list[str]:
     return [f"it is a member of {name}" if member else f"{name} is a member of it" for member, name in rows]
 
 
-def _owned(conn: psycopg.Connection, oid: int) -> list[str]:
-    """What the role owns, in any database of the cluster (pg_shdepend is shared): large objects, default
-    privileges, anything a looser server let it create."""
-    rows = conn.execute(
-        "SELECT coalesce(d.datname, 'the cluster'), s.classid::regclass::text, count(*) FROM pg_shdepend s "
+def _owned(conn: psycopg.Connection, oid: int, here: bool) -> list[tuple[str, str, int]]:
+    """(database, catalog, count) of what the role owns (pg_shdepend is shared, so any database can tell):
+    large objects, default privileges, anything a looser server let it create; in this database (`here`) or
+    in the others."""
+    return conn.execute(
+        "SELECT coalesce(d.datname, ''), s.classid::regclass::text, count(*) FROM pg_shdepend s "
         "LEFT JOIN pg_database d ON d.oid = s.dbid WHERE s.refobjid = %s AND s.deptype = 'o' "
-        "GROUP BY 1, 2 ORDER BY 1, 2", [oid]).fetchall()
-    return [f"it owns {count} {_OWNED_KINDS.get(kind, (kind, kind))[count > 1]} in database {database}"
-            for database, kind, count in rows]
+        "AND (s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())) = %s "
+        "GROUP BY 1, 2 ORDER BY 1, 2", [oid, here]).fetchall()
+
+
+def owned_elsewhere(conn: psycopg.Connection, role: Role) -> list[str]:
+    """What the role owns in other databases of the server (where PUBLIC may connect, a raw login may create
+    large objects), each with the command that removes it; `ingest init` does not touch another database."""
+    found = role_attributes(conn, role)
+    if found is None:
+        return []
+    return [f"{role.name} owns {_counted(kind, count)} in database {database or 'of the cluster'}: "
+            f"`psql -d {database} -c 'DROP OWNED BY {role.name}'`, then `ingest init` on each reference database"
+            for database, kind, count in _owned(conn, found[0], here=False)]
 
 
 _OWNED_KINDS = {"pg_largeobject": ("large object", "large objects"),
@@ -188,15 +230,24 @@ _OWNED_KINDS = {"pg_largeobject": ("large object", "large objects"),
                 "pg_proc": ("function", "functions"), "pg_type": ("type", "types")}
 
 
+def _counted(kind: str, count: int) -> str:
+    singular, plural = _OWNED_KINDS.get(kind, (kind, kind))
+    return f"{count} {plural if count > 1 else singular}"
+
+
 def privilege_differences(conn: psycopg.Connection, role: Role) -> list[str]:
     """What the role may do in this database beyond reading the reference tables, or may not read of them."""
-    found = [f"it may execute {closed.function.removeprefix('pg_catalog.')}" for closed in sandbox.CLOSED_FUNCTIONS
-             if conn.execute("SELECT to_regprocedure(%s) IS NOT NULL AND has_function_privilege(%s, %s, 'EXECUTE')",
-                             [closed.function, role.name, closed.function]).fetchone()[0]]
-    found += [f"it may use language {language}" for language in sandbox.CLOSED_LANGUAGES
+    functions = [closed.function for closed in sandbox.CLOSED_FUNCTIONS]
+    why = {closed.function: closed.why for closed in sandbox.CLOSED_FUNCTIONS}
+    found = [f"it may execute {function.removeprefix('pg_catalog.')}, which {why[function]}"
+             for (function,) in conn.execute(
+                 "SELECT f FROM unnest(%s::text[]) f WHERE to_regprocedure(f) IS NOT NULL "
+                 "AND has_function_privilege(%s, f, 'EXECUTE')", [functions, role.name])]
+    found += [f"it may use language {language}, which {why}" for language, why in sandbox.CLOSED_LANGUAGES.items()
               if conn.execute("SELECT has_language_privilege(%s, %s, 'USAGE')", [role.name, language]).fetchone()[0]]
     found += [f"it may create objects in schema {name}" for (name,) in conn.execute(
         "SELECT nspname FROM pg_namespace WHERE has_schema_privilege(%s, oid, 'CREATE') ORDER BY 1", [role.name])]
+    found += [f"it may {what} {name}" for what, name in writable(conn, role)]
     database, create, temp, bookkeeping = conn.execute(
         "SELECT current_database(), has_database_privilege(%(role)s, current_database(), 'CREATE'), "
         "has_database_privilege(%(role)s, current_database(), 'TEMP'), "
@@ -211,12 +262,27 @@ def privilege_differences(conn: psycopg.Connection, role: Role) -> list[str]:
     return found + ([f"it may not read {', '.join(unreadable)}"] if unreadable else [])
 
 
+TABLE_WRITES = "INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER"
+
+
+def writable(conn: psycopg.Connection, role: Role) -> list[tuple[str, str]]:
+    """("write to table" or "advance sequence", its qualified name) for each relation of this database the
+    role may change, directly or through PUBLIC."""
+    return conn.execute(
+        "SELECT CASE c.relkind WHEN 'S' THEN 'advance sequence' ELSE 'write to table' END, "
+        "format('%%I.%%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%%' "
+        "AND CASE WHEN c.relkind = 'S' THEN has_sequence_privilege(%(role)s, c.oid, 'USAGE, UPDATE') "
+        "WHEN c.relkind IN ('r', 'p', 'v', 'f') THEN has_table_privilege(%(role)s, c.oid, %(writes)s) "
+        "ELSE false END ORDER BY 2", {"role": role.name, "writes": TABLE_WRITES}).fetchall()
+
+
 def server_differences(conn: psycopg.Connection) -> list[str]:
-    """The server settings the sandbox needs, where they differ (only the server's administrator can change
-    them: postgresql.conf, then a restart)."""
+    """The server settings the sandbox needs, where they differ, with where each was set (postgresql.conf, or
+    ALTER DATABASE / ALTER ROLE), where only an administrator can change it."""
     found = []
     for name, (wanted, why) in sandbox.SERVER.items():
-        value = conn.execute("SELECT current_setting(%s)", [name]).fetchone()[0]
+        value, source = conn.execute("SELECT setting, source FROM pg_settings WHERE name = %s", [name]).fetchone()
         if value != wanted:
-            found.append(f"the server has {name} = {value}, where {why} (set it to {wanted} in postgresql.conf)")
+            found.append(f"the server has {name} = {value} (set by: {source}), where {why}: set it to {wanted} there")
     return found

@@ -1,7 +1,7 @@
 """The sandbox that SQL we did not write runs in, declared once: the two login roles, what they get at login,
 and what the reference database closes to them. `ingest init` applies it (ingest/roles.py), every command's
-preflight and `reproduce check` audit a server against it (gsqa_core/roles.py), and docs/DESIGN.md ("The
-sandbox") is the threat model it implements.
+preflight and `reproduce check` audit a server against it (gsqa_core/roles.py), and docs/SANDBOX.md is the
+threat model it implements.
 
 Two roles, so that neither can read the other's query text in pg_stat_activity (PostgreSQL shows it only to
 the same role, superusers and pg_read_all_stats): gold SQL runs as gsqa_reader, a model's SQL as gsqa_model.
@@ -25,7 +25,7 @@ class Role:
 
 READER = Role("gsqa_reader", "gold SQL: reproduce verify, show, rebase; score's gold run", "GSQA_READER_PASSWORD", -1)
 # A bound on a model's connections keeps the server's other slots for gold runs and administrators.
-MODEL = Role("gsqa_model", "model SQL: reproduce score, reproduce.baseline.engine(), reproduce serve",
+MODEL = Role("gsqa_model", "model SQL: reproduce score, reproduce.baseline.engine()",
              "GSQA_MODEL_PASSWORD", 50)
 ROLES = (READER, MODEL)
 
@@ -54,12 +54,20 @@ SETTINGS = {
     "extra_float_digits": "1",  # floats as the stored answers were read: shortest exact text
 }
 SUPERUSER_ONLY = frozenset({"temp_file_limit"})  # stored only: a login may not send it, nor change it
+# Sent at login, not stored: a library the role told the server to load for itself would make every login
+# fail before anything could check the role.
+LOGIN_ONLY = {"local_preload_libraries": ""}
 
 
 def startup_options() -> str:
-    """libpq's `options`: the user-settable SETTINGS, which outrank the role's stored ones."""
-    return " ".join(f"-c {name}={value.replace(' ', chr(92) + ' ')}" for name, value in SETTINGS.items()
-                    if name not in SUPERUSER_ONLY)
+    """libpq's `options`: the user-settable SETTINGS and LOGIN_ONLY, which outrank the role's stored ones."""
+    sent = {**{name: value for name, value in SETTINGS.items() if name not in SUPERUSER_ONLY}, **LOGIN_ONLY}
+    return " ".join(f"-c {name}={_escaped(value)}" for name, value in sent.items())
+
+
+def _escaped(value: str) -> str:
+    """A value inside libpq's `options`, where a space separates arguments unless a backslash escapes it."""
+    return value.replace("\\", "\\\\").replace(" ", "\\ ")
 
 
 @dataclass(frozen=True)

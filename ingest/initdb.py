@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 
 from gsqa_core import sandbox, schema
-from gsqa_core.db import connect, relation_exists, run_together, where
+from gsqa_core.db import connect, relation_exists, resolve_dsn, run_together, where
 from gsqa_core.errors import GsqaError
 from gsqa_core.schema import MIN_POSTGIS, refuse_other_columns
 from ingest import indexes, roles
@@ -54,7 +54,8 @@ def initialize(dsn: str | None) -> InitReport:
                 before = _existing_objects(conn)
                 _refuse_conflicting_tables(conn, before)
                 _create_missing(conn, before)
-                report.repaired, report.left = roles.apply(conn, f"schema {schema.BOOKKEEPING_SCHEMA}" in before)
+                report.repaired, report.left = roles.apply(conn, resolve_dsn(dsn),
+                                                           f"schema {schema.BOOKKEEPING_SCHEMA}" in before)
                 report.created = sorted(_existing_objects(conn) - before)
         except psycopg.errors.InsufficientPrivilege as error:
             raise GsqaError(

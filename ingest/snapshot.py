@@ -70,6 +70,8 @@ VERSION_KEYS = {
     "proj": "ST_Transform and geography measurements in the last digits",
 }
 _COMMENT_KEY = "gsqa_snapshot"
+# What preflight answers for a database that is already the snapshot's finished restore.
+RESTORED = "restored"
 _RESTORE_LOCK = "gsqa snapshot restore"
 
 
@@ -232,7 +234,9 @@ def _read_verify_summary(path: Path) -> Any:
 def _prepare_folder(folder: Path) -> None:
     if folder.exists() and not folder.is_dir():
         raise GsqaError(f"{folder}: not a directory")
-    if folder.is_dir() and any(path.name not in (WORK, DATA) for path in folder.iterdir()):
+    # A killed create's files: its work, its parts and, beside its work, the card written just before the manifest.
+    ours = {WORK, DATA} | ({CARD, f"{CARD}.partial", f"{MANIFEST}.partial"} if (folder / WORK).is_dir() else set())
+    if folder.is_dir() and any(path.name not in ours for path in folder.iterdir()):
         raise GsqaError(f"{folder}: holds other files and no finished snapshot: give an empty or new folder")
     try:
         (folder / WORK).mkdir(parents=True, exist_ok=True)
@@ -405,7 +409,9 @@ class RestoreReport:
 
 def preflight(folder: Path, dsn: str | None, replace: bool = False, allow_version_change: bool = False) -> str:
     """Whether the database can take the snapshot (the server's versions, the tables it holds), without
-    restoring anything; returns the snapshot's format, from which `make db FROM=` picks the way to restore."""
+    restoring anything; returns the snapshot's format, from which `make db FROM=` picks the way to restore, or
+    RESTORED for a database that is already its finished restore (a rerun after a kill as the restore ended),
+    which `make db FROM=` then only finishes again."""
     manifest = read_manifest(folder)
     manifest_sha256 = sha256_of(folder / MANIFEST)
     with connect(dsn, autocommit=True) as conn:
@@ -413,6 +419,8 @@ def preflight(folder: Path, dsn: str | None, replace: bool = False, allow_versio
             _refuse_another_build(conn, manifest, allow_version_change)
         else:
             _refuse_other_versions(conn, manifest["server"], allow_version_change)
+        if not replace and _restored_from(conn, manifest_sha256):
+            return RESTORED
         _refuse_tables(conn, replace or _is_ours(conn, manifest, manifest_sha256))
     return manifest["format"]
 
@@ -475,6 +483,12 @@ def _is_ours(conn: psycopg.Connection, manifest: dict[str, Any], manifest_sha256
     return origin.get("state") == "restoring" and origin.get("manifest_sha256") == manifest_sha256
 
 
+def _restored_from(conn: psycopg.Connection, manifest_sha256: str) -> bool:
+    """The database is this snapshot's finished restore: nothing is left to restore."""
+    origin = origin_of(conn) or {}
+    return origin.get("state") == "restored" and origin.get("manifest_sha256") == manifest_sha256
+
+
 def _restore_dump(report: RestoreReport, folder: Path, manifest: dict[str, Any], dsn: str | None, jobs: int,
                   replace: bool, allow_version_change: bool) -> None:
     with connect(dsn, autocommit=True) as conn:
@@ -482,6 +496,9 @@ def _restore_dump(report: RestoreReport, folder: Path, manifest: dict[str, Any],
         if not conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [_RESTORE_LOCK]).fetchone()[0]:
             raise GsqaError(f"another `ingest snapshot restore` is writing into {report.target} right now")
         report.version_changes = _refuse_other_versions(conn, manifest["server"], allow_version_change)
+        if not replace and _restored_from(conn, report.manifest_sha256):  # by a run killed as it ended
+            report.checks = check.run_checks(dsn)
+            return
         _clear_target(conn, manifest, report.manifest_sha256, replace)
         _set_origin(conn, {"state": "restoring", "source": report.source, "manifest_sha256": report.manifest_sha256})
         _create_extensions(conn, folder, manifest["parts"])

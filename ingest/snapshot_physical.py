@@ -296,7 +296,7 @@ def restore_cluster(folder: Path, part_paths: list[str], data_dir: Path, replace
             raise GsqaError(f"--data-dir {data_dir}: holds a cluster: give --replace to replace it with the snapshot")
         _keep_settings(data_dir, scratch)
     owner = _owner(data_dir if data_dir.exists() else data_dir.parent)
-    shutil.rmtree(data_dir, ignore_errors=True)
+    _delete_atomically(data_dir, scratch / "old")
     shutil.rmtree(cluster, ignore_errors=True)
     cluster.mkdir(parents=True, mode=0o700)
     os.chown(cluster, *owner)
@@ -331,6 +331,16 @@ def _extract(folder: Path, part_paths: list[str], decompress: list[str] | None, 
         except BrokenPipeError:
             pass
         _raise_on_failure(steps)
+
+
+def _delete_atomically(data_dir: Path, aside: Path) -> None:
+    """The data directory renamed aside, then deleted: killed meanwhile, it is whole or gone, never half deleted,
+    which no server starts on (where it is gone, the db image makes a new cluster, and a rerun replaces that)."""
+    shutil.rmtree(aside, ignore_errors=True)
+    if data_dir.exists():
+        aside.parent.mkdir(exist_ok=True)
+        os.rename(data_dir, aside)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _keep_settings(data_dir: Path, scratch: Path) -> None:

@@ -46,9 +46,9 @@ from psycopg.conninfo import conninfo_to_dict
 
 from gsqa_core import sandbox
 from gsqa_core.errors import GsqaError
-from gsqa_core.roles import audit, login_dsn
+from gsqa_core.roles import audit, login_dsn, refuse_tampered
 from reproduce import gate
-from reproduce.runner import MIN_TIMEOUT_S
+from reproduce.runner import MAX_TIMEOUT_S, MIN_TIMEOUT_S
 
 APPLICATION_NAME = "gsqa-baseline"  # what pg_stat_activity shows for the engine's connections
 
@@ -64,17 +64,18 @@ class Refused(sqlalchemy.exc.DBAPIError):
         return self.line
 
 
-def engine(dsn: str | None = None, timeout: float = 120.0, reader: str | None = None,
+def engine(dsn: str | None = None, timeout: float = 120.0, login: str | None = None,
            **engine_options: Any) -> sqlalchemy.Engine:
     """An SQLAlchemy engine logged in as gsqa_model on the database `dsn` resolves to (--dsn, DATABASE_URL,
-    PG*, then `make db`'s database), or on `reader` (a DSN of the model role itself); every statement gets
+    PG*, then `make db`'s database), or on `login` (a DSN of the model role itself); every statement gets
     `timeout` seconds (at least 0.1) on the server. `engine_options` go to sqlalchemy.create_engine
     (pool_size, echo). Raises GsqaError, saying why in one line, for a timeout below 0.1 s, and when the role
     cannot log in (with the advice the CLIs give) or is not as declared."""
-    if not timeout >= MIN_TIMEOUT_S:  # also NaN
-        raise GsqaError(f"timeout={timeout!r}: give at least {MIN_TIMEOUT_S} seconds, the server-side limit of "
-                        "each statement")
-    login = login_dsn(dsn, sandbox.MODEL, reader)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not (
+            MIN_TIMEOUT_S <= timeout <= MAX_TIMEOUT_S):  # NaN fails the comparison too
+        raise GsqaError(f"timeout={timeout!r}: give seconds from {MIN_TIMEOUT_S} to {MAX_TIMEOUT_S:,}, the "
+                        "server-side limit of each statement")
+    login = login_dsn(dsn, sandbox.MODEL, login)  # the explicit one, or the main DSN as gsqa_model
     found = audit(login, sandbox.MODEL)
     if found.problems:
         raise GsqaError(f"no engine for baselines: {'; '.join(found.problems)}")
@@ -90,6 +91,12 @@ def engine(dsn: str | None = None, timeout: float = 120.0, reader: str | None = 
         # The DSN as a libpq string (a URL would have to carry a key=value DSN's password in its query).
         cargs[:] = [login]
         cparams.update(application_name=APPLICATION_NAME, options=options, prepare_threshold=0)
+
+    @sqlalchemy.event.listens_for(made, "connect")
+    def _check_role(dbapi_connection: Any, record: Any) -> None:
+        # The role may have stored a setting for itself since the audit: refuse a connection it would reach.
+        refuse_tampered(dbapi_connection)
+        dbapi_connection.rollback()
 
     @sqlalchemy.event.listens_for(made, "before_cursor_execute")
     def _gate_then_settings(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any,

@@ -18,7 +18,7 @@ from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED
 from gsqa_core.sandbox import MODEL, READER
 from reproduce import compare, configs, readiness, report
 from reproduce import verify as verification
-from reproduce.runner import MAX_ROWS, MIN_TIMEOUT_S
+from reproduce.runner import MAX_ROWS, MAX_TIMEOUT_S, MIN_TIMEOUT_S
 from reproduce.verify import Request, Run, Shown
 
 app = command_group(
@@ -67,7 +67,7 @@ def check(dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
         typer.echo(json.dumps({"postgis": result.postgis_version, "tables": result.row_estimates,
                                "counted": result.counted,
                                "roles": {name: found.settings for name, found in result.audits.items()},
-                               "problems": result.problems}))
+                               "problems": result.problems, "notes": result.notes}))
     else:
         typer.echo(f"PostGIS {result.postgis_version}")
         for name, rows in result.row_estimates.items():
@@ -78,6 +78,8 @@ def check(dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
                 typer.echo(f"{found.role.name} ({found.role.runs}): {settings}")
         for problem in result.problems:
             typer.echo(f"not ready: {problem}")
+        for note in result.notes:
+            typer.echo(f"note: {note}")
     if result.problems:
         raise typer.Exit(EXIT_SOME_FAILED)
 
@@ -97,8 +99,8 @@ DataOption = Annotated[Path | None, typer.Option(
     "--data", metavar="DIR", help="Local benchmark data: a folder with qa2/ and/or vector/ (T<k>/), or "
     "<config>/*.parquet as on Hugging Face. Default: the Hugging Face dataset Zoe/GS-QA2 (cached).",
     show_default=False)]
-TimeoutOption = Annotated[float, typer.Option("--timeout", metavar="SECONDS",
-                                              min=MIN_TIMEOUT_S, help="Seconds per question (server-side).")]
+TimeoutOption = Annotated[float, typer.Option("--timeout", metavar="SECONDS", min=MIN_TIMEOUT_S, max=MAX_TIMEOUT_S,
+                                              help="Seconds per question (server-side).")]
 ResumeOption = Annotated[Path | None, typer.Option("--resume", metavar="FILE", help="Append results to FILE; "
                                                    "skip questions already in it.", show_default=False,
                                                    dir_okay=False)]

@@ -7,7 +7,9 @@ cannot change the registry.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import Any
 
 from gsqa_core.errors import GsqaError
 
@@ -119,3 +121,50 @@ def by_raw_vector_id(raw_id: int) -> tuple[Template, int] | None:
         if chosen.first_raw_id <= raw_id < chosen.first_raw_id + chosen.questions:
             return chosen, raw_id - chosen.first_raw_id
     return None
+
+
+@dataclass(frozen=True)
+class QuestionId:
+    """One benchmark question: a template and its 0-based number there; `str()` is the canonical
+    `<group>/<template>/<n>`."""
+
+    template: Template
+    number: int
+
+    def __str__(self) -> str:
+        return f"{self.template.group}/{self.template.stem}/{self.number}"
+
+
+_RUNNER_ID = re.compile(r"^(?P<stem>.+)-(?P<n>\d+)$")
+ID_SCHEMES = "<group>/<template>/<n> (e.g. raster_only/slope+poi/3), a GS-QA vector id (0-2799), <stem>-<n>, " \
+             "<group>:<stem>:<n>"
+
+
+def question_id(raw: Any) -> QuestionId:
+    """The question an id names, in any of the schemes ids come in (docs/BENCHMARK-FORMAT.md, Question ids): the
+    canonical `<group>/<template>/<n>`, a GS-QA vector integer id (2100), the raster runner's `<stem>-<n>`,
+    `<group>:<stem>:<n>`. GsqaError, naming the id and the schemes, for anything else or a number past the
+    template's questions. The one parser of ids: every command, prediction file and report reads them here."""
+    text = str(raw).strip()
+    if isinstance(raw, int) and not isinstance(raw, bool) or text.isdigit():
+        found = by_raw_vector_id(int(text))
+        if found is None:
+            raise GsqaError(f"unknown question id {raw!r}: not a GS-QA vector question (0-2799)")
+        return QuestionId(*found)
+    if text.count(":") >= 2 and "/" not in text:
+        group, rest = text.split(":", 1)
+        stem, number = rest.rsplit(":", 1)
+        return _numbered(by_group_and_stem(group, stem), number, raw)
+    if "/" in text:
+        group, rest = text.split("/", 1)
+        stem, _, number = rest.rpartition("/")
+        return _numbered(by_group_and_stem(group, stem), number, raw)
+    if match := _RUNNER_ID.match(text):
+        return _numbered(by_stem(match["stem"]), match["n"], raw)
+    raise GsqaError(f"unknown question id {raw!r}: expected {ID_SCHEMES}")
+
+
+def _numbered(chosen: Template | None, number: str, raw: Any) -> QuestionId:
+    if chosen is None or not number.isdigit() or int(number) >= chosen.questions:
+        raise GsqaError(f"unknown question id {raw!r}: it names no benchmark question")
+    return QuestionId(chosen, int(number))

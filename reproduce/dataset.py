@@ -107,20 +107,10 @@ def tables_needed(records: list[Record]) -> list[str]:
     return sorted({name.lower() for record in records for name in _TABLE.findall(record.sql)})
 
 
-def template_of(record_id: str) -> Template:
-    """The template of an id <group>/<template>/<n>."""
-    parts = record_id.split("/")
-    chosen = configs.by_group_and_stem(parts[0], "/".join(parts[1:-1])) if len(parts) >= 3 else None
-    if chosen is None or not parts[-1].isdigit():
-        raise GsqaError(
-            f"unknown question id {record_id!r}: expected <group>/<template>/<n>, e.g. raster_only/slope+poi/3"
-        )
-    return chosen
-
-
 def find(record_id: str, data: Path | None) -> Record:
-    """One record by id: only its template is read."""
-    dataset = load(data, [template_of(record_id)])
+    """One record by id (in any of the id schemes): only its template is read."""
+    record_id = str(configs.question_id(record_id))
+    dataset = load(data, [configs.question_id(record_id).template])
     for record in dataset.records:
         if record.id == record_id:
             return record

@@ -75,15 +75,15 @@ class Description:
     server: str
     postgis: str
     tables: list[Table]
-    reader: dict[str, str]  # what a session of the model role gets (gsqa_core.roles.Audit.settings)
+    session: dict[str, str]  # what a session of the model role gets (gsqa_core.roles.Audit.settings)
     problems: list[str]
 
 
-def describe(dsn: str | None, reader: str | None = None,
+def describe(dsn: str | None, login: str | None = None,
              progress: Callable[[str], None] = lambda line: None) -> Description:
-    """Read the description from the database `dsn` resolves to; `reader` is the DSN of the role a model's
+    """Read the description from the database `dsn` resolves to; `login` is the DSN of the role a model's
     SQL runs as, if not the main DSN logged in as gsqa_model. `progress` hears of each table before it is read."""
-    ready = readiness.check(dsn, {MODEL: reader})
+    ready = readiness.check(dsn, {MODEL: login})
     with connect(dsn, autocommit=True) as conn:
         tables = []
         for table in schema.REFERENCE_TABLES:
@@ -199,7 +199,7 @@ def as_text(description: Description) -> str:
         lines += [f"  {column.name} {column.type}{_column_notes(column)}" for column in table.columns]
         lines += [f"  -- {fact}" for fact in _facts(table)]
         lines.append("")
-    lines.append(_limits(description.reader))
+    lines.append(_limits(description.session))
     lines += [f"Not ready: {problem}" for problem in description.problems]
     return "\n".join(lines)
 
@@ -214,7 +214,7 @@ def as_markdown(description: Description) -> str:
         lines += [f"{_rows(table).capitalize()}.", "", "| column | type | |", "|---|---|---|"]
         lines += [f"| {column.name} | {column.type} | {_column_notes(column).strip()} |" for column in table.columns]
         lines += [""] + [f"- {fact}" for fact in _facts(table)] + [""]
-    lines += ["## Limits", "", _limits(description.reader)]
+    lines += ["## Limits", "", _limits(description.session)]
     if description.problems:
         lines += ["", "## Not ready", ""] + [f"- {problem}" for problem in description.problems]
     return "\n".join(lines)

@@ -7,7 +7,7 @@ Predictions):
 - the GS-QA2 raster text-to-SQL runner's files, one JSON object per question (`predicted_sql`, `source_stem`);
 - the GS-QA vector runs' arrays of {"id", "content"}: `sql_generate.json` (model text with ```sql blocks) and
   `*_json_parse.json` (the parser model's text with ```json answers).
-Every id scheme maps to the canonical `<group>/<template>/<n>` (`canonical_id`). A line or file that cannot
+Every id scheme maps to the canonical `<group>/<template>/<n>` (`configs.question_id`). A line or file that cannot
 be read is a Problem (where and why), never an exception: the rest of the run is still scored.
 """
 
@@ -27,7 +27,6 @@ from reproduce.compare import LOCATION, components_of
 
 _SQL_BLOCK = re.compile(r"```[ \t]*sql\b(.*?)```", re.S | re.I)
 _JSON_BLOCK = re.compile(r"```[ \t]*json\b(.*?)```", re.S | re.I)
-_RUNNER_ID = re.compile(r"^(?P<stem>.+)-(?P<n>\d+)$")
 # The authors' parsed vector answers name some fields their own way; the stored answers' names are on the right.
 AUTHORS_FIELDS = {"azimuth_angle": "angle"}
 RUNNER_FILES_SKIPPED = {"summary.json", "run_summary.json"}
@@ -108,37 +107,6 @@ class PredictionRun:
     def _refused_twice(self, question: str) -> bool:
         return any(problem.id == question and "predicted twice" in problem.why for problem in self.problems)
 
-def canonical_id(raw: Any) -> str:
-    """`<group>/<template>/<n>` from any of the three schemes: a GS-QA vector integer id (2100), the raster
-    runner's `<stem>-<n>`, `<group>:<stem>:<n>`, or the canonical form itself. GsqaError if it is none."""
-    text = str(raw).strip()
-    if isinstance(raw, int) and not isinstance(raw, bool) or text.isdigit():
-        found = configs.by_raw_vector_id(int(text))
-        if found is None:
-            raise GsqaError(f"id {raw!r} is not a GS-QA vector question (0-2799)")
-        chosen, number = found
-        return f"vector/{chosen.stem}/{number}"
-    if text.count(":") >= 2 and "/" not in text:
-        group, rest = text.split(":", 1)
-        stem, number = rest.rsplit(":", 1)
-        return _checked(configs.by_group_and_stem(group, stem), number, raw)
-    if "/" in text:
-        group, rest = text.split("/", 1)
-        stem, _, number = rest.rpartition("/")
-        return _checked(configs.by_group_and_stem(group, stem), number, raw)
-    match = _RUNNER_ID.match(text)
-    if match:
-        return _checked(configs.by_stem(match["stem"]), match["n"], raw)
-    raise GsqaError(f"id {raw!r} is in no known scheme (vector/range+name/0, 2100, aspect+poi-0, "
-                    "raster_only:aspect+poi:0)")
-
-
-def _checked(chosen: configs.Template | None, number: str, raw: Any) -> str:
-    if chosen is None or not number.isdigit() or int(number) >= chosen.questions:
-        raise GsqaError(f"id {raw!r} names no benchmark question")
-    return f"{chosen.group}/{chosen.stem}/{int(number)}"
-
-
 def read_run(path: Path, name: str, selected: set[str] | frozenset[str],
              keep: Callable[[Prediction], Prediction] | None = None) -> PredictionRun:
     """Every prediction of one run (a file or a folder) for the `selected` question ids; `keep` says what is
@@ -207,7 +175,7 @@ def _question_of(run: PredictionRun, where: str, entry: Any, expected: str) -> s
         run.refuse(where, f"not a prediction (expected {expected})")
         return None
     try:
-        return canonical_id(entry["id"])
+        return str(configs.question_id(entry["id"]))
     except GsqaError as error:
         run.refuse(where, f"{error}; not scored")
         return None
@@ -234,7 +202,7 @@ def _read_line(run: PredictionRun, where: str, line: Any) -> None:
 
 
 def _add_answer(run: PredictionRun, prediction: Prediction, answer: Any, authors: bool = False) -> None:
-    template_id = configs.template(prediction.id.split("/")[1]).id
+    template_id = configs.question_id(prediction.id).template.id
     try:
         rows = answer_rows(template_id, answer, authors)
     except ValueError as error:
@@ -288,7 +256,8 @@ def sql_blocks(text: str) -> tuple[str, ...]:
 def _read_runner_file(run: PredictionRun, file: Path, record: dict[str, Any]) -> None:
     where = str(file)
     try:
-        question = canonical_id(record.get("id") or f"{record.get('source_stem')}-{file.stem.rsplit('-', 1)[-1]}")
+        raw = record.get("id") or f"{record.get('source_stem')}-{file.stem.rsplit('-', 1)[-1]}"
+        question = str(configs.question_id(raw))
     except GsqaError as error:
         run.refuse(where, f"{error}; not scored")
         return

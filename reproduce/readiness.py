@@ -39,6 +39,11 @@ class Readiness:
         found += [audited.problem for audited in self.audits.values() if audited.problem]
         return found + list(dict.fromkeys(item for audited in self.audits.values() for item in audited.server))
 
+    @property
+    def notes(self) -> list[str]:
+        """What does not stop a run but an administrator should know: what a role owns in another database."""
+        return [note for audited in self.audits.values() for note in audited.elsewhere]
+
 
 def check(dsn: str | None, logins: Logins = BOTH_ROLES, tables: list[str] | None = None) -> Readiness:
     """PostGIS, the reference tables (or only `tables`, by name) and the logins of `logins`."""

@@ -11,13 +11,13 @@ import json
 import os
 import re
 import tempfile
-import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from gsqa_core.errors import GsqaError
+from reproduce.report_frame import Case, html_document, junit_document
 from reproduce.results import STATUSES, Result, summarize
 
 _COLUMNS = ("config", "template", "questions", "pass %", "exact %", "paper %", *STATUSES, "seconds")
@@ -157,49 +157,22 @@ def baseline_text(changes: list[tuple[str, str, str]]) -> str:
 
 
 def junit(results: list[Result]) -> str:
-    """One testsuite per template, one testcase per question; CI systems show failures and skips."""
-    suites = ET.Element("testsuites", name="reproduce verify")
-    for (config, template), group in _by_template(results).items():
-        counts = summarize(group)
-        suite = ET.SubElement(suites, "testsuite", name=f"{config}.{template}", tests=str(counts["total"]),
-                              failures=str(counts["mismatched"] + counts["empty"]),
-                              errors=str(counts["timed_out"] + counts["errored"]), skipped=str(counts["skipped"]),
-                              time=f"{sum(r.seconds for r in group):.3f}")
-        for result in group:
-            case = ET.SubElement(suite, "testcase", classname=f"{config}.{template}", name=result.id,
-                                 time=f"{result.seconds:.3f}")
-            if result.paper_status:  # the paper's scoring, beside the strict verdict the testcase carries
-                properties = ET.SubElement(case, "properties")
-                ET.SubElement(properties, "property", name="paper", value=result.paper_status)
-                ET.SubElement(properties, "property", name="paper_reason", value=result.paper_reason)
-            _junit_outcome(case, result)
-    return ET.tostring(suites, encoding="unicode", xml_declaration=True)
+    """One testsuite per template, one testcase per question; CI systems show failures and skips. The paper's
+    verdict is a property beside the strict verdict the testcase carries."""
+    return junit_document("reproduce verify", {f"{config}.{template}": [_case(f"{config}.{template}", result)
+                                                                       for result in group]
+                                               for (config, template), group in _by_template(results).items()})
 
 
-def _junit_outcome(case: ET.Element, result: Result) -> None:
-    kinds: dict[str, Callable[[], tuple[str, str]]] = {
-        "mismatch": lambda: ("failure", _evidence(result)), "empty": lambda: ("failure", _evidence(result)),
-        "timeout": lambda: ("error", _evidence(result)), "error": lambda: ("error", _evidence(result)),
-        "skipped": lambda: ("skipped", result.detail.get("reason", "")),
-    }
-    if result.status in kinds:
-        tag, message = kinds[result.status]()
-        element = ET.SubElement(case, tag, message=message, type=result.status)
-        element.text = json.dumps(result.detail, indent=1, default=str)
+_OUTCOMES = {"mismatch": "failure", "empty": "failure", "timeout": "error", "error": "error", "skipped": "skipped"}
 
 
-_STYLE = """
-body{font:15px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;padding:0 1em;color:#1f2328}
-h1{font-size:1.6em;margin-bottom:.2em}h2{margin-top:1.6em;border-bottom:1px solid #d0d7de}h3{margin:1.2em 0 .4em}
-.meta{color:#59636e;margin-top:0}table{border-collapse:collapse;margin:.4em 0}
-td,th{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f6f8fa}
-.facts th{width:11em}.num{text-align:right;font-variant-numeric:tabular-nums}
-details.q{border:1px solid #d0d7de;border-radius:6px;margin:.4em 0;padding:.3em .7em}
-details.q>summary{cursor:pointer}details.q[open]>summary{margin-bottom:.4em}
-.status{display:inline-block;min-width:5.5em;font-weight:600}.pass{color:#1a7f37}.fail{color:#cf222e}
-.skipped{color:#9a6700}code,pre{font:13px ui-monospace,monospace;background:#f6f8fa}
-pre{padding:.5em;white-space:pre-wrap;margin:.3em 0}.cmd{user-select:all}
-"""
+def _case(classname: str, result: Result) -> Case:
+    properties = {"paper": result.paper_status, "paper_reason": result.paper_reason} if result.paper_status else {}
+    outcome = _OUTCOMES.get(result.status)
+    message = result.detail.get("reason", "") if result.status == "skipped" else _evidence(result)
+    return Case(classname, result.id, result.seconds, properties, outcome, result.status if outcome else "",
+                message if outcome else "", json.dumps(result.detail, indent=1, default=str) if outcome else None)
 
 
 def html_page(provenance: dict[str, Any], results: list[Result], records: dict[str, Any] | None = None) -> str:
@@ -220,16 +193,12 @@ def html_page(provenance: dict[str, Any], results: list[Result], records: dict[s
                                  "docs/BENCHMARK-FORMAT.md)")]
     when = f"{provenance.get('started_at', '')}, {provenance.get('seconds', '?')} s, {provenance.get('tool', '')} " \
            f"{provenance.get('tool_version', '')}"
-    parts = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
-             f"<title>reproduce verify: {summary['passed']} of {summary['total']} pass</title>",
-             f"<style>{_STYLE}</style></head><body>",
-             f"<h1>reproduce verify: {summary['passed']} of {summary['total']} questions pass</h1>",
+    parts = [f"<h1>reproduce verify: {summary['passed']} of {summary['total']} questions pass</h1>",
              f"<p class='meta'>{html.escape(when)}</p><table class='facts'>",
              *(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in facts),
              "</table><h2>Pass rate per template</h2>", _chart(results),
-             "<h2>Questions that did not pass</h2>", _failures_by_template(results, records or {}, dataset),
-             "</body></html>"]
-    return "\n".join(parts)
+             "<h2>Questions that did not pass</h2>", _failures_by_template(results, records or {}, dataset)]
+    return html_document(f"reproduce verify: {summary['passed']} of {summary['total']} pass", "\n".join(parts))
 
 
 def _chart(results: list[Result]) -> str:

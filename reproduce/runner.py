@@ -48,10 +48,12 @@ import psycopg
 from psycopg import pq, sql
 
 from gsqa_core.errors import EXIT_SOME_FAILED, GsqaError
+from gsqa_core.roles import refuse_tampered
 from reproduce import gate
 from reproduce.dataset import Record
 
 MIN_TIMEOUT_S = 0.1  # the shortest statement timeout a run or engine() accepts
+MAX_TIMEOUT_S = 2_147_483.647  # the longest statement_timeout PostgreSQL takes (2^31 - 1 ms)
 WATCHDOG_GRACE_S = 2.0  # the server's own timeout gets this long before the client cancels
 CANCEL_WAIT_S = 5.0
 # A statement can catch the cancel (a DO block with EXCEPTION WHEN query_canceled) and go on: if the same
@@ -92,11 +94,11 @@ class AllServersLost(GsqaError):
 
 @dataclass(frozen=True)
 class Server:
-    """A PostgreSQL server that answers questions: `reader` is the read-only role's DSN there, `admin` a DSN
-    that may end the reader's backends (the watchdog's last resort), `name` what reports call it."""
+    """A PostgreSQL server that answers questions: `login` is the sandbox role's DSN there, `admin` a DSN
+    that may end the role's backends (the watchdog's last resort), `name` what reports call it."""
 
     name: str
-    reader: str
+    login: str
     admin: str | None = None
 
 
@@ -127,10 +129,17 @@ class Session:
     def _connect(self) -> psycopg.Connection:
         try:
             # No automatic prepared statements: DISCARD ALL after each question would drop them.
-            return psycopg.connect(self.dsn, application_name="gsqa-reproduce", prepare_threshold=None,
+            conn = psycopg.connect(self.dsn, application_name="gsqa-reproduce", prepare_threshold=None,
                                    connect_timeout=10)
         except psycopg.OperationalError as error:
             raise ServerLost(f"the sandbox role cannot connect: {' '.join(str(error).split())}") from None
+        try:
+            refuse_tampered(conn)
+        except GsqaError as error:
+            conn.close()
+            raise ServerLost(str(error)) from None
+        conn.rollback()  # the check's transaction: each question begins its own
+        return conn
 
     def run_first(self, statements: Sequence[str]) -> Outcome:
         """Run the statements in order, each as `run` runs one, until one does not fail with an error: a
@@ -311,7 +320,7 @@ class Runner:
         """(record, outcome) as questions finish. Closing the iterator early cancels running queries."""
         tasks = _Tasks(records)
         total = len(tasks)
-        sessions = [Session(server.reader, self.timeout, server.admin, self.max_rows)
+        sessions = [Session(server.login, self.timeout, server.admin, self.max_rows)
                     for server in self.servers for _ in range(min(self.workers, total))]
         names = [server.name for server in self.servers for _ in range(min(self.workers, total))]
         results: queue.Queue[tuple[Record, Outcome]] = queue.Queue()

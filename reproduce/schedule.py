@@ -41,7 +41,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from gsqa_core.errors import GsqaError
-from reproduce.dataset import Record, tables_needed, template_of
+from reproduce import configs
+from reproduce.dataset import Record, tables_needed
 
 
 def earlier_durations(path: Path) -> dict[str, float]:
@@ -72,7 +73,7 @@ def estimator(durations: Mapping[str, float], table_rows: Mapping[str, int | Non
     by_template: dict[str, list[float]] = defaultdict(list)
     for record_id, seconds in durations.items():
         try:
-            by_template[template_of(record_id).id].append(seconds)
+            by_template[configs.question_id(record_id).template.id].append(seconds)
         except GsqaError:
             continue  # an id of another dataset: no template to learn from
     medians = {template: statistics.median(found) for template, found in by_template.items()}

@@ -13,13 +13,13 @@ import io
 import itertools
 import json
 import math
-import xml.etree.ElementTree as ET
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
 from reproduce import compare, verify
 from reproduce.compare import LOCATION, as_geometry, components_of, haversine_m
+from reproduce.report_frame import Case, html_document, junit_document
 from reproduce.score import ROWS_KEPT, STATUSES, Scored, Scoring, summarize
 from reproduce.stats import mcnemar_exact, wilson
 
@@ -191,30 +191,16 @@ def _gold(record: Any) -> dict[str, Any]:
 
 def junit(scoring: Scoring) -> str:
     """One testsuite per run, one testcase per question; a question that does not pass the paper verdict fails."""
-    suites = ET.Element("testsuites", name="reproduce score")
-    for name, found in _by_run(scoring.results).items():
-        failed = sum(result.paper != "pass" for result in found)
-        suite = ET.SubElement(suites, "testsuite", name=name, tests=str(len(found)), failures=str(failed))
-        for result in found:
-            case = ET.SubElement(suite, "testcase", classname=f"{name}.{result.template_id}", name=result.id,
-                                 time=f"{result.seconds:.3f}")
-            properties = ET.SubElement(case, "properties")
-            for key in ("status", "strict", "strict_reason"):
-                ET.SubElement(properties, "property", name=key, value=str(getattr(result, key)))
-            if result.paper != "pass":
-                ET.SubElement(case, "failure", message=f"{result.status}: {result.paper_reason}"[:500])
-    return ET.tostring(suites, encoding="unicode", xml_declaration=True)
+    return junit_document("reproduce score", {name: [
+        Case(f"{name}.{result.template_id}", result.id, result.seconds,
+             {key: str(getattr(result, key)) for key in ("status", "strict", "strict_reason")},
+             *(("failure", result.status, f"{result.status}: {result.paper_reason}"[:500])
+               if result.paper != "pass" else ()))
+        for result in found] for name, found in _by_run(scoring.results).items()})
 
 
 # --- HTML -----------------------------------------------------------------------------------------------
 
-_STYLE = """body{font:14px/1.4 sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse}
-td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child,td:nth-child(2){text-align:left}
-.card{border:1px solid #ddd;margin:.4em 0;padding:.4em .8em}.pass{border-left:5px solid #2a2}
-.mismatch,.empty{border-left:5px solid #d80}.sql_error,.timeout,.unreadable,.unscorable,.no_prediction
-{border-left:5px solid #c22}.sides{display:grid;grid-template-columns:1fr 1fr;gap:1em}
-pre{white-space:pre-wrap;background:#f6f6f6;padding:.4em;margin:.2em 0}pre.table{white-space:pre;overflow-x:auto}
-.filters select{margin-right:1em}"""
 _SCRIPT = """function filterCards(){const f={};for(const s of document.querySelectorAll('.filters select'))
 f[s.name]=s.value;let shown=0;for(const c of document.querySelectorAll('.card')){const ok=Object.keys(f)
 .every(k=>!f[k]||c.dataset[k]===f[k]);c.style.display=ok?'':'none';shown+=ok}
@@ -233,13 +219,12 @@ def html_page(scoring: Scoring) -> str:
                       for key, values in options.items())
     cards = "\n".join(_card(scoring, result) for result in scoring.results)
     database = provenance["database"].get("target", "none (answers only)")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>reproduce score</title>"
-            f"<style>{_STYLE}</style><script>{_SCRIPT}</script></head><body>"
-            f"<h1>reproduce score</h1><p>{html.escape(provenance['started_at'])}; dataset "
-            f"{html.escape(str(provenance['dataset']['source']))}; database {html.escape(str(database))}</p>"
-            f"<pre>{html.escape(runs_text(scoring))}</pre><pre class='table'>{html.escape(table(scoring))}</pre>"
-            f"<h2>Questions</h2><p class='filters'>{filters} <span id='shown'>{len(scoring.results)}</span> "
-            f"shown</p>{cards}</body></html>")
+    return html_document("reproduce score", (
+        f"<h1>reproduce score</h1><p class='meta'>{html.escape(provenance['started_at'])}; dataset "
+        f"{html.escape(str(provenance['dataset']['source']))}; database {html.escape(str(database))}</p>"
+        f"<pre>{html.escape(runs_text(scoring))}</pre><pre class='table'>{html.escape(table(scoring))}</pre>"
+        f"<h2>Questions</h2><p class='filters'>{filters} <span id='shown'>{len(scoring.results)}</span> "
+        f"shown</p>{cards}"), _SCRIPT)
 
 
 def _card(scoring: Scoring, result: Scored) -> str:
@@ -250,7 +235,7 @@ def _card(scoring: Scoring, result: Scored) -> str:
             f"{html.escape(result.strict_reason)}")
     if detail.get("unstable"):
         head += f"<br><i>gold answer may legitimately vary: {html.escape('; '.join(detail['unstable']))}</i>"
-    attributes = f'class="card {result.status}" data-run="{html.escape(result.run)}" ' \
+    attributes = f'class="card" data-run="{html.escape(result.run)}" ' \
                  f'data-template="{result.template_id}" data-status="{result.status}"'
     if result.status in ("pass", "no_prediction"):  # nothing to compare: one line keeps the page small
         return f"<div {attributes}>{head}</div>"

@@ -72,10 +72,10 @@ class Target:
 
 def load_selected(request: Request) -> dataset.Dataset:
     """The records of the selected config and templates (or of the --id questions), skips included."""
-    names = list(request.templates) or [dataset.template_of(record_id).id for record_id in request.ids]
+    wanted = {str(configs.question_id(record_id)) for record_id in request.ids}  # --id in any scheme
+    names = list(request.templates) or [configs.question_id(record_id).template.id for record_id in wanted]
     data = dataset.load(request.data, configs.select(request.config, names))
-    if request.ids:
-        wanted = set(request.ids)
+    if wanted:
         known = {record.id for record in data.records} | {skip.id for skip in data.skipped}
         if unknown := sorted(wanted - known):
             raise GsqaError(f"no question {', '.join(unknown)} in {data.source} (--id)")
@@ -93,6 +93,8 @@ def dataset_order(data: dataset.Dataset) -> list[str]:
 
 
 def _number(record_id: str) -> int:
+    """The number of a record id the loader made (canonical, though a file may hold more records than the
+    release has questions)."""
     tail = record_id.rsplit("/", 1)[-1]
     return int(tail) if tail.isdigit() else 0
 
@@ -118,7 +120,7 @@ class Prepared:
         --reader-dsn is that role's login) on the primary and every replica; `lost` hears of lost servers."""
         runner = Runner(self.target.login(role, self.logins[role]), self.request.timeout, self.request.workers,
                         self.target.admin, self.request.max_rows,
-                        [replace(checked.server, reader=login_dsn(checked.server.admin, role))
+                        [replace(checked.server, login=login_dsn(checked.server.admin, role))
                          for checked in self.replicas], self.target.name)
         runner.lost = lost
         with tqdm(total=len(jobs), desc=description, unit="q", file=sys.stderr,

@@ -172,7 +172,7 @@ def test_missing_template_file_is_skipped_and_exit_1(db: str, data: Path) -> Non
 @pytest.mark.parametrize("argv, message", [
     (["--dsn", UNREACHABLE], "cannot connect to PostgreSQL"),
     (["--data", "/nonexistent"], "not a directory"),
-    (["--id", "raster_only/elevation+poi/99"], "no question raster_only/elevation+poi/99"),
+    (["--id", "raster_only/elevation+poi/99"], "unknown question id 'raster_only/elevation+poi/99': it names no"),
     (["--template", "R99"], "unknown template 'R99'"),
     (["--template", "V1"], "belongs to config vector"),
     (["--json-out", "/nonexistent/run.json"], "cannot write /nonexistent/run.json"),
@@ -284,3 +284,13 @@ def test_show_prints_sql_answers_and_verdict_per_component(db: str, data: Path) 
     assert passed.returncode == 0 and "-- verdict: pass" in passed.stdout and "-- exact: yes" in passed.stdout
     unknown = run("show", "raster_only/nope/1", "--data", str(data), "--dsn", db)
     assert unknown.returncode == 2 and unknown.stderr.startswith("error: unknown question id")
+
+
+def test_show_and_id_take_every_id_scheme(db: str, data: Path) -> None:
+    number = IDS["pass"].rsplit("/", 1)[1]
+    canonical = run("show", IDS["pass"], "--data", str(data), "--dsn", db)
+    for scheme in (f"elevation+poi-{number}", f"raster_only:elevation+poi:{number}"):
+        shown = run("show", scheme, "--data", str(data), "--dsn", db)
+        assert (shown.returncode, shown.stdout.splitlines()[:4]) == (0, canonical.stdout.splitlines()[:4])
+    selected = verify(db, data, "--id", f"elevation+poi-{number}")
+    assert selected.returncode == 0 and selected.stdout.splitlines()[1].split()[:3] == ["raster_only", "R1", "1"]

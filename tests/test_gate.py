@@ -18,6 +18,10 @@ ONLY_A_QUERY = "only a query runs here (SELECT, WITH, VALUES, TABLE, EXPLAIN, SH
     ("", ""),
     ("-- only a comment", ""),
     ("42", ""),
+    ("; ;NOTIFY gsqa", "NOTIFY"),
+    ("/* /* nested */ SELECT */ NOTIFY gsqa", "NOTIFY"),
+    ("-- a comment\n;(/* x */ select 1)", "SELECT"),
+    ("/* never closed SELECT", ""),
 ])
 def test_the_first_word_is_found_past_comments_and_parentheses(statement: str, word: str) -> None:
     assert first_word(statement) == word

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from gsqa_core.errors import GsqaError
-from reproduce.predictions import answer_rows, canonical_id, read_run, sql_blocks
+from reproduce.configs import question_id
+from reproduce.predictions import answer_rows, read_run, sql_blocks
 
 R1 = "raster_only/elevation+poi"
 SELECTED = {f"{R1}/{n}" for n in range(20)} | {f"vector/intersects:area_total+area/{n}" for n in range(100)} \
@@ -24,14 +25,14 @@ SELECTED = {f"{R1}/{n}" for n in range(20)} | {f"vector/intersects:area_total+ar
     ("vector:range:direction+name:3", "vector/range:direction+name/3"),
 ])
 def test_the_three_id_schemes_map_to_one(raw: object, expected: str) -> None:
-    assert canonical_id(raw) == expected
+    assert str(question_id(raw)) == expected
 
 
 @pytest.mark.parametrize("raw", [2800, "aspect+poi-20", "raster_only/aspect+poi/x", "nothing", True,
                                  "vector/elevation+poi/0"])
 def test_ids_that_name_no_question(raw: object) -> None:
     with pytest.raises(GsqaError):
-        canonical_id(raw)
+        question_id(raw)
 
 
 def write_lines(path: Path, *lines: object) -> Path:
@@ -54,8 +55,8 @@ def test_json_lines_sql_and_answers(tmp_path: Path) -> None:
     assert run.predictions[f"{R1}/0"].meta == {"model": "m1", "method": "text2sql", "seconds": 1.5, "tokens": 120}
     assert run.predictions[f"{R1}/1"].answer == [{"elevation": 286.0}]
     assert run.predictions["vector/intersects:area_total+area/0"].answer == [{"area": 12.5}]
-    assert [str(problem) for problem in run.problems] == [f"{path}:5: id 'outside/of/it' names no benchmark "
-                                                          "question; not scored"]
+    assert [str(problem) for problem in run.problems] == [f"{path}:5: unknown question id 'outside/of/it': it "
+                                                          "names no benchmark question; not scored"]
 
 
 def test_every_bad_line_is_one_problem_naming_file_and_line(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import getpass
 import re
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import local_server
 import psycopg
 import pytest
-from load_helpers import ingest
+from load_helpers import BIN, ingest
 from psycopg.conninfo import conninfo_to_dict
 from sandbox_helpers import SESSION_SETTINGS
 
@@ -27,6 +28,10 @@ from reproduce import readiness
 from reproduce.baseline import engine
 
 NOT_DECLARED = "(`ingest init` restores what it can and names the rest)"
+
+
+def reproduce(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([BIN / "reproduce", *argv], capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -115,13 +120,16 @@ def test_what_a_role_owns_in_another_database_is_named_not_dropped(admin: str) -
     with psycopg.connect(login_dsn(other, MODEL), autocommit=True) as conn:
         conn.execute("SET default_transaction_read_only = off")
         conn.execute("SELECT lo_create(0)")  # the postgres database is not ours: lo_* are open there
+    note = ("gsqa_model owns 1 large object in database postgres: `psql -d postgres -c 'DROP OWNED BY "
+            "gsqa_model'`, then `ingest init` on each reference database")
     try:
-        assert audit(login_dsn(admin, MODEL), MODEL).problem == (
-            f"gsqa_model is not as declared: it owns 1 large object in database postgres {NOT_DECLARED}")
+        found = audit(login_dsn(admin, MODEL), MODEL)
+        assert (found.problem, found.elsewhere) == (None, [note])  # our doors never go there: runs go on
+        checked = reproduce("check", "--dsn", admin)
+        assert f"note: {note}" in checked.stdout.splitlines()
         result = ingest("init", "--dsn", admin)
         assert result.returncode == 1
-        assert result.stdout.splitlines() == ["not repaired (init cannot):",
-                                              "  gsqa_model: it owns 1 large object in database postgres"]
+        assert result.stdout.splitlines() == ["not repaired (init cannot):", f"  {note}"]
     finally:
         with psycopg.connect(other, autocommit=True) as conn:
             conn.execute("DROP OWNED BY gsqa_model")
@@ -216,9 +224,9 @@ def test_a_server_that_allows_prepared_transactions_is_named() -> None:
         local_server.initdb(server)
         with local_server.running(server, {**local_server.FAST, "max_prepared_transactions": "2"}):
             admin = server.dsn("postgres")
-            initialize(admin)
-            problem = ("the server has max_prepared_transactions = 2, where PREPARE TRANSACTION would leave a "
-                       "transaction, with its locks, behind the session (set it to 0 in postgresql.conf)")
+            problem = ("the server has max_prepared_transactions = 2 (set by: command line), where PREPARE "
+                       "TRANSACTION would leave a transaction, with its locks, behind the session: set it to 0 there")
+            assert initialize(admin).left == [problem]
             assert audit(login_dsn(admin, MODEL), MODEL).problems == [problem]
             assert readiness.check(admin).problems[-1:] == [problem]  # once, not once per role
             with pytest.raises(GsqaError, match=f"^no engine for baselines: {re.escape(problem)}$"):
@@ -232,3 +240,74 @@ def test_the_threat_model_names_every_door_the_declaration_closes() -> None:
     assert [language for language in CLOSED_LANGUAGES if f"`{language}`" not in threat_model] == []
     assert [name for name in [*SETTINGS, *SERVER] if f"`{name}" not in threat_model] == []
     assert [role.name for role in ROLES if f"`{role.name}`" not in threat_model] == []
+
+
+def test_a_second_database_of_the_server_logs_the_roles_in_with_the_same_passwords(admin: str, new_database,
+                                                                                   monkeypatch) -> None:
+    for role in ROLES:
+        monkeypatch.delenv(role.password_env, raising=False)
+    initialize(admin)  # the roles have the passwords this database keeps (other tests here gave them others)
+    second = new_database("second", initialized=True)
+    assert [kept_password(second, role) for role in ROLES] == [kept_password(admin, role) for role in ROLES]
+    assert (initialize(admin).repaired, initialize(second).repaired) == ([], [])
+
+
+def test_a_repair_keeps_what_the_role_was_granted_on_other_databases(admin: str, new_database) -> None:
+    second = new_database("granted", initialized=True)
+    with psycopg.connect(second, autocommit=True) as conn:  # CONNECT only by init's grant to the roles
+        conn.execute(f'REVOKE CONNECT ON DATABASE "{database_of(second)}" FROM PUBLIC')
+    with psycopg.connect(login_dsn(admin, MODEL), autocommit=True) as conn:
+        conn.execute("SET default_transaction_read_only = off")
+        conn.execute("ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO PUBLIC")
+    assert initialize(admin).repaired == [
+        f"gsqa_model: it owns 1 entry of default privileges in database {database_of(admin)}"]
+    with psycopg.connect(login_dsn(second, MODEL)) as conn:
+        assert conn.execute("SELECT current_user").fetchone()[0] == MODEL.name
+
+
+def test_write_grants_someone_gave_are_named_and_revoked(admin: str) -> None:
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("GRANT INSERT, TRUNCATE ON pois TO gsqa_model; GRANT USAGE ON SEQUENCE pois_id_seq TO PUBLIC")
+    differences = ["it may write to table public.pois", "it may advance sequence public.pois_id_seq"]
+    assert audit(login_dsn(admin, MODEL), MODEL).differences == differences
+    assert audit(login_dsn(admin, READER), READER).differences == differences[1:]  # through PUBLIC
+    assert initialize(admin).repaired == [f"gsqa_reader: {differences[1]}",
+                                          *(f"gsqa_model: {found}" for found in differences)]
+    with psycopg.connect(login_dsn(admin, MODEL), autocommit=True) as conn:
+        conn.execute("SET default_transaction_read_only = off")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("TRUNCATE pois")
+
+
+def test_a_library_the_role_stored_for_itself_neither_locks_it_out_nor_reaches_a_session(admin: str) -> None:
+    with psycopg.connect(login_dsn(admin, MODEL), autocommit=True) as conn:
+        conn.execute("SET default_transaction_read_only = off")
+        conn.execute("ALTER ROLE CURRENT_USER SET local_preload_libraries = 'nowhere'")
+    try:
+        assert audit(login_dsn(admin, MODEL), MODEL).differences == ["it stores local_preload_libraries=nowhere"]
+    finally:
+        assert initialize(admin).repaired == ["gsqa_model: it stores local_preload_libraries=nowhere"]
+
+
+def test_a_setting_stored_after_the_preflight_is_refused_at_the_next_connection(admin: str) -> None:
+    from reproduce.runner import ServerLost, Session
+
+    made = engine(admin, pool_size=1, max_overflow=0)
+    with psycopg.connect(login_dsn(admin, MODEL), autocommit=True) as conn:
+        conn.execute("SET default_transaction_read_only = off")
+        conn.execute("ALTER ROLE CURRENT_USER SET transform_null_equals = on")
+    refusal = "gsqa_model is not as declared: it stores transform_null_equals=on (`ingest init` restores it)"
+    try:
+        with pytest.raises(GsqaError, match=re.escape(refusal)), made.connect():
+            pass
+        with pytest.raises(ServerLost, match=re.escape(refusal)):
+            Session(login_dsn(admin, MODEL), timeout=5)
+    finally:
+        made.dispose()
+        initialize(admin)
+
+
+def test_a_password_is_compared_as_postgresql_prepares_it(admin: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MODEL.password_env, "soft\u00adhyphen and\u2003em space")
+    initialize(admin)
+    assert initialize(admin).repaired == []  # the same verifier: nothing to set again

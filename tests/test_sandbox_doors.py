@@ -51,6 +51,16 @@ HOSTILE = {
     "a role that sees every query": "SET ROLE pg_read_all_stats",
     "another session user": "SET SESSION AUTHORIZATION postgres",
 }
+# What the server allows any login but our doors refuse: transient, yet no business of a model's.
+DOORS_ONLY = {
+    "commit behind an empty statement": "; COMMIT",
+    "notification behind a nested comment": "/* /* */ SELECT */ NOTIFY gsqa",
+    "listening": "LISTEN gsqa",
+    "a cursor kept across transactions": "DECLARE kept CURSOR WITH HOLD FOR SELECT 1",
+    "a table lock": "LOCK TABLE pois IN ACCESS SHARE MODE",
+    "a session setting": "SET work_mem = '4GB'",
+}
+AT_OUR_DOORS = {**HOSTILE, **DOORS_ONLY}
 READ_WRITE = "SELECT set_config('default_transaction_read_only', 'off', false)"  # a query: the gate lets it by
 
 
@@ -71,7 +81,7 @@ def assert_one_refusal(line: str) -> None:
 
 
 @pytest.mark.parametrize("isolation", ["transaction", "AUTOCOMMIT"])
-@pytest.mark.parametrize("name", HOSTILE)
+@pytest.mark.parametrize("name", AT_OUR_DOORS)
 def test_engine_refuses_in_one_line_and_nothing_stays(demo: tuple[str, Path], before: dict, name: str,
                                                       isolation: str) -> None:
     made = engine(demo[0], timeout=5)
@@ -82,7 +92,7 @@ def test_engine_refuses_in_one_line_and_nothing_stays(demo: tuple[str, Path], be
             conn.execute(text(READ_WRITE))
             conn.commit()
             with pytest.raises(Refused) as refused:
-                conn.execute(text(HOSTILE[name]))
+                conn.execute(text(AT_OUR_DOORS[name]))
     finally:
         made.dispose()
     assert_one_refusal(str(refused.value))
@@ -91,8 +101,8 @@ def test_engine_refuses_in_one_line_and_nothing_stays(demo: tuple[str, Path], be
 
 def test_score_refuses_every_prediction_in_one_line_and_nothing_stays(demo: tuple[str, Path], before: dict,
                                                                       tmp_path: Path) -> None:
-    ids = [record.id for record in dataset.load(demo[1], [configs.template("V5")]).records][:len(HOSTILE) + 1]
-    statements = [*HOSTILE.values(), "SELECT current_user AS poi_name"]
+    ids = [record.id for record in dataset.load(demo[1], [configs.template("V5")]).records][:len(AT_OUR_DOORS) + 1]
+    statements = [*AT_OUR_DOORS.values(), "SELECT current_user AS poi_name"]
     predictions = tmp_path / "hostile.jsonl"
     predictions.write_text("".join(json.dumps({"id": question, "sql": statement}) + "\n"
                                    for question, statement in zip(ids, statements, strict=True)))

@@ -20,7 +20,8 @@ from gsqa_core.db import with_user
 from gsqa_core.errors import GsqaError
 from gsqa_core.sandbox import READER
 from reproduce import servers
-from reproduce.dataset import Record, template_of
+from reproduce.configs import question_id
+from reproduce.dataset import Record
 from reproduce.runner import AllServersLost, Runner, Server
 from reproduce.schedule import earlier_durations, longest_first
 from reproduce.verify import Request, verify
@@ -128,7 +129,7 @@ def test_every_server_lost_ends_the_run_after_what_it_has(pair: tuple) -> None:
 
 
 def test_longest_first_from_an_earlier_run(tmp_path: Path) -> None:
-    vector = template_of("vector/range+distance/1").id
+    vector = question_id("vector/range+distance/1").template.id
     records = sleepers(4, 0) + [Record("vector/range+distance/1", vector, "vector", "range+distance", "", "SELECT 1",
                                        "", [], {})]
     report = tmp_path / "earlier.json"
