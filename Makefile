@@ -30,7 +30,9 @@ ALL_ARGS = all /data --what $(WHAT) $(if $(OFFLINE),--offline) $(if $(BBOX),--bb
 # REPLACE=1 drops what the database holds first. The snapshot's format decides how (docs/SNAPSHOTS.md): a
 # dump is restored into the running database by the loader; a physical snapshot replaces the stopped db's data
 # directory (the `restore` service: the loader image, as root, with the volume), then
-# db starts on it and the loader finishes (the reader's password, `ingest check`).
+# db starts on it and the loader finishes (the reader's password, `ingest check`). A database that is already
+# that snapshot's finished restore (a rerun after a kill as the restore ended; preflight says `restored`) is
+# finished again the dump's way: the loader checks it, and bulk-load settings a killed run left on are reverted.
 FROM ?=
 REPLACE ?=
 SNAPSHOT_HUB = $(filter hf:%,$(FROM))

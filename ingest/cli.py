@@ -622,16 +622,17 @@ def snapshot_restore(
 ) -> None:
     """Restore a snapshot into the database: download it (a hub source, with the checksums, staging and
     resume of `ingest fetch`), check every part against the manifest (a missing or damaged part stops it
-    before anything is restored), restore the tables, indexes, constraints and logs, re-create the reader
-    role's grants (`ingest init`), VACUUM ANALYZE, then run `ingest check`.
+    before anything is restored), restore the tables, indexes, constraints and logs, re-create the sandbox
+    roles' grants (`ingest init`), VACUUM ANALYZE, then run `ingest check`.
 
     Refuses a server whose PostgreSQL major version, PostGIS, GEOS or PROJ differ from the snapshot's
     unless --allow-version-change (then says what may differ in answers), and a database that already holds
-    tables unless --replace. Interrupted (even kill -9), the same command starts the restore over.
+    tables unless --replace. Interrupted (even kill -9), the same command starts the restore over; on a
+    database that is already this snapshot's finished restore (a kill as it ended) it only checks it again.
 
     A physical snapshot (a data directory, `make db FROM=` does all this): --data-dir replaces the stopped
     server's data directory with it; once the server runs on it, the command without --data-dir sets the
-    reader's password, ANALYZEs what lacks statistics and runs `ingest check`. Into any other server it is
+    sandbox roles' passwords, ANALYZEs what lacks statistics and runs `ingest check`. Into any other server it is
     refused: restore a dump snapshot there.
 
     Example: ingest snapshot restore hf:Zoe/GS-QA2-refdb --dsn postgresql://postgres@localhost/gsqa
