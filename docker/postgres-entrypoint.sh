@@ -38,6 +38,12 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
     rm -rf "$scratch"
     initdb --pgdata="$scratch" --username="$POSTGRES_USER" --pwfile=<(printf '%s\n' "$POSTGRES_PASSWORD") \
         --encoding=UTF8 --locale=en_US.UTF-8 --auth-local=trust --auth-host=scram-sha-256 >/dev/null
+    # The sandbox roles (gsqa_core/sandbox.py) log in to the reference database only: in another one (postgres,
+    # template1) a login of theirs could leave large objects behind (docs/SANDBOX.md). First lines win.
+    sandbox="gsqa_reader,gsqa_model"
+    { printf 'local %s %s trust\nhost %s %s all scram-sha-256\n' "$POSTGRES_DB" "$sandbox" "$POSTGRES_DB" "$sandbox"
+      printf 'local all %s reject\nhost all %s all reject\n' "$sandbox" "$sandbox"
+      cat "$scratch/pg_hba.conf"; } > "$scratch/pg_hba.first" && mv "$scratch/pg_hba.first" "$scratch/pg_hba.conf"
     # Other containers (the loader, reproduce) log in over the compose network with the password.
     echo "host all all all scram-sha-256" >> "$scratch/pg_hba.conf"
     # Hot standbys (`make replicas`) copy and follow the primary over the same network.

@@ -163,7 +163,7 @@ def verify(
     since an earlier --json-out, regressions first. --resume refuses a file written for another dataset,
     database (row counts) or timeout unless --force.
 
-    Statuses: pass, mismatch (the first failing component, both values), empty (no rows), timeout, error
+    Statuses: pass, mismatch (the first failing component, both values), empty (no rows), timeout, sql_error
     (the SQL error), skipped (not in the data, with the reason). Known instability (LIMIT without ORDER BY,
     ties, DEM seams, stale stored answers) is listed under detail.unstable.
 
@@ -267,10 +267,10 @@ def rebase(
         typer.echo(json.dumps({"out": report.out, "templates": table}))
     else:
         typer.echo(f"{'template':10} {'questions':>9} {'held':>6} {'changed':>8} {'empty':>6} {'timeout':>8} "
-                   f"{'error':>6}")
+                   f"{'sql_error':>9}")
         for name, row in table.items():
             typer.echo(f"{name:10} {row['questions']:>9} {row['held']:>6} {row['changed']:>8} {row['empty']:>6} "
-                       f"{row['timeout']:>8} {row['error']:>6}")
+                       f"{row['timeout']:>8} {row['sql_error']:>9}")
         typer.echo(f"written to {report.out} (DRIFT.md says what moved)")
     raise typer.Exit(report.exit_code)
 

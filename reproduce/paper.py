@@ -134,7 +134,7 @@ _AS_THE_AUTHORS = {NAME: PAPER_NAME, ANGLE: dataclasses.replace(ANGLE, measure=a
 
 @dataclass(frozen=True)
 class PaperVerdict:
-    status: str  # pass or mismatch
+    status: str  # one of results.VERDICTS
     reason: str
 
 
@@ -147,9 +147,9 @@ def paper_components(template_id: str) -> list[Component]:
 def paper_verdict(template_id: str, gold: list[dict[str, Any]], actual: list[dict[str, Any]]) -> PaperVerdict:
     """pass or mismatch; the reason names the first failing component, else every component's value."""
     if not gold:
-        return PaperVerdict("pass", "both empty") if not actual else PaperVerdict("mismatch", "nothing is stored")
+        return PaperVerdict("pass", "both empty") if not actual else PaperVerdict("fail", "nothing is stored")
     if not actual:
-        return PaperVerdict("mismatch", "no rows returned")
+        return PaperVerdict("fail", "no rows returned")
     gold, actual = one_row_per_feature(gold), one_row_per_feature(actual)
     components = paper_components(template_id)
     scoped = [("all names", joined_check(c, gold, actual)) for c in components if c.joined]
@@ -158,7 +158,7 @@ def paper_verdict(template_id: str, gold: list[dict[str, Any]], actual: list[dic
         scoped += [("best pair", check) for check in best_pair(per_pair, gold, actual)]
     failed = next(((scope, check) for scope, check in scoped if not check.passed), None)
     if failed is not None:
-        return PaperVerdict("mismatch", f"{failed[0]} fails {_describe(failed[1])}")
+        return PaperVerdict("fail", f"{failed[0]} fails {_describe(failed[1])}")
     by_scope: dict[str, list[str]] = defaultdict(list)
     for scope, check in scoped:
         by_scope[scope].append(_describe(check))

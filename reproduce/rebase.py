@@ -65,7 +65,7 @@ class Answered:
 class Rebased:
     record: Record
     outcome: Outcome
-    status: str  # held, changed, empty, timeout, error
+    status: str  # held, changed, empty, timeout, sql_error
     change: float  # the failing component's measure against its tolerance (0 when held), for ranking
     measure: str = ""  # what changed, e.g. "elevation (m) 12 (tolerance 10)"
     checks: list[compare.Check] = field(default_factory=list)  # every component's measure (held or changed)
@@ -88,7 +88,7 @@ class RebaseReport:
         table = {}
         for template, items in groups.items():
             counts = {status: sum(item.status == status for item in items)
-                      for status in ("held", "changed", "empty", "timeout", "error")}
+                      for status in ("held", "changed", "empty", "timeout", "sql_error")}
             changes = [item.change for item in items if item.status == "changed" and math.isfinite(item.change)]
             unstable = sum(bool(compare.instability(item.record.template_id, item.record.sql)) for item in items)
             table[template] = {"questions": len(items), **counts, "unstable": unstable,
@@ -159,7 +159,8 @@ def _run(prepared: Prepared, records: list[Record], report: RebaseReport, resume
 
 def _judge(record: Record, outcome: Outcome) -> Rebased:
     if outcome.kind != "rows" or not outcome.rows:
-        return Rebased(record, outcome, "empty" if outcome.kind == "rows" else outcome.kind, math.inf)
+        status = {"rows": "empty", "timeout": "timeout"}.get(outcome.kind, "sql_error")
+        return Rebased(record, outcome, status, math.inf)
     verdict = compare.judge(record.template_id, record.answers, outcome.rows)
     failure = verdict.first_failure
     if failure is None:
@@ -263,14 +264,14 @@ def _front_matter(parquet_configs: list[str], made: dict[str, Any]) -> str:
 
 def _drift_markdown(drift: dict[str, Any]) -> str:
     lines = ["# Drift against the published answers", "",
-             "| template | questions | held | changed | empty | timeout | error | not deterministic | "
+             "| template | questions | held | changed | empty | timeout | sql_error | not deterministic | "
              "change (in tolerances) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for template, row in drift["templates"].items():
         spread = row["change_in_tolerances"]
         change = f"{spread['min']:.2g} / {spread['median']:.2g} / {spread['max']:.2g}" if spread else "–"
         lines.append(f"| {template} | {row['questions']} | {row['held']} | {row['changed']} | {row['empty']} | "
-                     f"{row['timeout']} | {row['error']} | {row['unstable']} | {change} |")
+                     f"{row['timeout']} | {row['sql_error']} | {row['unstable']} | {change} |")
     lines += ["", "Change: the first failing component's measure over its tolerance (min / median / max). Not "
               "deterministic: questions whose new answer may legitimately differ on another run or build (LIMIT "
               "without ORDER BY, ties, DEM seams: `rebase.unstable` in each record says why).", "",

@@ -18,7 +18,7 @@ from typing import Any
 
 from gsqa_core.errors import GsqaError
 from reproduce.report_frame import Case, html_document, junit_document
-from reproduce.results import STATUSES, Result, summarize
+from reproduce.results import STATUSES, Result, current_name, summarize
 
 _COLUMNS = ("config", "template", "questions", "pass %", "exact %", "paper %", *STATUSES, "seconds")
 
@@ -136,7 +136,7 @@ def read_baseline(path: Path) -> dict[str, str]:
     """id -> status of an earlier --json-out."""
     try:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
-        return {entry["id"]: entry["status"] for entry in document["results"]}
+        return {entry["id"]: current_name("status", entry["status"]) for entry in document["results"]}
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise GsqaError(f"--baseline {path}: not a report of `reproduce verify --json-out` ({error})") from None
 
@@ -164,7 +164,7 @@ def junit(results: list[Result]) -> str:
                                                for (config, template), group in _by_template(results).items()})
 
 
-_OUTCOMES = {"mismatch": "failure", "empty": "failure", "timeout": "error", "error": "error", "skipped": "skipped"}
+_OUTCOMES = {"mismatch": "failure", "empty": "failure", "timeout": "error", "sql_error": "error", "skipped": "skipped"}
 
 
 def _case(classname: str, result: Result) -> Case:

@@ -7,9 +7,20 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-STATUSES = ("pass", "mismatch", "empty", "timeout", "error", "skipped")
+# One vocabulary for every command. A question's status says how its SQL or answer came out (score adds its own
+# for predictions: no_prediction, unreadable, unscorable); a verdict (the paper's, the strict one) says
+# whether it counts as right.
+STATUSES = ("pass", "mismatch", "empty", "timeout", "sql_error", "skipped")
+VERDICTS = ("pass", "fail")
 SUMMARY_KEYS = {"pass": "passed", "mismatch": "mismatched", "empty": "empty", "timeout": "timed_out",
-                "error": "errored", "skipped": "skipped"}
+                "sql_error": "errored", "skipped": "skipped"}
+# Older reports and resume files spoke otherwise: read with today's words.
+RENAMED = {"status": {"error": "sql_error"}, "paper_status": {"mismatch": "fail"}}
+
+
+def current_name(field: str, value: str) -> str:
+    """A status or verdict as older files spelled it, in today's vocabulary."""
+    return RENAMED[field].get(value, value)
 
 
 @dataclass(frozen=True)
@@ -20,7 +31,7 @@ class Result:
     exact: bool  # the strict row-level comparison found no difference
     detail: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
-    paper_status: str = ""  # the authors' scoring (reproduce/paper.py): pass or mismatch; "" when not run
+    paper_status: str = ""  # the authors' scoring (reproduce/paper.py), one of VERDICTS; "" when not run
     paper_reason: str = ""
     server: str = ""  # which server answered (a run with --replica); "" for a skipped question
 
@@ -34,8 +45,9 @@ class Result:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Result:
-        return cls(data["id"], data["template_id"], data["status"], bool(data.get("exact")),
-                   data.get("detail") or {}, float(data.get("seconds") or 0.0), data.get("paper_status", ""),
+        return cls(data["id"], data["template_id"], current_name("status", data["status"]), bool(data.get("exact")),
+                   data.get("detail") or {}, float(data.get("seconds") or 0.0),
+                   current_name("paper_status", data.get("paper_status", "")),
                    data.get("paper_reason", ""), data.get("server", ""))
 
 

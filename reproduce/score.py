@@ -240,7 +240,7 @@ def judged(run: str, record: Record, prediction: Prediction, rows: list[dict[str
     detail = {**_detail(record, prediction), **extra, "rows_total": len(rows)}
     if prediction.kind == "sql":  # an answer's rows are in the detail already
         detail["rows"] = verify.clipped(rows[:ROWS_KEPT])
-    return Scored(run, record.id, record.template_id, status, "pass" if paper.status == "pass" else "fail",
+    return Scored(run, record.id, record.template_id, status, paper.status,
                   verify.clipped(paper.reason), "pass" if strict.status == "pass" else "fail",
                   verify.clipped(strict_reason), round(seconds, 4), detail)
 

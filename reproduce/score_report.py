@@ -23,7 +23,7 @@ from reproduce.report_frame import Case, html_document, junit_document
 from reproduce.score import ROWS_KEPT, STATUSES, Scored, Scoring, summarize
 from reproduce.stats import mcnemar_exact, wilson
 
-RUN_COLUMNS = ("predicted %", "executed %", "paper %", "95% CI", "strict %", "timeout", "error", "unscorable")
+RUN_COLUMNS = ("predicted %", "executed %", "paper %", "95% CI", "strict %", "timeout", "sql_error", "unscorable")
 PROBLEMS_LISTED = 20  # per run, on the console; --json-out has them all
 
 

@@ -68,8 +68,8 @@ def evaluate(record: Record, outcome: Outcome) -> Result:
     if outcome.retried:
         detail["retried"] = outcome.retried
     if outcome.kind != "rows":
-        return Result(record.id, record.template_id, outcome.kind, False,
-                      {**detail, "error": clipped(outcome.error)}, round(outcome.seconds, 4), "mismatch",
+        return Result(record.id, record.template_id, "timeout" if outcome.kind == "timeout" else "sql_error", False,
+                      {**detail, "error": clipped(outcome.error)}, round(outcome.seconds, 4), "fail",
                       f"{outcome.kind}: no answer to score", outcome.server)
     verdict = compare.judge(record.template_id, record.answers, outcome.rows)
     diff = compare.exact_diff(record.template_id, record.answers, outcome.rows)

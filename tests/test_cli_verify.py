@@ -25,7 +25,7 @@ QUESTIONS = {  # R1-shaped questions with one outcome each
     "mismatch": (f"SELECT 120.5 AS elevation {FROM_DEM}", 100.0),
     "empty": ("SELECT 1 AS elevation FROM public.dem_us WHERE false", 100.0),
     "timeout": (f"SELECT pg_sleep(30)::text AS nap, 1 AS elevation {FROM_DEM}", 1.0),
-    "error": (f"SELECT no_such_column AS elevation {FROM_DEM}", 1.0),
+    "sql_error": (f"SELECT no_such_column AS elevation {FROM_DEM}", 1.0),
 }
 IDS = {status: f"raster_only/elevation+poi/{n}" for n, status in enumerate(QUESTIONS)}
 
@@ -82,10 +82,10 @@ def test_each_status_and_exit_1(full_run: tuple, db: str) -> None:
     assert all(list(entry) == ["id", "template_id", "status", "exact", "detail", "seconds", "paper_status",
                                "paper_reason", "server"] for entry in by_id.values())
     assert {entry["server"] for entry in by_id.values()} == {report["provenance"]["servers"][0]["name"]}
-    assert by_id[IDS["pass"]]["paper_status"] == "pass" and by_id[IDS["mismatch"]]["paper_status"] == "mismatch"
+    assert by_id[IDS["pass"]]["paper_status"] == "pass" and by_id[IDS["mismatch"]]["paper_status"] == "fail"
     assert by_id[IDS["mismatch"]]["paper_reason"].startswith("best pair fails elevation elevation (m) 20.5")
     assert 0.9 <= by_id[IDS["timeout"]]["seconds"] < 2.5
-    assert "no_such_column" in by_id[IDS["error"]]["detail"]["error"]
+    assert "no_such_column" in by_id[IDS["sql_error"]]["detail"]["error"]
     failure = by_id[IDS["mismatch"]]["detail"]["failure"]
     assert (failure["component"], failure["expected"], failure["actual"]) == ("elevation", 100.0, 120.5)
     assert running_sandbox_queries(db) == []
@@ -229,9 +229,9 @@ def test_skipped_questions_are_grouped_with_their_reason(db: str, data: Path) ->
 
 def test_baseline_lists_regressions_first(db: str, data: Path, tmp_path: Path) -> None:
     previous = {"results": [{"id": IDS["pass"], "status": "mismatch"}, {"id": IDS["mismatch"], "status": "pass"},
-                            {"id": IDS["error"], "status": "error"}]}
+                            {"id": IDS["sql_error"], "status": "error"}]}  # an older report's word for it
     (tmp_path / "before.json").write_text(json.dumps(previous))
-    result = verify(db, data, "--id", IDS["pass"], "--id", IDS["mismatch"], "--id", IDS["error"],
+    result = verify(db, data, "--id", IDS["pass"], "--id", IDS["mismatch"], "--id", IDS["sql_error"],
                     "--baseline", str(tmp_path / "before.json"))
     tail = result.stdout.split("2 status changes since the baseline (1 regressions):\n")[1]
     expected = [f"REGRESSION {IDS['mismatch']}: pass -> mismatch", f"{IDS['pass']}: mismatch -> pass"]

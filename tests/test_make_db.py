@@ -23,9 +23,12 @@ import psycopg
 import pytest
 from layout_helpers import write_published_layout
 from load_helpers import database_state, paused, wait_for
+from psycopg.conninfo import make_conninfo
 
 from bench.local_hub import FakeHub, repository_files
 from bench.make_db_server import malloc_environment, server_malloc_variables
+from gsqa_core.roles import login_dsn
+from gsqa_core.sandbox import MODEL
 from ingest import fetch
 
 pytestmark = pytest.mark.docker
@@ -128,6 +131,9 @@ def test_make_db_fetches_builds_and_checks(stack: dict, first_build: dict) -> No
 def test_reproduce_check_and_verify_from_the_host(stack: dict, first_build: dict, tmp_path: Path) -> None:
     check = reproduce(stack, "check")
     assert check.returncode == 0, check.stdout + check.stderr
+    elsewhere = login_dsn(make_conninfo(stack["dsn"], dbname="postgres"), MODEL)  # the roles' other doors: shut
+    with pytest.raises(psycopg.OperationalError, match="rejects connection for host .* user \"gsqa_model\""):
+        psycopg.connect(elsewhere, password="gsqa_model").close()
     records = r1_records(stack["source"] / "dem" / "tiles", tmp_path / "records")
     verify = reproduce(stack, "verify", "--config", "raster_only", "--template", "R1", "--data", str(records),
                        "--json-out", str(tmp_path / "report.json"))

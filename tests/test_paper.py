@@ -65,9 +65,9 @@ def test_a_negative_aspect_is_flat_in_both_verdicts(records: dict[str, dataset.R
     both verdicts fail it, although the authors' arithmetic (4.8 degrees on the circle) would pass it."""
     record = records["raster_only/aspect+poi/12"]
     assert record.answers == [{"aspect_degrees": pytest.approx(3.814, abs=1e-3)}]
-    assert verdicts(record, [{"aspect_degrees": -1.0}]) == ("mismatch", "mismatch")
+    assert verdicts(record, [{"aspect_degrees": -1.0}]) == ("mismatch", "fail")
     assert verdicts(record, [{"aspect_degrees": 359.0}]) == ("pass", "pass")  # on the circle: 4.8 degrees
-    assert verdicts(record, [{"aspect_degrees": 200.0}]) == ("mismatch", "mismatch")
+    assert verdicts(record, [{"aspect_degrees": 200.0}]) == ("mismatch", "fail")
 
 
 def test_large_answers_are_searched_not_paired_exhaustively(records: dict[str, dataset.Record]) -> None:
@@ -77,10 +77,10 @@ def test_large_answers_are_searched_not_paired_exhaustively(records: dict[str, d
     big = max(records.values(), key=lambda record: len(record.answers))  # a V21 answer of 330 rows
     assert len(big.answers) ** 2 > ALL_PAIRS_UP_TO
     assert paper_verdict(big.template_id, big.answers, big.answers[::-1]).status == "pass"
-    assert paper_verdict(big.template_id, big.answers, [{"angle": 1e9}]).status == "mismatch"
+    assert paper_verdict(big.template_id, big.answers, [{"angle": 1e9}]).status == "fail"
     names = [{"poi_name": f"Harbour View Cafe {n}", "geometry": f"POINT (-73.{n:05d} 40.5)"} for n in range(3000)]
     assert paper_verdict("V1", names, names[::-1]).status == "pass"
-    assert paper_verdict("V1", names, [{"poi_name": "Mountain Inn"}]).status == "mismatch"
+    assert paper_verdict("V1", names, [{"poi_name": "Mountain Inn"}]).status == "fail"
     assert paper_verdict("V13", names, names[1500:1501]).status == "pass"  # locations, through the latitude index
 
 
@@ -154,7 +154,7 @@ def test_names_of_vr1_are_one_bag_as_the_authors_join_them(records: dict[str, da
     record = records[f"{VR1}/10"]
     assert record.answers[0]["poi_name"] == "Shechem Ministries" and len(record.answers) == 1
     returned = [*record.answers, {"poi_name": "Salt River Preserve"}]
-    assert verdicts(record, returned) == ("mismatch", "mismatch")
+    assert verdicts(record, returned) == ("mismatch", "fail")
     reason = paper_verdict("VR1", record.answers, returned).reason
     assert reason == "all names fails names token F1 0.5714 (tolerance 0.8)"
 
@@ -164,7 +164,7 @@ def test_thirty_one_names_with_one_stored_fail_the_paper(records: dict[str, data
     record = records[f"{VR1}/9"]
     assert len(record.answers) == 14
     returned = record.answers[:1] + [{"poi_name": f"Attraction {n}"} for n in range(30)]
-    assert verdicts(record, returned) == ("mismatch", "mismatch")
+    assert verdicts(record, returned) == ("mismatch", "fail")
     reason = paper_verdict("VR1", record.answers, returned).reason
     assert reason == "all names fails names token F1 0.04301 (tolerance 0.8)"
 
@@ -202,7 +202,7 @@ def test_an_angle_beyond_360_is_on_the_circle_only_in_the_strict_verdict(records
     beyond = dict(row, angle=360.5)
     assert compare.judge("V21", record.answers, [*record.answers[:index], beyond, *record.answers[index + 1:]]).status \
         == "pass"  # 0.1 degrees on the circle
-    assert paper_verdict("V21", record.answers, [beyond]).status == "mismatch"
+    assert paper_verdict("V21", record.answers, [beyond]).status == "fail"
     assert paper_verdict("V21", record.answers, [dict(row, angle=0.5)]).status == "pass"
     assert paper_verdict("V21", record.answers, [dict(row, angle=360.0)]).status == "pass"
 
@@ -212,7 +212,7 @@ def test_an_f1_of_exactly_0_8_passes_strict_but_not_the_paper(records: dict[str,
     record = records["raster_only/elevation_compare+two_pois/15"]
     assert record.answers[0]["higher_poi"] == "CUNY Graduate School of Journalism, New York, NY"
     returned = [dict(record.answers[0], higher_poi="CUNY School of Journalism, New York City")]
-    assert verdicts(record, returned) == ("pass", "mismatch")
+    assert verdicts(record, returned) == ("pass", "fail")
     assert paper_verdict("R2", record.answers, returned).reason == (
         "best pair fails higher_poi token F1 0.7999999999999999 (tolerance 0.8)")
 
@@ -224,13 +224,13 @@ def test_rules_kept_apart_from_the_authors_behave_as_documented(records: dict[st
     loc = records["vector/range+loc/0"].answers[0]
     point = shapely.from_wkt(loc["geometry"])
     north = f"POINT ({point.x} {point.y + math.degrees(5.01 / 6_371_008.8)})"
-    assert verdicts(records["vector/range+loc/0"], [dict(loc, geometry=north)]) == ("mismatch", "mismatch")
+    assert verdicts(records["vector/range+loc/0"], [dict(loc, geometry=north)]) == ("mismatch", "fail")
     garden = records["vector/knn+name+multihop2/2"]
     assert garden.answers[0]["poi_name"] == "West of the Lake Gardens"
-    assert verdicts(garden, [{"poi_name": "Lake Gardens"}]) == ("mismatch", "mismatch")
+    assert verdicts(garden, [{"poi_name": "Lake Gardens"}]) == ("mismatch", "fail")
     pizza = records["vector/knn+angle/0"]
     assert pizza.answers[0]["angle"] == pytest.approx(168.889, abs=1e-3)
-    assert verdicts(pizza, [dict(pizza.answers[0], angle=173.95)]) == ("mismatch", "mismatch")
+    assert verdicts(pizza, [dict(pizza.answers[0], angle=173.95)]) == ("mismatch", "fail")
     site = records["extended/range+loc+elevation_condition/3"]
     assert len(site.answers) == 1
     multipoint = shapely.to_wkt(shapely.multipoints([shapely.from_wkt(site.answers[0]["geometry"])]))

@@ -51,7 +51,7 @@ def test_an_unchanged_database_gives_the_stored_answers_back(stored_db: str, sto
         assert replace(again, answers=record.answers) == record  # everything else as it was
     drift = json.loads((tmp_path / "out" / "drift.json").read_text())
     assert drift["templates"]["R1"] == {"questions": 20, "held": 20, "changed": 0, "empty": 0, "timeout": 0,
-                                        "error": 0, "unstable": 20, "change_in_tolerances": None, "by_measure": {
+                                        "sql_error": 0, "unstable": 20, "change_in_tolerances": None, "by_measure": {
                                             "elevation: elevation (m)": {"answers": 20, "min": 0.0, "median": 0.0,
                                                                          "max": 0.0}}}
 
