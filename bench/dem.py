@@ -19,7 +19,7 @@ load log's per-file transaction starts.
 --busy runs one competing CPU-bound process (a Python busy loop) from before the first round to after the
 last, the same for both tools: a build machine that is doing something else.
 The server is --dsn's (default: libpq's), or with --make-db-server a throwaway cluster of this machine's
-PostgreSQL set up as `make db`'s server while it loads (bench/make_db_server.py), both tools on it alike.
+PostgreSQL set up as `make db`'s server while it loads (testkit/make_db_server.py), both tools on it alike.
 Measuring: bench/measure.py.
 """
 
@@ -40,12 +40,11 @@ import numpy as np
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.make_db_server import make_db_server  # noqa: E402
-from bench.measure import run_measured  # noqa: E402
-from bench.terrain import TERRAINS, add_steps, step_summary, steps  # noqa: E402
-from gsqa_core.dem_grid import ASTER_SIZE, SRID, TILE  # noqa: E402
-from ingest.dem.synthetic import spectral_terrain, write_aster_tile  # noqa: E402
+from bench.measure import run_measured
+from bench.terrain import TERRAINS, add_steps, step_summary, steps
+from gsqa_core.dem_grid import ASTER_SIZE, SRID, TILE
+from ingest.dem.synthetic import spectral_terrain, write_aster_tile
+from testkit.make_db_server import make_db_server
 
 STEP_FILES = 4  # the step statistics read this many of the files
 

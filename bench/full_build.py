@@ -11,7 +11,7 @@ Sources (written once per scale under --data-dir/source-<scale>, in the publishe
         the box's coordinates, and the bench prints each terrain's measured pixel steps); uncompressed, 26 MB
         each where the published tiles average 15 MB (about 18 GB for 1,182), so the sources' disk is about
         12 GB above the real 71 GB at scale 1.0
-  osm/osm_extract/<layer>/part-*.geojson   scale x 53 GB of osmx-like layers (bench/osmx_synth.py) in scale x
+  osm/osm_extract/<layer>/part-*.geojson   scale x 53 GB of osmx-like layers (testkit/osmx_synth.py) in scale x
         3,152 files, each layer with scale x the reference's features (docs/REFERENCE-DB.md: 18,491,387 roads,
         5,816,803 parks, 7,919,489 lakes, 38,955 postal codes; pois, whose raw count is not published, by their
         bytes) and its share of the bytes, so a feature's geometry has the real layer's mean size (the
@@ -60,16 +60,16 @@ from pathlib import Path
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.make_db import fresh_database
+from bench.measure import Disk, Measured, Usage, power_law, run_measured
+from bench.osm_geojson import ogr2ogr_command
+from bench.terrain import TERRAINS, add_steps, mix, sample_cells, step_summary, steps, terrain_of
+from gsqa_core.dem_grid import ASTER_SIZE, SRID, TILE
+from ingest.dem.synthetic import aster_name, spectral_terrain, write_aster_tile
+from testkit.osmx_synth import LAYER_FOLDERS, LAYER_SHARE, features, write_file
 
-from bench.make_db import fresh_database  # noqa: E402
-from bench.measure import Disk, Measured, Usage, power_law, run_measured  # noqa: E402
-from bench.osm_geojson import ogr2ogr_command  # noqa: E402
-from bench.osmx_synth import LAYER_FOLDERS, LAYER_SHARE, features, write_file  # noqa: E402
-from bench.terrain import TERRAINS, add_steps, mix, sample_cells, step_summary, steps, terrain_of  # noqa: E402
-from gsqa_core.dem_grid import ASTER_SIZE, SRID, TILE  # noqa: E402
-from ingest.dem.synthetic import aster_name, spectral_terrain, write_aster_tile  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+
 
 BIN = Path(sys.executable).parent
 FULL_TILES, FULL_OSM_BYTES, FULL_OSM_FILES = 1182, 53e9, 3152

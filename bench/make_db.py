@@ -5,9 +5,9 @@ full build (time and disk) on this machine.
 
 Inputs (made once under --work, reused by every run):
   demo   4 ASTER-like tiles (3601x3601 Int16, spectral terrain), DEM only: what `make demo` builds
-  large  16 ASTER-like tiles and 400 MB of osmx GeoJSON layers (bench/osmx_synth.py), DEM and OSM
+  large  16 ASTER-like tiles and 400 MB of osmx GeoJSON layers (testkit/osmx_synth.py), DEM and OSM
 Each run starts from a fresh database and an empty data dir and runs `ingest all DATA --dsn DB` with the
-fetch served by a local hub on 127.0.0.1 (bench/local_hub.py): the fetch stage measures download into
+fetch served by a local hub on 127.0.0.1 (testkit/fake_hub.py): the fetch stage measures download into
 staging, checksum verification and the move into the layout, not a real network. Stage times come from
 gsqa.stage_log. Printed per input: each stage's median over the runs and its range, the whole run's wall
 time, client CPU (the ingest process tree), server CPU (all postgres processes), peak client memory (PSS of
@@ -33,16 +33,16 @@ from pathlib import Path
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.measure import run_measured
+from gsqa_core.dem_grid import ASTER_SIZE
+from gsqa_core.schema import REFERENCE_DEM_FILES
+from ingest.dem.synthetic import spectral_terrain, write_aster_tile
+from ingest.fetch import SOURCE_REPO
+from testkit.fake_hub import FakeHub, repository_files
+from testkit.osmx_synth import write_layers
 
-from bench.local_hub import FakeHub, repository_files  # noqa: E402
-from bench.measure import run_measured  # noqa: E402
-from bench.osmx_synth import write_layers  # noqa: E402
-from gsqa_core.dem_grid import ASTER_SIZE  # noqa: E402
-from gsqa_core.schema import REFERENCE_DEM_FILES  # noqa: E402
-from ingest.dem.synthetic import spectral_terrain, write_aster_tile  # noqa: E402
-from ingest.fetch import SOURCE_REPO  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+
 
 INGEST = Path(sys.executable).parent / "ingest"
 INPUTS = {"demo": (4, 0), "large": (16, 400)}  # DEM tiles, MB of GeoJSON

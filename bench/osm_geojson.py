@@ -3,7 +3,7 @@
     .venv/bin/python bench/osm_geojson.py [--total-mb 1000] [--files-per-layer 4] [--runs 3] [--indexes] [--dsn DSN]
                                           [--json]
 
-Generates osmx-like layers (bench/osmx_synth.py: named and unnamed POIs with many tags, long road lines,
+Generates osmx-like layers (testkit/osmx_synth.py: named and unnamed POIs with many tags, long road lines,
 parks and lakes with multipolygons and holes, postal-code polygons; one feature per line), then, `--runs`
 times and alternating which goes first, loads them into one database:
   ogr2ogr -f PostgreSQL PG:<dsn> <file> -nln ogr_<layer> -append -lco GEOMETRY_NAME=geometry
@@ -32,10 +32,9 @@ from pathlib import Path
 
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.dem import drop_tables, init_database, prepare_database, timed  # noqa: E402
-from bench.osmx_synth import LAYER_FOLDERS, write_layers  # noqa: E402
-from gsqa_core import schema  # noqa: E402
+from bench.dem import drop_tables, init_database, prepare_database, timed
+from gsqa_core import schema
+from testkit.osmx_synth import LAYER_FOLDERS, write_layers
 
 INGEST = Path(sys.executable).parent / "ingest"
 TABLES = ["public.pois", "public.roads", "public.parks", "public.lakes", "public.regions"]

@@ -38,11 +38,11 @@ import osmium
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.measure import run_measured
+from ingest.osm.pbf_sources import kind_of
 
-from bench.measure import run_measured  # noqa: E402
-from ingest.osm.pbf_sources import kind_of  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+
 
 INGEST = Path(sys.executable).parent / "ingest"
 STYLE = ROOT / "bench" / "osm2pgsql_flex.lua"

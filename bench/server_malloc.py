@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/server_malloc.py [--files 24] [--terrain rough] [--runs 4] [--json]
 
-One throwaway cluster of this machine's PostgreSQL (tests/local_server.py: initdb, the default settings), started
+One throwaway cluster of this machine's PostgreSQL (testkit/local_server.py: initdb, the default settings), started
 anew before every run, with or without the environment Dockerfile.postgis gives the server (read from that file),
 alternating which goes first in each round. Every run loads the same files (bench/dem.py's, generated once under
 /tmp/gsqa-bench-dem) with `ingest dem --replace`, after a CHECKPOINT. Prints each run and the medians of wall
@@ -21,16 +21,14 @@ from pathlib import Path
 
 import psycopg
 
+from bench.dem import TERRAINS, make_files
+from bench.measure import run_measured
+from testkit import local_server
+from testkit.local_server import LocalServer
+from testkit.make_db_server import malloc_environment, server_malloc_variables
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
-import local_server  # noqa: E402
-from local_server import LocalServer  # noqa: E402
-
-from bench.dem import TERRAINS, make_files  # noqa: E402
-from bench.make_db_server import malloc_environment, server_malloc_variables  # noqa: E402
-from bench.measure import run_measured  # noqa: E402
 
 INGEST = Path(sys.executable).parent / "ingest"
 SETTINGS = ("default", "malloc")

@@ -5,7 +5,7 @@ chosen by (docs/SNAPSHOTS.md).
     .venv/bin/python bench/snapshot.py [--runs 3] [--inputs demo,large] [--work DIR] [--json]
 
 Each run, per input (the sources of bench/make_db.py, made once under --work), in private clusters of this
-machine's PostgreSQL (tests/local_server.py: initdb, run as the postgres user, the settings of a `make db`
+machine's PostgreSQL (testkit/local_server.py: initdb, run as the postgres user, the settings of a `make db`
 load: fsync off):
   build             `ingest all SOURCE --offline` into a new cluster's database `gsqa`
   create dump       `ingest snapshot create` of it (default 2 GB parts)
@@ -38,15 +38,13 @@ from pathlib import Path
 
 import psycopg
 
+from bench.make_db import INPUTS, make_source
+from bench.measure import Disk, folder_bytes, run_measured
+from testkit import local_server
+from testkit.local_server import LocalServer
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
-import local_server  # noqa: E402
-from local_server import LocalServer  # noqa: E402
-
-from bench.make_db import INPUTS, make_source  # noqa: E402
-from bench.measure import Disk, folder_bytes, run_measured  # noqa: E402
 
 INGEST = Path(sys.executable).parent / "ingest"
 # docs/PERFORMANCE.md, the full-build rehearsal's projection (bench/full_build.py --project 0.05,0.1): the

@@ -3,7 +3,7 @@ of bench/make_db.py: what docs/SNAPSHOTS.md chooses it by.
 
     .venv/bin/python bench/snapshot_zstd.py [--runs 3] [--levels none,1,3,6] [--threads 0] [--work DIR]
 
-The large input is built once (`ingest all --offline`) into a private cluster (tests/local_server.py), whose
+The large input is built once (`ingest all --offline`) into a private cluster (testkit/local_server.py), whose
 server is then stopped. Each run, per level: **create** the tar stream of a physical snapshot (GNU tar, sorted,
 the same files as `ingest snapshot create --format physical`) through `zstd -LEVEL -TTHREADS` (0: one per core)
 into one file (none: uncompressed); **restore** that file through `zstd -d` into `tar -x` in a new folder.
@@ -24,13 +24,12 @@ from pathlib import Path
 
 import psycopg
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+from bench.make_db import make_source
+from bench.snapshot import FULL_DATABASE_GB, INGEST, new_cluster
+from ingest import snapshot_physical as physical
 
-from bench.make_db import make_source  # noqa: E402
-from bench.snapshot import FULL_DATABASE_GB, INGEST, new_cluster  # noqa: E402
-from ingest import snapshot_physical as physical  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+
 
 LINK_MB_S = 50
 

@@ -18,7 +18,7 @@ that component (the stored names sharing a token, the nearest values, the neares
 proportional to the rows rather than to their product (a test compares it with trying every pair on every
 multi-row real record, perturbed); several components are tried pair by pair. Trying every pair would take
 minutes per run of 3,300 questions, where `reproduce score` judges 4 such runs (65 MB of answers) in about 4 s
-of CPU (`bench/reproduce.py --predictions`). There each answer is judged as it is read and only its verdict
+of CPU (`bench/reproduce_bench.py --predictions`). There each answer is judged as it is read and only its verdict
 kept (holding the 4 runs' answers would take more than 800 MB), and twins are taken out once per side for both
 verdicts (compare.Distinct), the stored side once per question however many runs predict it.
 """

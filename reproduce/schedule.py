@@ -9,7 +9,7 @@ the planner's row counts of the reference tables it names, a crude proxy that pu
 266 k DEM tiles ahead of the small tables.
 
 What it gains, by list scheduling (each question to the first free worker) of 3,300 synthetic durations
-(`bench/reproduce.py --replicas`: `synthetic_durations`, 33 templates of 100 questions, 21 light with a median
+(`bench/reproduce_bench.py --replicas`: `synthetic_durations`, 33 templates of 100 questions, 21 light with a median
 of 0.3 s, 8 medium of 5 s, 4 heavy of 60 s, lognormal within a template, capped at the 120 s timeout, 33,266 s
 in all; `--durations run.json` takes a recorded run instead):
 
@@ -29,7 +29,7 @@ file order can leave all but one worker idle at the end.
 The workers of several servers (`--replica`) take from one queue. On one 2-core machine a primary and its hot
 standby run sleep-bound questions (`pg_sleep(0.25)`, standing for questions that wait on their own server's
 disk or cores) 1.87x as fast as the primary alone and CPU-bound ones no faster, both servers sharing the cores
-(`bench/reproduce.py --replicas`); on separate servers CPU-bound questions behave like the sleep-bound ones.
+(`bench/reproduce_bench.py --replicas`); on separate servers CPU-bound questions behave like the sleep-bound ones.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ one result, with the paper's verdict (the headline) and the strict one beside it
 predict counts as wrong, as in the paper.
 
 On a benchmark of the full size (3,300 questions) and 4 runs of answers (65 MB of predictions, answers of up
-to 330 rows; `bench/reproduce.py --predictions`), judging takes about 4 s of CPU, reading the predictions
+to 330 rows; `bench/reproduce_bench.py --predictions`), judging takes about 4 s of CPU, reading the predictions
 about 1 s, and every report together (31 MB of JSON, 28 MB of HTML) about 1.5 s.
 """
 
@@ -175,7 +175,7 @@ def _judging_answers(run: str, records: dict[str, Record], answered: dict[tuple[
                      ) -> Callable[[Prediction], Prediction]:
     """What read_run keeps of a prediction: an answer is judged as it is read and only its verdict is kept
     (in `answered`), so that a run's memory does not grow with its answers (holding the 4 runs' answers of
-    `bench/reproduce.py --predictions` would take more than 800 MB); SQL is kept to be run."""
+    `bench/reproduce_bench.py --predictions` would take more than 800 MB); SQL is kept to be run."""
     def keep(prediction: Prediction) -> Prediction:
         if prediction.kind == "sql":
             return prediction

@@ -1,7 +1,7 @@
 """Test fixtures: every test runs against a real PostgreSQL + PostGIS server.
 
 By default the suite brings its own: a throwaway cluster started from this machine's server binaries (initdb
-into a temporary folder, a free port, trust authentication; tests/local_server.py), stopped and deleted at
+into a temporary folder, a free port, trust authentication; testkit/local_server.py), stopped and deleted at
 the end, so that it never needs a role on, or writes into, a server of yours. DATABASE_URL or libpq's PG*
 variables point it at a given server instead (a role that may create databases, extensions and roles). Each
 test module gets its own scratch database, cloned from a template that has the extensions, and dropped
@@ -18,7 +18,6 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import local_server
 import psycopg
 import pytest
 from docker_helpers import engine  # noqa: F401 - the fixture of the tests marked docker
@@ -27,6 +26,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from gsqa_core.errors import GsqaError
+from testkit import local_server
 
 # Real benchmark records and the reference DDL, copied into the repository (tests/data/README.md).
 DATA = Path(__file__).resolve().parent / "data"

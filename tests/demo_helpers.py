@@ -7,10 +7,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import local_server
 import psycopg
 from load_helpers import BIN, ingest
-from local_server import LocalServer
+
+from testkit import local_server
+from testkit.local_server import LocalServer
 
 
 def build_demo(dsn: str, folder: Path, *options: str) -> None:

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from testkit.tools import missing
+
 ROOT = Path(__file__).resolve().parent.parent
 BASE_IMAGE = "debian:bookworm-slim"
 
 
 def _unavailable(reason: str) -> None:
-    if os.environ.get("GSQA_REQUIRE_TOOLS") == "1":
-        pytest.fail(f"GSQA_REQUIRE_TOOLS=1 but {reason}")
-    pytest.skip(f"NO DOCKER ENGINE: {reason}; the test did not run")
+    missing("docker engine", reason)
 
 
 @pytest.fixture(scope="session")

@@ -1,10 +1,10 @@
-"""bench/make_db_server.py: the benches' stand-in for make db's server runs with exactly its loading settings."""
+"""testkit/make_db_server.py: the benches' stand-in for make db's server runs with exactly its loading settings."""
 
 from __future__ import annotations
 
 import psycopg
 
-from bench.make_db_server import loading_settings, make_db_server, malloc_environment, server_malloc_variables
+from testkit.make_db_server import loading_settings, make_db_server, malloc_environment, server_malloc_variables
 
 
 def test_the_settings_are_read_from_the_files_that_declare_them() -> None:

@@ -19,8 +19,8 @@ from layout_helpers import write_published_layout
 from load_helpers import BIN, database_state, end_sessions, partial_download, paused, wait_for
 from osm_helpers import feature, write_layer
 
-from bench.local_hub import FakeHub, repository_files
 from ingest import fetch
+from testkit.fake_hub import FakeHub, repository_files
 
 ingest = functools.partial(load_helpers.ingest, timeout=300)
 

@@ -14,8 +14,10 @@ from pathlib import Path
 import psycopg
 import pytest
 from conftest import DATA
-from refdb_fixtures import grid_index, insert_raster
 from test_runner import running_sandbox_queries
+
+from testkit.refdb import grid_index, insert_raster
+from testkit.tools import missing
 
 BIN = Path(sys.executable).parent
 UNREACHABLE = "postgresql://nobody@127.0.0.1:1/gsqa_nowhere"
@@ -142,9 +144,7 @@ def test_html_report_renders_in_a_real_browser(full_run: tuple, tmp_path: Path) 
 
     chromium = shutil.which("chromium")
     if chromium is None:
-        if os.environ.get("GSQA_REQUIRE_TOOLS") == "1":
-            pytest.fail("GSQA_REQUIRE_TOOLS=1 but chromium is not installed")
-        pytest.skip("NO CHROMIUM: apt-get install chromium to render the HTML report in a browser")
+        missing("chromium", "apt-get install chromium to render the HTML report in a browser")
     _, out = full_run
     shot = tmp_path / "report.png"
     subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

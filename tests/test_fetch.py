@@ -1,4 +1,4 @@
-"""`ingest fetch` against a local hub (bench/local_hub.py): layout, checksums, resume, retries, refusals."""
+"""`ingest fetch` against a local hub (testkit/fake_hub.py): layout, checksums, resume, retries, refusals."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from load_helpers import partial_download, wait_for
 
-from bench.local_hub import FakeHub
 from ingest import fetch
+from testkit.fake_hub import FakeHub
 
 INGEST = str(Path(sys.executable).parent / "ingest")
 TILES = ["ASTGTMV003_N40W100_dem.tif", "ASTGTMV003_N40W099_dem.tif", "ASTGTMV003_N45W070_dem.tif"]

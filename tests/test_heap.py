@@ -12,8 +12,6 @@ ROOT = Path(__file__).resolve().parent.parent
 # blocks of about 1 MB from the heap, each followed by a small object that stays, and free the large ones: the
 # heap keeps about 143 MiB of free holes below live objects, which only a trim gives back.
 _PATTERN = """
-import sys
-sys.path.insert(0, sys.argv[1])
 from ingest.heap import release_free_heap
 
 def resident_anon_mb():
@@ -34,7 +32,7 @@ print(before, resident_anon_mb(), released)
 
 
 def test_release_free_heap_gives_the_freed_batches_back():
-    result = subprocess.run([sys.executable, "-c", _PATTERN, str(ROOT)], capture_output=True, text=True, check=True)
+    result = subprocess.run([sys.executable, "-c", _PATTERN], cwd=ROOT, capture_output=True, text=True, check=True)
     before, after, released = result.stdout.split()
     assert int(before) >= 140  # MiB: the freed blocks (150 x 0.95 MiB) were still resident
     assert int(after) <= int(before) - 130

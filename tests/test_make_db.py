@@ -25,11 +25,11 @@ from layout_helpers import write_published_layout
 from load_helpers import database_state, paused, wait_for
 from psycopg.conninfo import make_conninfo
 
-from bench.local_hub import FakeHub, repository_files
-from bench.make_db_server import malloc_environment, server_malloc_variables
 from gsqa_core.roles import login_dsn
 from gsqa_core.sandbox import MODEL
 from ingest import fetch
+from testkit.fake_hub import FakeHub, repository_files
+from testkit.make_db_server import malloc_environment, server_malloc_variables
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parent.parent

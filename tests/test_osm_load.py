@@ -16,10 +16,10 @@ from load_helpers import BIN, ingest, logged_files, query_active, wait_for
 from loader1 import load_reference, table_rows
 from osm_helpers import PRECISE, feature, point, write_layer, write_rule_layers
 
-from bench.osmx_synth import write_layers
 from ingest.initdb import initialize
 from ingest.osm.load import load_osm
 from ingest.osm.rules import POI_PASSES
+from testkit.osmx_synth import write_layers
 
 TABLES = ["pois", "roads", "parks", "lakes", "regions"]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -25,6 +24,7 @@ from ingest.osm.load import load_pbf
 from ingest.osm.pbf_export import export
 from ingest.osm.pbf_sources import PbfReport
 from ingest.osm.rules import KIND_LAYERS
+from testkit.tools import missing
 
 TABLES = ["pois", "roads", "parks", "lakes", "regions"]
 LONG = "x" * 300
@@ -158,9 +158,8 @@ def test_the_native_reader_is_built_where_its_build_tools_are() -> None:
     """CI and the loader image install g++ and libosmium's headers (system-packages.txt), so the install built
     ingest/osm/_osmread; elsewhere (no compiler) a direct load reads with pyosmium, and this says so."""
     if pbf_native.native_reader() is None:
-        if os.environ.get("GSQA_REQUIRE_TOOLS") == "1":
-            pytest.fail("GSQA_REQUIRE_TOOLS=1 but the native PBF reader (ingest/osm/_osmread) was not built")
-        pytest.skip("NO NATIVE PBF READER: installed without g++ or libosmium's headers; loads read with pyosmium")
+        missing("native PBF reader", "installed without g++ or libosmium's headers (ingest/osm/_osmread was not "
+                "built); loads read with pyosmium")
     assert pbf_native.reader_note() is None
 
 
@@ -215,7 +214,7 @@ def test_the_native_reader_sends_the_pyosmium_readers_batches_byte_for_byte(tmp_
     """Both readers follow rules.py's declarations: the same batches (rows, counts, skip lists), in the same
     order, for the four real extracts at once (duplicates across them skipped) and for the OPL cases."""
     if pbf_native.native_reader() is None:
-        pytest.skip("NO NATIVE PBF READER: installed without g++ or libosmium's headers; nothing to compare")
+        missing("native PBF reader", "installed without g++ or libosmium's headers; nothing to compare")
     extracts = sorted((DATA / "osm").glob("*.osm.pbf"))
     for paths in (extracts, [pbf_from_opl(OPL, tmp_path / "cases.osm.pbf")]):
         sent = reader_batches(paths)

@@ -9,10 +9,11 @@ import re
 import subprocess
 from pathlib import Path
 
-import local_server
 import pytest
 from conftest import drop_database
 from psycopg.conninfo import conninfo_to_dict
+
+from testkit import local_server
 
 ROOT = Path(__file__).resolve().parent.parent
 _BLOCK = re.compile(r"<!-- runnable[^>]*-->\s*```sh\n(.*?)```", re.S)

@@ -13,11 +13,11 @@ import psycopg
 import pytest
 import yaml
 from conftest import DATA
-from refdb_fixtures import load_stored_answers
 
 from reproduce import compare, configs, dataset
 from reproduce.rebase import rebase
 from reproduce.verify import Request, verify
+from testkit.refdb import load_stored_answers
 
 TEMPLATES = ["R1", "R2", "R3", "R4"]
 BIN = Path(sys.executable).parent

@@ -13,7 +13,6 @@ import threading
 import time
 from pathlib import Path
 
-import local_server
 import psycopg
 import pytest
 from load_helpers import BIN, ingest
@@ -26,6 +25,7 @@ from gsqa_core.sandbox import CLOSED_FUNCTIONS, CLOSED_LANGUAGES, MODEL, READER,
 from ingest.initdb import initialize
 from reproduce import readiness
 from reproduce.baseline import engine
+from testkit import local_server
 
 NOT_DECLARED = "(`ingest init` restores what it can and names the rest)"
 

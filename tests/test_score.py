@@ -1,5 +1,5 @@
 """`reproduce score` on real records (tests/data/benchmark) with predictions written here, against a fixture
-database in which the stored answers of R1-R4 and VR1-VR3 hold (tests/refdb_fixtures.py)."""
+database in which the stored answers of R1-R4 and VR1-VR3 hold (testkit/refdb.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import csv
 import io
 import json
 import math
-import os
 import shutil
 import signal
 import subprocess
@@ -19,12 +18,13 @@ from pathlib import Path
 import psycopg
 import pytest
 from conftest import DATA
-from refdb_fixtures import load_stored_answers
 from test_runner import running_sandbox_queries
 
 from reproduce import configs, dataset
 from reproduce.score import ScoreRequest, score
 from reproduce.verify import Request, verify
+from testkit.refdb import load_stored_answers
+from testkit.tools import missing
 
 BIN = Path(sys.executable).parent
 BENCHMARK = DATA / "benchmark"
@@ -296,9 +296,7 @@ def test_html_report_with_filters_and_a_map_renders_in_a_browser(tmp_path: Path)
     assert '<select name="status" onchange="filterCards()">' in text and "<option>no_prediction</option>" in text
     chromium = shutil.which("chromium")
     if chromium is None:
-        if os.environ.get("GSQA_REQUIRE_TOOLS") == "1":
-            pytest.fail("GSQA_REQUIRE_TOOLS=1 but chromium is not installed")
-        pytest.skip("NO CHROMIUM: apt-get install chromium to render the HTML report in a browser")
+        missing("chromium", "apt-get install chromium to render the HTML report in a browser")
     shot = tmp_path / "score.png"
     subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                     "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from standby_helpers import BIN, LocalServer, primary_and_standby
 
 from gsqa_core.db import with_user
 from gsqa_core.errors import GsqaError
@@ -25,6 +24,7 @@ from reproduce.dataset import Record
 from reproduce.runner import AllServersLost, Runner, Server
 from reproduce.schedule import earlier_durations, longest_first
 from reproduce.verify import Request, verify
+from testkit.standby import BIN, LocalServer, primary_and_standby
 
 
 @pytest.fixture(scope="module")

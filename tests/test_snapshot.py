@@ -1,7 +1,7 @@
 """`ingest snapshot create` / `restore` (dump format) on a database built from the demo data: the restored
 database equals the original table by table, `reproduce verify` gives the same results on both; damaged or
 missing parts, other server versions and a database holding tables are refused; kill -9 then a rerun; a
-snapshot on a local hub (bench/local_hub.py) restored from hf:OWNER/NAME."""
+snapshot on a local hub (testkit/fake_hub.py) restored from hf:OWNER/NAME."""
 
 from __future__ import annotations
 
@@ -14,15 +14,15 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import local_server
 import psycopg
 import pytest
 from demo_helpers import demo_cluster, verify_totals
 from load_helpers import BIN, ingest, wait_for
-from local_server import LocalServer
 
-from bench.local_hub import FakeHub, repository_files
 from ingest import snapshot
+from testkit import local_server
+from testkit.fake_hub import FakeHub, repository_files
+from testkit.local_server import LocalServer
 
 PART_SIZE = 100_000  # the demo's DEM data (about 2 MB) is cut into parts, as a full DEM's is at 2 GB
 
@@ -234,7 +234,7 @@ def test_push_then_kill_9_then_the_same_command_uploads_the_rest_and_the_hub_cop
     assert database_contents(fresh_dsn) == database_contents(built)
 
 
-# --- the physical format: a private cluster (tests/local_server.py) holding the demo database ---------------
+# --- the physical format: a private cluster (testkit/local_server.py) holding the demo database ---------------
 
 PHYSICAL_PART_SIZE = 4_000_000  # a cluster of about 100 MB in some 30 parts
 

@@ -15,11 +15,11 @@ import psycopg
 import pytest
 from conftest import DATA
 from perturb import EXPECTED, perturbed
-from refdb_fixtures import load_computed_fixture
 
 from reproduce import compare, configs, dataset
 from reproduce.dataset import tables_needed
 from reproduce.verify import Request, verify
+from testkit.refdb import load_computed_fixture
 
 STORED = {"R1", "R2", "R3", "R4", "VR1", "VR2", "VR3"}  # test_verify_stored.py
 PER_VECTOR_TEMPLATE = 3

@@ -10,10 +10,10 @@ from __future__ import annotations
 import psycopg
 import pytest
 from conftest import DATA
-from refdb_fixtures import load_stored_answers, points_in
 
 from reproduce import configs, dataset
 from reproduce.verify import Request, verify
+from testkit.refdb import load_stored_answers, points_in
 
 TEMPLATES = ["R1", "R2", "R3", "R4", "VR1", "VR2", "VR3"]
 

@@ -12,18 +12,17 @@ What the container adds besides (its network, the loader running in a container 
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+from testkit import local_server
+from testkit.local_server import LocalServer
 
-import local_server  # noqa: E402
-from local_server import LocalServer  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+
 
 _SETTING = re.compile(r"^\s*(\w+)\s*=\s*('[^']*'|[^\s#]+)", re.MULTILINE)
 _ALTER_SYSTEM = re.compile(r"^ALTER SYSTEM SET (\w+)\s*=\s*('[^']*'|[^\s;]+);", re.MULTILINE)

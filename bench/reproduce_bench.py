@@ -16,12 +16,12 @@
    R1 questions as predictions through score's path (Runner + both verdicts) against verify's path on the same
    fixture: the difference per question (target: none beyond verify's overhead).
 5. Replicas (--replicas): the same questions, CPU-bound and sleep-bound, on one server and on a primary
-   plus a hot standby (pg_basebackup -R, tests/standby_helpers.py), --max-workers per server: wall times
+   plus a hot standby (pg_basebackup -R, testkit/standby.py), --max-workers per server: wall times
    and the speed-up. Then the scheduling model: the makespan of file order against longest first for
    several servers x workers, by list scheduling of the durations of a recorded run (--durations: a
    `reproduce verify --json-out` report or --resume file), or of a synthetic heavy-tailed mix.
 
-Usage: .venv/bin/python bench/reproduce.py [--repeat 15] [--cpu-questions 12] [--max-workers 2] [--keep]
+Usage: .venv/bin/python bench/reproduce_bench.py [--repeat 15] [--cpu-questions 12] [--max-workers 2] [--keep]
        [--data DIR] [--replicas [--durations FILE]] [--predictions [--runs 3]]
 Needs the local PostgreSQL (as for the tests); creates and drops the database gsqa_bench_reproduce (--keep
 leaves it, with the R1-R4 and VR1-VR3 fixture in which the stored answers hold, to try `reproduce` on).
@@ -45,25 +45,22 @@ from pathlib import Path
 import psycopg
 from psycopg.conninfo import make_conninfo
 
+from gsqa_core.roles import login_dsn
+from gsqa_core.sandbox import READER
+from ingest.initdb import initialize
+from reproduce import compare, configs, dataset
+from reproduce.dataset import Record
+from reproduce.predictions import Prediction
+from reproduce.runner import Outcome, Runner, Server
+from reproduce.schedule import earlier_durations
+from reproduce.score import SqlJob
+from reproduce.score import evaluate as evaluate_prediction
+from reproduce.verify import evaluate
+from testkit.refdb import load_stored_answers
+from testkit.standby import primary_and_standby
+
 ROOT = Path(__file__).resolve().parent.parent
-# This script's folder would shadow the `reproduce` package (the script is reproduce.py); put the test suite's
-# fixture builders there instead.
-sys.path[0] = str(ROOT / "tests")
 
-from refdb_fixtures import load_stored_answers  # noqa: E402
-from standby_helpers import primary_and_standby  # noqa: E402
-
-from gsqa_core.roles import login_dsn  # noqa: E402
-from gsqa_core.sandbox import READER  # noqa: E402
-from ingest.initdb import initialize  # noqa: E402
-from reproduce import compare, configs, dataset  # noqa: E402
-from reproduce.dataset import Record  # noqa: E402
-from reproduce.predictions import Prediction  # noqa: E402
-from reproduce.runner import Outcome, Runner, Server  # noqa: E402
-from reproduce.schedule import earlier_durations  # noqa: E402
-from reproduce.score import SqlJob  # noqa: E402
-from reproduce.score import evaluate as evaluate_prediction  # noqa: E402
-from reproduce.verify import evaluate  # noqa: E402
 
 DATABASE = "gsqa_bench_reproduce"
 CPU_SQL = "SELECT sum(sqrt(g::float8)) AS elevation FROM generate_series(1, {n}) AS g"

@@ -1,6 +1,6 @@
 """A PostgreSQL primary and its hot standby (pg_basebackup -R), started from this machine's PostgreSQL
 binaries on private sockets (local_server.py), so that the test server's own configuration is never touched.
-Used by tests/test_servers.py and bench/reproduce.py (the replicas case)."""
+Used by tests/test_servers.py and bench/reproduce_bench.py (the replicas case)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
-from local_server import SUPERUSER, LocalServer, as_postgres, initdb, scratch_folder, server_binaries
+
+from testkit.local_server import SUPERUSER, LocalServer, as_postgres, initdb, scratch_folder, server_binaries
 
 BIN = Path(__file__).resolve().parent.parent / ".venv" / "bin"
 

@@ -1,8 +1,8 @@
 """Throwaway PostgreSQL clusters started from this machine's server binaries: initdb into a temporary folder, a
 free port on 127.0.0.1 and a private socket folder, stopped and deleted afterwards. The server refuses to run
 as root, so as root it runs as the postgres user (as Debian's pg_virtualenv does). Used by the test server of
-tests/conftest.py, the stock-authentication README test, tests/test_servers.py and bench/reproduce.py (a
-primary and its standby, standby_helpers.py)."""
+tests/conftest.py, the stock-authentication README test, tests/test_servers.py and bench/reproduce_bench.py (a
+primary and its standby, standby.py)."""
 
 from __future__ import annotations
 
