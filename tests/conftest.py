@@ -161,6 +161,38 @@ def new_database(server_dsn: str, template_db: str) -> Iterator:
         drop_database(server_dsn, name)
 
 
+@pytest.fixture(scope="session")
+def demo_template(server_dsn: str, template_db: str, tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[tuple[str, Path]]:
+    """The README's demo database (`ingest demo-data`, then `ingest all --offline`), built once per test session
+    as a template: (its database name, the demo data folder). Modules take their own copy (demo_db)."""
+    data = tmp_path_factory.mktemp("demo-template") / "data"
+    written = subprocess.run([str(BIN / "ingest"), "demo-data", str(data)], capture_output=True, text=True,
+                             timeout=300)
+    assert written.returncode == 0, written.stderr
+    dsn = make_scratch_database(server_dsn, template_db, "demo_template")
+    built = subprocess.run([str(BIN / "ingest"), "all", str(data), "--offline", "--dsn", dsn], capture_output=True,
+                           text=True, timeout=600)
+    assert built.returncode == 0, built.stderr
+    name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+    yield name, data
+    drop_database(server_dsn, name)
+
+
+@pytest.fixture(scope="module")
+def demo_db(request: pytest.FixtureRequest, server_dsn: str, demo_template: tuple[str, Path]
+            ) -> Iterator[tuple[str, Path]]:
+    """The module's own copy of the demo database (CREATE DATABASE ... TEMPLATE), with `ingest init` run on it
+    for what a copy does not take along (the database's own privileges): (its DSN, the demo data folder)."""
+    from ingest.initdb import initialize
+
+    template, data = demo_template
+    dsn = make_scratch_database(server_dsn, template, f"{request.module.__name__}_demo")
+    initialize(dsn)
+    yield dsn, data
+    drop_database(server_dsn, psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
+
+
 @pytest.fixture(scope="module")
 def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The synthetic dataset of README's "Try it" (`ingest demo-data`), written once per test module."""

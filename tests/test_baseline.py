@@ -13,7 +13,6 @@ from pathlib import Path
 import psycopg
 import pytest
 import sqlalchemy
-from demo_helpers import build_demo
 from geoalchemy2 import Geography, Raster
 from sqlalchemy import inspect, text
 
@@ -30,9 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def demo(scratch_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> str:
-    build_demo(scratch_dsn, tmp_path_factory.mktemp("demo"))
-    return scratch_dsn
+def demo(demo_db: tuple[str, Path]) -> str:
+    return demo_db[0]
 
 
 @pytest.fixture

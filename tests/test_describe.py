@@ -23,9 +23,8 @@ PIXEL = 1 / 3600
 
 
 @pytest.fixture(scope="module")
-def demo(scratch_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> str:
-    build_demo(scratch_dsn, tmp_path_factory.mktemp("demo"))
-    return scratch_dsn
+def demo(demo_db: tuple[str, Path]) -> str:
+    return demo_db[0]
 
 
 def reproduce_schema(*argv: str) -> subprocess.CompletedProcess[str]:

@@ -14,7 +14,6 @@ from pathlib import Path
 import psycopg
 import pytest
 import sqlalchemy
-from demo_helpers import build_demo
 from sandbox_helpers import leftovers
 from sqlalchemy import text
 
@@ -65,10 +64,8 @@ READ_WRITE = "SELECT set_config('default_transaction_read_only', 'off', false)" 
 
 
 @pytest.fixture(scope="module")
-def demo(scratch_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
-    folder = tmp_path_factory.mktemp("demo")
-    build_demo(scratch_dsn, folder)
-    return scratch_dsn, folder / "benchmark"
+def demo(demo_db: tuple[str, Path]) -> tuple[str, Path]:
+    return demo_db[0], demo_db[1] / "benchmark"
 
 
 @pytest.fixture
