@@ -1,4 +1,4 @@
-"""The zstd level of physical snapshots (ingest/snapshot_physical.py), by measurement on the large synthetic input
+"""The zstd level of physical snapshots (ingest/snapshot/physical.py), by measurement on the large synthetic input
 of bench/make_db.py: what docs/SNAPSHOTS.md chooses it by.
 
     .venv/bin/python bench/snapshot_zstd.py [--runs 3] [--levels none,1,3,6] [--threads 0] [--work DIR]
@@ -26,10 +26,9 @@ import psycopg
 
 from bench.make_db import make_source
 from bench.snapshot import FULL_DATABASE_GB, INGEST, new_cluster
-from ingest import snapshot_physical as physical
+from ingest.snapshot import physical
 
 ROOT = Path(__file__).resolve().parent.parent
-
 
 LINK_MB_S = 50
 

@@ -25,7 +25,8 @@ from psycopg.types.json import Jsonb
 from gsqa_core import schema
 from gsqa_core.db import connect
 from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
-from ingest import check, fetch, initdb, snapshot
+from ingest import check, fetch, initdb
+from ingest.snapshot.manifest import origin_of
 
 STAGES = ("init", "fetch", "dem", "osm", "finalize", "check")
 _RUN_LOCK = "gsqa ingest all"
@@ -288,7 +289,7 @@ def status(dsn: str | None) -> dict[str, Any]:
             "SELECT stage, state, summary, started_at, finished_at, expected FROM gsqa.stage_log")}
         loaded = {target: (files, rows_written) for target, files, rows_written in conn.execute(
             "SELECT target_table, count(*), sum(rows_written)::bigint FROM gsqa.load_log GROUP BY target_table")}
-        origin = snapshot.origin_of(conn)
+        origin = origin_of(conn)
     stages = []
     for stage in STAGES:
         if stage not in rows:

@@ -558,13 +558,13 @@ def snapshot_create(
 
     Exit codes: 0 written (or already there); 2 nothing written (checks fail, DIR not usable, pg_dump failed).
     """
-    from ingest import snapshot
+    from ingest.snapshot import create, manifest
 
-    if snapshot_format not in snapshot.FORMATS:
-        raise typer.BadParameter(f"expected one of {', '.join(snapshot.FORMATS)}", param_hint="--format")
+    if snapshot_format not in manifest.FORMATS:
+        raise typer.BadParameter(f"expected one of {', '.join(manifest.FORMATS)}", param_hint="--format")
     with reported_as_exit_code():
-        report = snapshot.create(folder, dsn, jobs or os.cpu_count() or 1, verify, part_size or snapshot.PART_SIZE,
-                                 image, snapshot_format, data_dir)
+        report = create.create(folder, dsn, jobs or os.cpu_count() or 1, verify, part_size or manifest.PART_SIZE,
+                               image, snapshot_format, data_dir)
     if as_json:
         typer.echo(json.dumps(report.as_json()))
         return
@@ -590,10 +590,10 @@ def snapshot_push(
 
     Exit codes: 0 pushed; 2 nothing pushed (not a finished snapshot, hub unreachable or refused).
     """
-    from ingest import snapshot
+    from ingest.snapshot import hub
 
     with reported_as_exit_code():
-        commit = snapshot.push(folder, repo, revision)
+        commit = hub.push(folder, repo, revision)
     typer.echo(f"{folder} pushed to the dataset {repo} (commit {commit}); restore it with "
                f"`ingest snapshot restore hf:{repo}{'@' + revision if revision else ''}`")
 
@@ -639,24 +639,24 @@ def snapshot_restore(
 
     Exit codes: 0 restored and checked; 1 restored but some checks failed (listed); 2 nothing restored.
     """
-    from ingest import snapshot
+    from ingest.snapshot import hub, manifest, restore
 
     _log_to_stderr()
     workers = jobs or os.cpu_count() or 1
     with reported_as_exit_code():
-        folder = snapshot.local_folder(source, download_to, 8, lambda line: print(line, file=sys.stderr))
-        label = source if source.startswith(snapshot.HF_PREFIX) else str(folder.resolve())
+        folder = hub.local_folder(source, download_to, 8, lambda line: print(line, file=sys.stderr))
+        label = source if source.startswith(hub.HF_PREFIX) else str(folder.resolve())
         if preflight:
-            typer.echo(f"{snapshot.preflight(folder, dsn, replace, allow_version_change)} {folder}")
+            typer.echo(f"{restore.preflight(folder, dsn, replace, allow_version_change)} {folder}")
             return
-        report = snapshot.restore_folder(folder, label, dsn, workers, replace, allow_version_change, data_dir)
+        report = restore.restore_folder(folder, label, dsn, workers, replace, allow_version_change, data_dir)
     if data_dir is not None:
         typer.echo(f"{source} extracted into {data_dir} in {report.seconds:.1f} s; start its server, then finish with "
                    f"`ingest snapshot restore {source}` against it")
         return
     for change in report.version_changes:
         print(f"warning: {change}: answers may differ in the last digits ("
-              f"{snapshot.VERSION_KEYS[change.split()[0]]})", file=sys.stderr)
+              f"{manifest.VERSION_KEYS[change.split()[0]]})", file=sys.stderr)
     if as_json:
         typer.echo(json.dumps(report.as_json()))
     else:

@@ -20,7 +20,7 @@ from load_helpers import ingest
 from test_make_db import READER_PASSWORD, ROOT, compose_binary, free_port
 from test_snapshot import database_contents
 
-from ingest import snapshot
+from ingest.snapshot.manifest import sha256_of
 
 pytestmark = pytest.mark.docker
 
@@ -59,7 +59,7 @@ def make_db_from(folder: Path, env: dict) -> None:
 def assert_restored_from(folder: Path, dsn: str, snapshot_format: str) -> None:
     origin = json.loads(ingest("status", "--dsn", dsn, "--json").stdout)["snapshot"]
     assert origin["state"] == "restored" and origin["source"] == "/snapshot" and origin["format"] == snapshot_format
-    assert origin["manifest_sha256"] == snapshot.sha256_of(folder / "manifest.json")
+    assert origin["manifest_sha256"] == sha256_of(folder / "manifest.json")
 
 
 def contents_but_the_reader_password(dsn: str) -> dict:

@@ -9,7 +9,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # The two layers of `ingest` that are not loaders; every other module of `ingest` (the packages ingest/dem/ and
 # ingest/osm/) is a loader, which may import gsqa_core, the machinery and its own package, never the runner.
-RUNNER = {"cli", "build", "fetch", "initdb", "check", "demo", "snapshot", "snapshot_physical"}
+RUNNER = {"cli", "build", "fetch", "initdb", "check", "demo", "snapshot.manifest", "snapshot.create",
+          "snapshot.card", "snapshot.restore", "snapshot.hub", "snapshot.physical"}
 MACHINERY = {"load_state", "ordered_pool", "diskspace", "indexes"}
 
 

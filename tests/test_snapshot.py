@@ -19,7 +19,8 @@ import pytest
 from demo_helpers import demo_cluster, verify_totals
 from load_helpers import BIN, ingest, wait_for
 
-from ingest import snapshot
+from ingest.snapshot.manifest import VERSION_KEYS, sha256_of
+from ingest.snapshot.restore import user_tables
 from testkit import local_server
 from testkit.fake_hub import FakeHub, repository_files
 from testkit.local_server import LocalServer
@@ -51,7 +52,7 @@ def database_contents(dsn: str) -> dict:
     """Every table (rows, as a digest independent of their order), index, constraint and the reader's
     privileges: what a restore must bring back."""
     with psycopg.connect(dsn) as conn:
-        tables = snapshot.user_tables(conn)
+        tables = user_tables(conn)
         contents: dict = {"tables": tables}
         for table in tables:
             contents[table] = conn.execute(
@@ -86,7 +87,7 @@ def test_the_restored_database_equals_the_original_table_by_table_and_verifies_t
     status = ingest("status", "--dsn", fresh_dsn, "--json")
     origin = json.loads(status.stdout)["snapshot"]
     assert origin["state"] == "restored" and origin["source"] == str(snapshot_dir.resolve())
-    assert origin["manifest_sha256"] == snapshot.sha256_of(snapshot_dir / "manifest.json")
+    assert origin["manifest_sha256"] == sha256_of(snapshot_dir / "manifest.json")
 
     totals = [verify_totals(demo_data, dsn) for dsn in (built, fresh_dsn)]
     assert totals[0] == totals[1] and totals[0][1:4] == ["120", "100.0", "100.0"]
@@ -110,7 +111,7 @@ def test_a_damaged_or_missing_part_is_named_before_anything_is_restored(snapshot
     assert result.returncode == 2
     assert result.stderr == f"error: snapshot {copy}: data/{damaged.name} is missing; nothing was restored\n"
     with psycopg.connect(fresh_dsn) as conn:
-        assert snapshot.user_tables(conn) == []
+        assert user_tables(conn) == []
 
 
 def copy_with_server_fact(snapshot_dir: Path, copy: Path, fact: str, value: str) -> tuple[Path, str]:
@@ -134,7 +135,7 @@ def test_another_postgis_is_refused_unless_the_change_is_allowed(snapshot_dir: P
     allowed = restore(copy, fresh_dsn, "--allow-version-change")
     assert allowed.returncode == 0, allowed.stderr
     assert (f"warning: postgis 3.0.0 in the snapshot, {here} on this server: answers may differ in the last digits "
-            f"({snapshot.VERSION_KEYS['postgis']})") in allowed.stderr
+            f"({VERSION_KEYS['postgis']})") in allowed.stderr
     assert database_contents(fresh_dsn) == database_contents(built)
 
 
@@ -151,7 +152,7 @@ def test_a_database_holding_tables_is_refused_unless_replace(snapshot_dir: Path,
 
 def _has_tables(dsn: str) -> bool:
     with psycopg.connect(dsn) as conn:
-        return bool(snapshot.user_tables(conn))
+        return bool(user_tables(conn))
 
 
 def test_kill_9_during_restore_then_the_same_command_restores_it(snapshot_dir: Path, built: str,
@@ -290,7 +291,7 @@ def test_a_physical_snapshot_restores_the_same_database_with_its_statistics_and_
         assert planner_statistics(server.dsn()) == planner_statistics(cluster.dsn())
         origin = json.loads(ingest("status", "--dsn", server.dsn(), "--json").stdout)["snapshot"]
         assert origin["state"] == "restored" and origin["format"] == "physical"
-        assert origin["manifest_sha256"] == snapshot.sha256_of(physical_dir / "manifest.json")
+        assert origin["manifest_sha256"] == sha256_of(physical_dir / "manifest.json")
         totals = [verify_totals(demo_data, dsn) for dsn in (cluster.dsn(), server.dsn())]
     assert totals[0] == totals[1] and totals[0][1:4] == ["120", "100.0", "100.0"]
 
@@ -310,7 +311,7 @@ def test_a_physical_snapshot_into_another_server_is_refused_in_one_line(physical
                                      f"db FROM={physical_dir.resolve()}`; into ")
     assert refused.stderr.endswith(" restore a dump snapshot (`ingest snapshot create DIR --format dump`)\n")
     with psycopg.connect(fresh_dsn) as conn:
-        assert snapshot.user_tables(conn) == []
+        assert user_tables(conn) == []
 
 
 def test_another_server_build_is_refused_always_for_a_physical_snapshot(physical_dir: Path, tmp_path: Path,
@@ -381,7 +382,7 @@ def test_a_manifest_without_compression_restores_an_uncompressed_snapshot(physic
         path = older / "data" / f"cluster.tar.part{number:03d}"
         path.write_bytes(tar[start:start + PHYSICAL_PART_SIZE])
         manifest["parts"].append({"path": str(path.relative_to(older)), "size": path.stat().st_size,
-                                  "sha256": snapshot.sha256_of(path)})
+                                  "sha256": sha256_of(path)})
     (older / "manifest.json").write_text(json.dumps(manifest))
     with restored_cluster(older) as server:
         assert ingest("snapshot", "restore", str(older), "--dsn", server.dsn()).returncode == 0
