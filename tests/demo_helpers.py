@@ -11,6 +11,7 @@ import psycopg
 from load_helpers import BIN, ingest
 
 from testkit import local_server
+from testkit.cli import reproduce
 from testkit.local_server import LocalServer
 
 
@@ -24,9 +25,8 @@ def build_demo(dsn: str, folder: Path, *options: str) -> None:
 def verify_totals(demo_data: Path, dsn: str, env: dict[str, str] | None = None) -> list[str]:
     """`reproduce verify` of the demo's R1 and V5 questions against `dsn`: its total line without the seconds
     (every question passes: `total 120 100.0 100.0 ...`)."""
-    run = subprocess.run([BIN / "reproduce", "verify", "--config", "all", "--template", "R1", "--template", "V5",
-                          "--data", demo_data / "benchmark", "--dsn", dsn], capture_output=True, text=True, env=env,
-                         timeout=600)
+    run = reproduce("verify", "--config", "all", "--template", "R1", "--template", "V5",
+                          "--data", demo_data / "benchmark", "--dsn", dsn, env=env)
     assert run.returncode == 0, run.stdout + run.stderr
     return next(line for line in run.stdout.splitlines() if line.startswith("total")).split()[:-1]
 

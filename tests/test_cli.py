@@ -11,11 +11,16 @@ from pathlib import Path
 import pytest
 from sandbox_helpers import SESSION_SETTINGS
 
+from testkit.cli import reproduce
+
 BIN = Path(sys.executable).parent
 UNREACHABLE = "postgresql://nobody@127.0.0.1:1/gsqa_nowhere"
 
 
 def run(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`reproduce` in this process; `ingest`, whose loaders fork, in a process of its own."""
+    if argv[0] == "reproduce":
+        return reproduce(*argv[1:], env=env)
     return subprocess.run([str(BIN / argv[0]), *argv[1:]], capture_output=True, text=True, timeout=120,
                           env={**os.environ, **(env or {})})
 

@@ -16,6 +16,7 @@ import pytest
 from conftest import DATA
 from test_runner import running_sandbox_queries
 
+from testkit.cli import reproduce
 from testkit.refdb import grid_index, insert_raster
 from testkit.tools import missing
 
@@ -33,8 +34,7 @@ IDS = {status: f"raster_only/elevation+poi/{n}" for n, status in enumerate(QUEST
 
 
 def run(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "reproduce"), *argv], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **(env or {})})
+    return reproduce(*argv, env=env)
 
 
 def write_questions(folder: Path, questions: dict[str, tuple[str, float]]) -> Path:

@@ -12,12 +12,12 @@ from pathlib import Path
 import psycopg
 import pytest
 from demo_helpers import build_demo
-from load_helpers import BIN
 from sandbox_helpers import SESSION_SETTINGS
 
 from gsqa_core import schema
 from ingest.demo import write_demo
 from reproduce import describe
+from testkit.cli import reproduce
 
 PIXEL = 1 / 3600
 
@@ -28,7 +28,7 @@ def demo(demo_db: tuple[str, Path]) -> str:
 
 
 def reproduce_schema(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([BIN / "reproduce", "schema", *argv], capture_output=True, text=True, timeout=300)
+    return reproduce("schema", *argv)
 
 
 def sql_figures(dsn: str, table: str) -> tuple[int, dict[str, int], tuple[float, ...]]:

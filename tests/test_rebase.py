@@ -17,6 +17,7 @@ from conftest import DATA
 from reproduce import compare, configs, dataset
 from reproduce.rebase import rebase
 from reproduce.verify import Request, verify
+from testkit.cli import reproduce
 from testkit.refdb import load_stored_answers
 
 TEMPLATES = ["R1", "R2", "R3", "R4"]
@@ -58,10 +59,9 @@ def test_an_unchanged_database_gives_the_stored_answers_back(stored_db: str, sto
 
 def test_the_hugging_face_layout_round_trips_through_the_reader(stored_db: str, stored: list[dataset.Record],
                                                                 tmp_path: Path) -> None:
-    result = subprocess.run([str(BIN / "reproduce"), "rebase", "--config", "raster_only", "--data",
+    result = reproduce("rebase", "--config", "raster_only", "--data",
                              str(DATA / "benchmark"), "--dsn", stored_db, "--out", str(tmp_path / "hf"),
-                             "--format", "parquet", *sum((["--template", t] for t in TEMPLATES), [])],
-                            capture_output=True, text=True, timeout=300)
+                             "--format", "parquet", *sum((["--template", t] for t in TEMPLATES), []))
     assert result.returncode == 0, result.stderr
     assert [p.name for p in (tmp_path / "hf" / "raster_only").iterdir()] == ["test-00000-of-00001.parquet"]
     card = (tmp_path / "hf" / "README.md").read_text()
@@ -80,10 +80,9 @@ def test_the_hugging_face_layout_round_trips_through_the_reader(stored_db: str, 
 
 def test_a_resumed_rebase_runs_only_what_is_missing_and_writes_the_same(stored_db: str, tmp_path: Path) -> None:
     def run(out: str, *extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(BIN / "reproduce"), "rebase", "--config", "raster_only", "--data",
+        return reproduce("rebase", "--config", "raster_only", "--data",
                                str(DATA / "benchmark"), "--dsn", stored_db, "--out", str(tmp_path / out), *extra,
-                               *sum((["--template", t] for t in TEMPLATES), [])], capture_output=True, text=True,
-                              timeout=300)
+                               *sum((["--template", t] for t in TEMPLATES), []))
 
     resume = tmp_path / "rebase.resume"
     assert run("whole", "--resume", str(resume)).returncode == 0
@@ -118,8 +117,8 @@ def test_what_a_killed_write_left_behind_is_replaced(stored_db: str, tmp_path: P
 
 
 def test_an_unknown_format_is_a_usage_error(tmp_path: Path) -> None:
-    result = subprocess.run([str(BIN / "reproduce"), "rebase", "--config", "raster_only", "--out",
-                             str(tmp_path / "x"), "--format", "csv"], capture_output=True, text=True, timeout=60)
+    result = reproduce("rebase", "--config", "raster_only", "--out",
+                             str(tmp_path / "x"), "--format", "csv")
     assert result.returncode == 2 and "'csv' is not one of jsonl, parquet" in result.stderr
     assert result.stderr.count("\n") == 1
 
@@ -127,10 +126,9 @@ def test_an_unknown_format_is_a_usage_error(tmp_path: Path) -> None:
 def test_a_shifted_database_is_rebased_and_verify_passes_what_rebase_wrote(stored_db: str, tmp_path: Path) -> None:
     with psycopg.connect(stored_db) as conn:  # 25 m higher everywhere: beyond the 10 m tolerance
         conn.execute("UPDATE dem_us SET rast = ST_MapAlgebra(rast, 1, '16BSI', '[rast] + 25')")
-    result = subprocess.run([str(BIN / "reproduce"), "rebase", "--config", "raster_only", "--data",
+    result = reproduce("rebase", "--config", "raster_only", "--data",
                              str(DATA / "benchmark"), "--dsn", stored_db, "--out", str(tmp_path / "out"),
-                             *sum((["--template", t] for t in TEMPLATES), [])], capture_output=True, text=True,
-                            timeout=300)
+                             *sum((["--template", t] for t in TEMPLATES), []))
     assert result.returncode == 0, result.stderr
     drift = json.loads((tmp_path / "out" / "drift.json").read_text())
     assert drift["templates"]["R1"]["changed"] == 20 and drift["templates"]["R1"]["change_in_tolerances"]["min"] > 2
@@ -164,8 +162,7 @@ def test_a_question_without_a_new_answer_keeps_its_old_one(stored_db: str, tmp_p
 def test_an_existing_output_folder_is_refused(stored_db: str, tmp_path: Path) -> None:
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep.txt").write_text("mine")
-    result = subprocess.run([str(BIN / "reproduce"), "rebase", "--config", "raster_only", "--data",
-                             str(DATA / "benchmark"), "--dsn", stored_db, "--out", str(tmp_path / "out")],
-                            capture_output=True, text=True, timeout=120)
+    result = reproduce("rebase", "--config", "raster_only", "--data",
+                             str(DATA / "benchmark"), "--dsn", stored_db, "--out", str(tmp_path / "out"))
     assert result.returncode == 2 and "exists and is not empty" in result.stderr
     assert (tmp_path / "out" / "keep.txt").read_text() == "mine"

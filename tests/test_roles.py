@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import getpass
 import re
-import subprocess
 import threading
 import time
 from pathlib import Path
 
 import psycopg
 import pytest
-from load_helpers import BIN, ingest
+from load_helpers import ingest
 from psycopg.conninfo import conninfo_to_dict
 from sandbox_helpers import SESSION_SETTINGS
 
@@ -26,12 +25,9 @@ from ingest.initdb import initialize
 from reproduce import readiness
 from reproduce.baseline import engine
 from testkit import local_server
+from testkit.cli import reproduce
 
 NOT_DECLARED = "(`ingest init` restores what it can and names the rest)"
-
-
-def reproduce(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([BIN / "reproduce", *argv], capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture(scope="module")

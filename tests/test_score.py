@@ -23,6 +23,7 @@ from test_runner import running_sandbox_queries
 from reproduce import configs, dataset
 from reproduce.score import ScoreRequest, score
 from reproduce.verify import Request, verify
+from testkit.cli import reproduce
 from testkit.refdb import load_stored_answers
 from testkit.tools import missing
 
@@ -46,8 +47,6 @@ def records_of(template: str) -> list[dataset.Record]:
     return dataset.load(BENCHMARK, [configs.template(template)]).records
 
 
-def reproduce(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "reproduce"), *argv], capture_output=True, text=True, timeout=timeout)
 
 
 def write_jsonl(path: Path, lines: list[dict]) -> Path:

@@ -24,6 +24,7 @@ from reproduce.dataset import Record
 from reproduce.runner import AllServersLost, Runner, Server
 from reproduce.schedule import earlier_durations, longest_first
 from reproduce.verify import Request, verify
+from testkit.cli import reproduce
 from testkit.standby import BIN, LocalServer, primary_and_standby
 
 
@@ -76,9 +77,8 @@ def test_a_server_with_other_data_is_refused_in_one_line(pair: tuple, initialize
     primary, _, demo = pair
     with psycopg.connect(initialized_dsn, autocommit=True) as conn:  # the test server: the tables, other rows
         conn.execute("INSERT INTO pois (geometry, poi_name) VALUES ('POINT(1 2)', 'other')")
-    result = subprocess.run([BIN / "reproduce", "verify", "--config", "all", "--template", "V5", "--data",
-                             demo / "benchmark", "--dsn", primary.dsn(), "--replica", initialized_dsn],
-                            capture_output=True, text=True, timeout=120)
+    result = reproduce("verify", "--config", "all", "--template", "V5", "--data",
+                             demo / "benchmark", "--dsn", primary.dsn(), "--replica", initialized_dsn)
     assert result.returncode == 2, result.stderr
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("error: --replica ") and "not the primary's data: row counts" in line, line
