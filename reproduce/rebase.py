@@ -38,7 +38,6 @@ from reproduce.dataset import Record
 from reproduce.resume import ResumeFile
 from reproduce.runner import Outcome
 from reproduce.session import Prepared, Request
-from reproduce.verify import clipped
 
 RESUME_FORMAT = "gsqa-reproduce-rebase-resume/1"
 
@@ -176,8 +175,8 @@ def _new_record(item: Rebased, keep_failed: bool) -> dict[str, Any]:
     record, outcome = item.record, item.outcome
     failed = item.status not in ("held", "changed")
     answers = record.answers if failed and not keep_failed else outcome.rows
-    provenance = {"old_answers": clipped(record.answers), "verdict": item.status, "seconds": round(outcome.seconds, 3),
-                  "unstable": compare.instability(record.template_id, record.sql)}
+    provenance = {"old_answers": session.clipped(record.answers), "verdict": item.status,
+                  "seconds": round(outcome.seconds, 3), "unstable": compare.instability(record.template_id, record.sql)}
     if failed:
         provenance |= {"kept_old": not keep_failed, "error": outcome.error}
     return {"question": record.question, "sql": record.sql, "answers": answers, "answer_type": record.answer_type,

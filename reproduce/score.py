@@ -25,7 +25,7 @@ from typing import Any
 
 from gsqa_core.errors import GsqaError
 from gsqa_core.sandbox import MODEL, READER, Role
-from reproduce import compare, schedule, session, verify
+from reproduce import compare, schedule, session
 from reproduce.dataset import Record, Skip
 from reproduce.paper import paper_verdict
 from reproduce.predictions import Prediction, PredictionRun, Problem, read_run
@@ -239,10 +239,10 @@ def judged(run: str, record: Record, prediction: Prediction, rows: list[dict[str
         strict_reason = "no rows (the stored answer has some)"
     detail = {**_detail(record, prediction), **extra, "rows_total": len(rows)}
     if prediction.kind == "sql":  # an answer's rows are in the detail already
-        detail["rows"] = verify.clipped(rows[:ROWS_KEPT])
+        detail["rows"] = session.clipped(rows[:ROWS_KEPT])
     return Scored(run, record.id, record.template_id, status, paper.status,
-                  verify.clipped(paper.reason), "pass" if strict.status == "pass" else "fail",
-                  verify.clipped(strict_reason), round(seconds, 4), detail)
+                  session.clipped(paper.reason), "pass" if strict.status == "pass" else "fail",
+                  session.clipped(strict_reason), round(seconds, 4), detail)
 
 
 def _described(check: compare.Check) -> str:
@@ -264,11 +264,11 @@ def _detail(record: Record, prediction: Prediction | None) -> dict[str, Any]:
         return detail
     detail["where"] = prediction.where
     if prediction.kind == "sql":
-        detail["sql"] = verify.clipped(list(prediction.statements))
+        detail["sql"] = session.clipped(list(prediction.statements))
     else:
-        detail["answer"] = verify.clipped(prediction.answer[:ROWS_KEPT] if prediction.answer else [])
+        detail["answer"] = session.clipped(prediction.answer[:ROWS_KEPT] if prediction.answer else [])
     if prediction.meta:
-        detail["meta"] = verify.clipped(prediction.meta)
+        detail["meta"] = session.clipped(prediction.meta)
     return detail
 
 
@@ -302,9 +302,9 @@ def evaluate(job: SqlJob, outcome: Outcome) -> Scored:
         extra["retried"] = outcome.retried
     if outcome.kind != "rows":
         status = "timeout" if outcome.kind == "timeout" else "sql_error"
-        result = _unjudged(job.run, job.record, status, verify.clipped(f"{status}: {outcome.error}"), job.prediction)
+        result = _unjudged(job.run, job.record, status, session.clipped(f"{status}: {outcome.error}"), job.prediction)
         return replace(result, seconds=round(outcome.seconds, 4),
-                       detail={**result.detail, **extra, "error": verify.clipped(outcome.error)})
+                       detail={**result.detail, **extra, "error": session.clipped(outcome.error)})
     return judged(job.run, job.record, job.prediction, outcome.rows, outcome.seconds, extra)
 
 

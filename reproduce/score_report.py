@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from reproduce import compare, verify
+from reproduce import compare, session
 from reproduce.compare import LOCATION, as_geometry, components_of, haversine_m
 from reproduce.report_frame import Case, html_document, junit_document
 from reproduce.score import ROWS_KEPT, STATUSES, Scored, Scoring, summarize
@@ -186,7 +186,7 @@ def as_json(scoring: Scoring) -> str:
 def _gold(record: Any) -> dict[str, Any]:
     return {"template_id": record.template_id, "question": record.question, "sql": record.sql,
             "answer_rows": len(record.answers),
-            "answers": verify.clipped(record.answers[:ROWS_KEPT])}
+            "answers": session.clipped(record.answers[:ROWS_KEPT])}
 
 
 def junit(scoring: Scoring) -> str:

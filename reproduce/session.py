@@ -5,7 +5,8 @@ A command gives its selection (a Request), the roles its SQL runs as, its judge 
 kernel resolves the database once into a Target, loads the selected records, preflights the database (and
 each --replica) for those roles and the tables the records read, states the run's provenance, opens the
 --resume file, and runs the questions through the Runner with one progress bar, handing each (question,
-outcome) to the judge and the judged result to the resume file as it finishes.
+outcome) to the judge and the judged result to the resume file as it finishes. What the reports and the
+resume files keep of a value is clipped here too (REPORTED_CHARACTERS).
 """
 
 from __future__ import annotations
@@ -190,6 +191,21 @@ def _preflight(request: Request, target: Target, records: list[Record],
 def _template_order(template_id: str) -> tuple[str, int]:
     prefix = template_id.rstrip("0123456789")
     return prefix, int(template_id[len(prefix):] or 0)
+
+
+REPORTED_CHARACTERS = 2_000  # a value in a report (JSON, JUnit, HTML, --resume) longer than this is cut
+
+
+def clipped(value: Any) -> Any:
+    """`value` with every string past REPORTED_CHARACTERS cut, its size noted: one 400 MB value must not
+    become an 800 MB report."""
+    if isinstance(value, str) and len(value) > REPORTED_CHARACTERS:
+        return f"{value[:REPORTED_CHARACTERS]}… (cut: {len(value):,} characters in all)"
+    if isinstance(value, dict):
+        return {key: clipped(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [clipped(item) for item in value]
+    return value
 
 
 def open_resume(request: Request, header: dict[str, Any], **entry: Any) -> ResumeFile | None:

@@ -69,33 +69,18 @@ def evaluate(record: Record, outcome: Outcome) -> Result:
         detail["retried"] = outcome.retried
     if outcome.kind != "rows":
         return Result(record.id, record.template_id, "timeout" if outcome.kind == "timeout" else "sql_error", False,
-                      {**detail, "error": clipped(outcome.error)}, round(outcome.seconds, 4), "fail",
+                      {**detail, "error": session.clipped(outcome.error)}, round(outcome.seconds, 4), "fail",
                       f"{outcome.kind}: no answer to score", outcome.server)
     verdict = compare.judge(record.template_id, record.answers, outcome.rows)
     diff = compare.exact_diff(record.template_id, record.answers, outcome.rows)
     paper = paper_verdict(record.template_id, record.answers, outcome.rows)
     detail["rows"] = len(outcome.rows)
     if failure := verdict.first_failure:
-        detail["failure"] = clipped(failure.as_dict())
+        detail["failure"] = session.clipped(failure.as_dict())
     if not diff.exact:
-        detail["diff"] = clipped(diff.as_dict())
+        detail["diff"] = session.clipped(diff.as_dict())
     return Result(record.id, record.template_id, verdict.status, diff.exact, detail, round(outcome.seconds, 4),
-                  paper.status, clipped(paper.reason), outcome.server)
-
-
-REPORTED_CHARACTERS = 2_000  # a value in a report (JSON, JUnit, HTML, --resume) longer than this is cut
-
-
-def clipped(value: Any) -> Any:
-    """`value` with every string past REPORTED_CHARACTERS cut, its size noted: one 400 MB value must not
-    become an 800 MB report."""
-    if isinstance(value, str) and len(value) > REPORTED_CHARACTERS:
-        return f"{value[:REPORTED_CHARACTERS]}… (cut: {len(value):,} characters in all)"
-    if isinstance(value, dict):
-        return {key: clipped(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [clipped(item) for item in value]
-    return value
+                  paper.status, session.clipped(paper.reason), outcome.server)
 
 
 def _skipped(skip: dataset.Skip) -> Result:

@@ -271,7 +271,7 @@ def test_check_fails_where_a_reader_limit_is_missing(reader: str, initialized_ds
 
 
 def test_long_values_are_cut_in_reports() -> None:
-    from reproduce.verify import REPORTED_CHARACTERS, clipped
+    from reproduce.session import REPORTED_CHARACTERS, clipped
 
     value = clipped({"expected": ["x" * 5_000_000, 1.5], "actual": "short"})
     assert value["actual"] == "short" and value["expected"][1] == 1.5
