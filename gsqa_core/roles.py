@@ -44,8 +44,11 @@ def login_dsn(dsn: str | None, role: Role, explicit: str | None = None) -> str:
 
 
 def _with_settings(dsn: str) -> str:
-    """The DSN with the declared settings last in its `options`, where they win over the DSN's own."""
+    """The DSN with the declared settings last in its `options`, where they win over the DSN's own (a login
+    DSN made here already ends with them)."""
     options = conninfo_to_dict(dsn).get("options") or ""
+    if options.endswith(sandbox.startup_options()):
+        return dsn
     return make_conninfo(dsn, options=f"{options} {sandbox.startup_options()}".strip())
 
 

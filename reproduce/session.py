@@ -106,7 +106,7 @@ class Prepared:
 
     request: Request
     target: Target
-    logins: readiness.Logins  # each role's explicit login (--reader-dsn), or None
+    logins: dict[Role, str]  # each role's login DSN, resolved once
     readiness: readiness.Readiness
     replicas: list[servers.Checked]
 
@@ -119,7 +119,7 @@ class Prepared:
             lost: dict[str, str], description: str) -> Iterator[Result]:
         """Each job's judged result as it finishes, kept in `resume`; the jobs run as `role` (the request's
         --reader-dsn is that role's login) on the primary and every replica; `lost` hears of lost servers."""
-        runner = Runner(self.target.login(role, self.logins[role]), self.request.timeout, self.request.workers,
+        runner = Runner(self.logins[role], self.request.timeout, self.request.workers,
                         self.target.admin, self.request.max_rows,
                         [replace(checked.server, login=login_dsn(checked.server.admin, role))
                          for checked in self.replicas], self.target.name)
@@ -160,8 +160,10 @@ def prepare(request: Request, records: list[Record], roles: Iterable[Role]) -> P
     before it passes. The request's --reader-dsn is the first role's login. A missing or empty table names the
     templates that read it, and the command line that runs the others."""
     roles = list(roles)
-    logins = {role: request.reader_dsn if n == 0 else None for n, role in enumerate(roles)}
+    # Resolved once (a login may need the kept password and a try on the socket): the preflight audits the same
+    # DSNs the run then logs in with.
     target = Target.of(request.dsn)
+    logins = {role: target.login(role, request.reader_dsn if n == 0 else None) for n, role in enumerate(roles)}
     ready = _preflight(request, target, records, logins)
     checked = servers.replicas(target.admin, request.replicas, tables_needed(records), request.force,
                                {role: None for role in roles})
