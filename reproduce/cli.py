@@ -14,11 +14,12 @@ import typer
 
 from gsqa_core import schema
 from gsqa_core.cli import DsnOption, JsonOption, command_group, interrupted_as_130, manual, reported_as_exit_code, run
-from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED
+from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
 from gsqa_core.sandbox import MODEL, READER
 from reproduce import compare, configs, readiness, report
 from reproduce import verify as verification
 from reproduce.runner import MAX_ROWS, MAX_TIMEOUT_S, MIN_TIMEOUT_S
+from reproduce.session import REPORTED_CHARACTERS
 from reproduce.verify import Request, Run, Shown
 
 app = command_group(
@@ -304,7 +305,8 @@ def score(
     *_json_parse.json (docs/BENCHMARK-FORMAT.md, Predictions); ids in any of the three schemes (2100,
     aspect+poi-0, raster_only:aspect+poi:0) mean the same question.
 
-    SQL runs exactly as `verify` runs gold SQL: as gsqa_reader, one statement in its own read-only
+    SQL runs exactly as `verify` runs gold SQL, but as the model role gsqa_model (--gold's as gsqa_reader;
+    --reader-dsn is gsqa_model's login): one statement in its own read-only
     transaction, server-side timeout, rows capped, rolled back; with several ```sql blocks in a model's text
     they run in order and the first that runs without an error is the answer. Answers are judged directly;
     when every prediction is an answer no database is needed. A location given only as an address is never
@@ -350,6 +352,83 @@ def score(
         if path:
             report.write_atomically(path, render(scored))
     raise typer.Exit(EXIT_SOME_FAILED if scored.problems else EXIT_OK)
+
+
+@app.command()
+@manual(clip=f"{REPORTED_CHARACTERS:,}")
+def serve(
+    config: ConfigOption = "all", template: TemplateOption = [], question: IdOption = [],  # noqa: B006
+    data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
+    max_calls: Annotated[int, typer.Option("--max-calls", metavar="N", min=1, help="Calls per question, every "
+                                           "call counted (refused or not).")] = 20,
+    max_seconds: Annotated[float, typer.Option("--max-seconds", metavar="SECONDS", min=0.1, help="Seconds per "
+                                               "question, from its first call.")] = 600,
+    max_rows: Annotated[int, typer.Option("--max-rows", metavar="N", min=1, help="Rows a query returns (the "
+                                          "first N, marked truncated).")] = 100,
+    timeout: TimeoutOption = 120,
+    trajectory: Annotated[Path | None, typer.Option("--trajectory", metavar="FILE", dir_okay=False,
+                                                    show_default=False, help="Append every call to FILE (JSON "
+                                                    "Lines); a rerun on it continues its episodes.")] = None,
+    model: Annotated[str, typer.Option("--model", metavar="NAME", help="The model, as the trajectory and "
+                                       "`reproduce score` report it.")] = "",
+    method: Annotated[str, typer.Option("--method", metavar="NAME", help="The method (agent, multi-stage SQL "
+                                        "agent, ...).")] = "agent",
+    transport: Annotated[str, typer.Option("--transport", metavar="stdio|http", help="stdio: one client on "
+                                           "stdin/stdout; http: streamable HTTP at http://HOST:PORT/mcp for "
+                                           "many.")] = "stdio",
+    host: Annotated[str, typer.Option("--host", help="Where --transport http listens.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Where --transport http listens.")] = 8765,
+    connections: Annotated[int, typer.Option("--connections", metavar="N", min=1, help="Database connections "
+                                             "the calls share (a call waits for a free one).")] = 8,
+) -> None:
+    """Serve the reference database to agents over the Model Context Protocol: the tools question(question_id)
+    (its text and the answer it expects: components, units, format), schema() (what `reproduce schema`
+    says), query(question_id, sql) (one read-only query in the sandbox as gsqa_model, as `score` runs a
+    model's SQL: rows as JSON with NULL columns left out and geometries as WKT, the first --max-rows, values
+    past ${clip} characters cut; an error or refusal in one line) and submit_answer(question_id, answer) (rows
+    like the stored answers, a value, or a list of values: recorded, never judged here; it ends the
+    question's episode). Each selected question is an episode with its own budget: --max-calls calls (every
+    call counts, refused or not) and --max-seconds from its first call (each statement's timeout is the
+    smaller of --timeout and the time left); past either, or after submit_answer, its tools answer with an
+    error saying why. An unknown question id is an error naming it; the other questions go on. The open
+    question ids are the resource gsqa://questions. All agents of one server share its questions, so one
+    server is one run (one --model and --method); start another server (or --port) for another run.
+
+    --trajectory FILE keeps every call as a JSON line, written when the call ends: question id, tool,
+    arguments, outcome, rows, the sha256 of the result, seconds, budget left; the submitted answer; each
+    episode's stop (submitted, budget; none when the server ended first). A server killed mid-episode loses
+    only the calls still running; the same command on the same file continues: submitted and spent episodes
+    stay over, open ones keep the calls and seconds they used. `reproduce score FILE` scores it.
+
+    Nothing goes to stdout but the protocol (stdio); the server says where it serves on stderr.
+
+    Example: reproduce serve --config raster_only --trajectory run.jsonl --model my-agent --transport http
+
+    Exit codes: 0 the client closed stdio, or Ctrl-C or SIGTERM stopped the server (over HTTP once the calls
+    under way have ended); 2 nothing
+    started (usage error, unreadable data, an unknown --id, a trajectory of another run, unreachable
+    database, failed preflight).
+    """
+    from reproduce.serve.tools import ServeRequest, open_tools
+
+    if transport not in ("stdio", "http"):
+        raise typer.BadParameter(f"{transport!r} is not one of stdio, http", param_hint="--transport")
+    request = ServeRequest(ConfigName(config).value, data, dsn, reader_dsn, timeout, 1, template, question,
+                           max_rows=max_rows, max_calls=max_calls, max_seconds=max_seconds, connections=connections,
+                           trajectory=trajectory, model=model, method=method, progress=False)
+    with reported_as_exit_code():
+        try:
+            from reproduce.serve import protocol
+        except ModuleNotFoundError as missing:
+            raise GsqaError(str(missing)) from None
+        report.check_writable([trajectory])
+        tools = open_tools(request)
+    with tools:
+        where = "stdio" if transport == "stdio" else f"http://{host}:{port}/mcp"
+        open_ids = len(tools.question_ids())
+        print(f"reproduce serve: {open_ids:,} of {len(tools.records):,} questions open, on {where}"
+              + (f", calls kept in {trajectory}" if trajectory else ""), file=sys.stderr, flush=True)
+        protocol.serve(tools, transport, host, port)
 
 
 @app.command()
@@ -405,10 +484,11 @@ def schema_description(
     table with its columns and types and its exact row count; for pois, roads, parks, lakes and regions the
     geometry types present, their SRID and the extent (every geometry is read once); for public.dem_us the
     tile size, pixel size, band type, nodata, extent and tile count (of the reference's 265,950 when the
-    last `ingest all` loaded the published tile list); and the limits gsqa_reader runs under. What is
+    last `ingest all` loaded the published tile list); and the limits a model's SQL runs under (gsqa_model;
+    --reader-dsn is its login). What is
     not ready (tables missing or empty, stages of `ingest all` that did not finish, the model role's login) is
     listed last. The table being read goes to stderr. To run a baseline on the database, see
-    reproduce.baseline (an SQLAlchemy engine as gsqa_reader).
+    reproduce.baseline (an SQLAlchemy engine as gsqa_model); for an agent, `reproduce serve`.
 
     Example: reproduce schema --format markdown > schema.md
 

@@ -129,6 +129,7 @@ class Metric:
     measure: Callable[[Any, Any], float]
     higher_is_better: bool = False  # token F1 is a score, everything else an error
     single_value_fallback: bool = True  # a row of one value answers for the key (names: never)
+    expects: str = ""  # what an answer's value is, as a model is told (reproduce serve's question tool)
 
     def passes(self, value: float) -> bool:
         return value >= self.threshold if self.higher_is_better else value <= self.threshold
@@ -140,14 +141,15 @@ class Metric:
         return value / self.threshold if self.threshold else (0.0 if value == 0 else math.inf)
 
 
-NAME = Metric("token F1", 0.8, token_f1, higher_is_better=True, single_value_fallback=False)
-LOCATION = Metric("location (m)", 5.0, haversine_m)
-ANGLE = Metric("angle (deg)", 5.0, angle_error)
-ASPECT = Metric("aspect (deg)", 5.0, aspect_error)
-ELEVATION = Metric("elevation (m)", 10.0, absolute_error)
-SLOPE = Metric("slope (deg)", 5.0, absolute_error)
-RELATIVE = Metric("relative error", 0.05, relative_error)
-YES_NO = Metric("yes/no", 0.0, yes_no_error)
+NAME = Metric("token F1", 0.8, token_f1, higher_is_better=True, single_value_fallback=False, expects="a name (text)")
+LOCATION = Metric("location (m)", 5.0, haversine_m,
+                  expects='a geometry as WKT in longitude/latitude (SRID 4326), e.g. "POINT(-122.42 37.77)"')
+ANGLE = Metric("angle (deg)", 5.0, angle_error, expects="degrees")
+ASPECT = Metric("aspect (deg)", 5.0, aspect_error, expects="degrees clockwise from north; negative for flat ground")
+ELEVATION = Metric("elevation (m)", 10.0, absolute_error, expects="metres")
+SLOPE = Metric("slope (deg)", 5.0, absolute_error, expects="degrees")
+RELATIVE = Metric("relative error", 0.05, relative_error, expects="a number, in the unit the question names")
+YES_NO = Metric("yes/no", 0.0, yes_no_error, expects='"yes" or "no"')
 
 
 def tolerances_text() -> str:

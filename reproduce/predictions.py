@@ -6,7 +6,10 @@ Predictions):
   "model", "method", "seconds", "tokens";
 - the GS-QA2 raster text-to-SQL runner's files, one JSON object per question (`predicted_sql`, `source_stem`);
 - the GS-QA vector runs' arrays of {"id", "content"}: `sql_generate.json` (model text with ```sql blocks) and
-  `*_json_parse.json` (the parser model's text with ```json answers).
+  `*_json_parse.json` (the parser model's text with ```json answers);
+- an agent's trajectory from `reproduce serve --trajectory` (reproduce/serve/trajectory.py): each submitted
+  answer is an answer prediction, an episode without one has none (the reason says how it stopped), and
+  each question's calls are kept for the reports.
 Every id scheme maps to the canonical `<group>/<template>/<n>` (`configs.question_id`). A line or file that cannot
 be read is a Problem (where and why), never an exception: the rest of the run is still scored.
 """
@@ -24,6 +27,7 @@ from typing import Any
 from gsqa_core.errors import GsqaError
 from reproduce import configs
 from reproduce.compare import LOCATION, components_of
+from reproduce.serve import trajectory
 
 _SQL_BLOCK = re.compile(r"```[ \t]*sql\b(.*?)```", re.S | re.I)
 _JSON_BLOCK = re.compile(r"```[ \t]*json\b(.*?)```", re.S | re.I)
@@ -75,6 +79,8 @@ class PredictionRun:
     digests: dict[str, str] = field(default_factory=dict)  # file -> sha256, for the --resume header
     outside: int = 0  # predictions of benchmark questions outside the selected config/templates/ids
     selected: frozenset[str] = frozenset()  # the question ids being scored
+    calls: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # an agent's tool calls per question
+    unanswered: dict[str, str] = field(default_factory=dict)  # why a question the run saw has no prediction
     # What is kept of each prediction (score judges an answer as it is read and keeps only the verdict, so
     # that the memory of a run does not grow with its answers).
     keep: Callable[[Prediction], Prediction] = field(default=lambda prediction: prediction, repr=False)
@@ -135,6 +141,9 @@ def _prediction_files(path: Path) -> list[Path]:
 def _read_file(run: PredictionRun, file: Path, content: bytes) -> None:
     if not content.strip():
         run.refuse(str(file), "an empty file (expected one prediction per line)")
+        return
+    if trajectory.is_trajectory(content.lstrip().split(b"\n", 1)[0]):
+        _read_trajectory(run, file, content)
         return
     head = content.lstrip()[:1]
     whole = _whole_json(content) if head in (b"[", b"{") else None
@@ -216,6 +225,7 @@ def answer_rows(template_id: str, answer: Any, authors: bool = False) -> list[di
     """An answer as rows like the stored answers: a list of row objects as they are, a scalar (or a list of
     scalars) as the template's first component. The authors' parsed answers (`authors`) have their field
     names mapped and nested objects flattened."""
+    answer = _json_text_parsed(answer)
     if answer is None:
         raise ValueError("the answer is null (expected rows, a value or a list of values)")
     items = answer if isinstance(answer, list) else [answer]
@@ -223,6 +233,17 @@ def answer_rows(template_id: str, answer: Any, authors: bool = False) -> list[di
     if authors:
         return [_authors_row(item) if isinstance(item, dict) else {key: item} for item in items]
     return [item if isinstance(item, dict) else {key: item} for item in items]
+
+
+def _json_text_parsed(answer: Any) -> Any:
+    """An answer given as JSON text of rows (models often pass tool arguments so) as those rows; other text,
+    a name say, as it is."""
+    if isinstance(answer, str) and answer.lstrip()[:1] in ("[", "{"):
+        try:
+            return json.loads(answer)
+        except ValueError:
+            pass
+    return answer
 
 
 def _authors_row(item: dict[str, Any]) -> dict[str, Any]:
@@ -322,3 +343,27 @@ def _flattened(value: Any) -> Iterator[Any]:
             yield from _flattened(item)
     else:
         yield value
+
+
+# --- an agent's trajectory (reproduce serve) --------------------------------------------------------------
+
+CALL_FIELDS = ("call", "tool", "arguments", "outcome", "rows", "truncated", "error", "seconds", "budget_left")
+
+
+def _read_trajectory(run: PredictionRun, file: Path, content: bytes) -> None:
+    found = trajectory.read(file, content)
+    for where, why in found.problems:
+        run.refuse(where, why)
+    run.model = run.model or str(found.header.get("model") or "")
+    run.method = run.method or str(found.header.get("method") or "agent")
+    for question, episode in found.episodes.items():
+        if question not in run.selected:
+            run.outside += 1
+            continue
+        run.calls[question] = [{key: call[key] for key in CALL_FIELDS if key in call} for call in episode.calls]
+        meta = {"calls": len(episode.calls), "seconds": episode.elapsed, "stop": episode.stop}
+        if episode.where:
+            _add_answer(run, Prediction(question, episode.where, meta=meta), episode.answer)
+        else:
+            why = f" ({episode.why})" if episode.why else ""
+            run.unanswered[question] = f"the agent submitted no answer: its episode stopped: {episode.stop}{why}"

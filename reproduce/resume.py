@@ -33,7 +33,7 @@ class ResumeFile:
         existing = self._read() if path.exists() and path.stat().st_size else None
         if existing is not None:
             self._check(existing, header, force)
-            _drop_cut_line(path)
+            drop_cut_line(path)
         self._file: IO[str] = path.open("a", encoding="utf-8")
         if existing is None:
             self._write({"format": self.format, **header})
@@ -78,7 +78,7 @@ class ResumeFile:
         self._file.close()
 
 
-def _drop_cut_line(path: Path) -> None:
+def drop_cut_line(path: Path) -> None:
     """A kill can leave the last line without its end: cut it off, or the next line would be appended to it
     (its question runs again)."""
     with path.open("rb+") as handle:

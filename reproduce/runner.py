@@ -76,6 +76,7 @@ class Outcome:
     retried: str = ""  # why the question ran a second time, if it did
     server: str = ""  # the name of the server that answered (Server.name)
     candidate: int = 0  # which of the question's statements gave this outcome (0: the first)
+    truncated: bool = False  # more rows than max_rows came back and only the first max_rows were read (truncate)
 
 
 class ResultTooLarge(Exception):
@@ -115,12 +116,15 @@ def _json_value(value: Any) -> Any:
 
 class Session:
     """One worker connection as a sandbox role; `admin` (a DSN that may end the role's backends) is used
-    only to end a question that catches the cancel."""
+    only to end a question that catches the cancel. With `truncate`, a result past max_rows gives its first
+    max_rows rows, marked truncated, instead of an error (an agent's exploratory query)."""
+
+    application_name = "gsqa-reproduce"  # what pg_stat_activity shows for the session
 
     def __init__(self, dsn: str, timeout: float, admin: str | None = None, max_rows: int = MAX_ROWS,
-                 max_bytes: int = MAX_BYTES) -> None:
+                 max_bytes: int = MAX_BYTES, truncate: bool = False) -> None:
         self.dsn, self.timeout, self.admin = dsn, timeout, admin
-        self.max_rows, self.max_bytes = max_rows, max_bytes
+        self.max_rows, self.max_bytes, self.truncate = max_rows, max_bytes, truncate
         self.conn = self._connect()
         self.watchdog_fired = False
         self.running: int | None = None  # the number of the question on the server now, if any
@@ -129,7 +133,7 @@ class Session:
     def _connect(self) -> psycopg.Connection:
         try:
             # No automatic prepared statements: DISCARD ALL after each question would drop them.
-            conn = psycopg.connect(self.dsn, application_name="gsqa-reproduce", prepare_threshold=None,
+            conn = psycopg.connect(self.dsn, application_name=self.application_name, prepare_threshold=None,
                                    connect_timeout=10)
         except psycopg.OperationalError as error:
             raise ServerLost(f"the sandbox role cannot connect: {' '.join(str(error).split())}") from None
@@ -161,8 +165,7 @@ class Session:
         outcome = self._run_once(statement)
         if outcome.kind == "error" and self.conn.closed and not self.watchdog_fired:
             again = self._run_once(statement)
-            return Outcome(again.kind, again.seconds, again.rows, again.error,
-                           retried=f"the first run's connection was ended from outside ({outcome.error})")
+            return replace(again, retried=f"the first run's connection was ended from outside ({outcome.error})")
         return outcome
 
     def _run_once(self, statement: str) -> Outcome:
@@ -178,8 +181,8 @@ class Session:
                 limit = sql.Literal(f"{round(self.timeout * 1000)}ms")
                 cur.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(limit))
                 watchdog.start()
-                rows = self._fetch(cur, *self._capped(cur, statement))
-            return Outcome("rows", time.perf_counter() - start, rows)
+                rows, truncated = self._fetch(cur, *self._capped(cur, statement))
+            return Outcome("rows", time.perf_counter() - start, rows, truncated=truncated)
         except ResultTooLarge as error:
             return Outcome("error", time.perf_counter() - start, error=str(error))
         except psycopg.errors.InvalidTextRepresentation as error:
@@ -222,9 +225,10 @@ class Session:
         cur.execute("ROLLBACK TO SAVEPOINT gsqa_capped")
         return statement, 0
 
-    def _fetch(self, cur: psycopg.Cursor, statement: str, first: int) -> list[dict[str, Any]]:
-        """The rows from column `first` on, streamed (the extended protocol: exactly one statement);
-        ResultTooLarge past the caps, after which psycopg cancels the rest on the server."""
+    def _fetch(self, cur: psycopg.Cursor, statement: str, first: int) -> tuple[list[dict[str, Any]], bool]:
+        """The rows from column `first` on, streamed (the extended protocol: exactly one statement), and whether
+        rows past max_rows were left unread (truncate); ResultTooLarge past the caps, after which psycopg
+        cancels the rest on the server."""
         rows: list[dict[str, Any]] = []
         size, names = 0, None
         for row in cur.stream(statement):
@@ -232,13 +236,15 @@ class Session:
                 names = [column.name for column in cur.description][first:]
             values = {name: _json_value(value) for name, value in zip(names, row[first:], strict=True)
                       if value is not None}
+            if len(rows) == self.max_rows and self.truncate:
+                return rows, True  # closing the stream cancels the rest on the server
             size += sum(len(value) if isinstance(value, str) else 8 for value in values.values())
             rows.append(values)
             if len(rows) > self.max_rows or size > self.max_bytes:
                 raise ResultTooLarge(
                     f"the result is too large: stopped after {len(rows):,} rows and {size / 1e6:,.1f} MB of values "
                     f"(caps: {self.max_rows:,} rows, {self.max_bytes / 1e6:,.0f} MB; --max-rows raises the first)")
-        return rows
+        return rows, False
 
     def _reset(self) -> None:
         """Roll back, then forget what the question left in the session (advisory locks, settings, temp

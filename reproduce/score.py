@@ -199,16 +199,21 @@ def _judge_directly(runs: list[PredictionRun], records: list[Record], done: dict
             if prediction is not None and prediction.kind == "sql" and prediction.statements:
                 continue  # run on the database
             result = answered.get((run.name, record.id)) if prediction is not None and prediction.kind == "answer" \
-                else _without_database(run.name, record, prediction, unreadable.get(record.id))
+                else _without_database(run.name, record, prediction, unreadable.get(record.id),
+                                       run.unanswered.get(record.id, ""))
+            if calls := run.calls.get(record.id):  # an agent's: beside the verdict in the reports
+                result = replace(result, detail={**result.detail, "calls": session.clipped(calls)})
             results[result.key] = result
             if resume and result.status not in NOT_PREDICTED:  # a rerun with the line fixed scores it
                 resume.add(result)
     return results
 
 
-def _without_database(run: str, record: Record, prediction: Prediction | None, problem: Problem | None) -> Scored:
+def _without_database(run: str, record: Record, prediction: Prediction | None, problem: Problem | None,
+                      unanswered: str = "") -> Scored:
     if prediction is None:
-        status, why = ("unreadable", str(problem)) if problem else ("no_prediction", "the run has no prediction")
+        status, why = ("unreadable", str(problem)) if problem else (
+            "no_prediction", unanswered or "the run has no prediction")
         return _unjudged(run, record, status, why)
     if prediction.unscorable:
         return _unjudged(run, record, "unscorable", prediction.unscorable, prediction)

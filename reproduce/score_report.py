@@ -237,8 +237,9 @@ def _card(scoring: Scoring, result: Scored) -> str:
         head += f"<br><i>gold answer may legitimately vary: {html.escape('; '.join(detail['unstable']))}</i>"
     attributes = f'class="card" data-run="{html.escape(result.run)}" ' \
                  f'data-template="{result.template_id}" data-status="{result.status}"'
+    calls = _calls(detail.get("calls", []), detail.get("meta", {}).get("stop"))
     if result.status in ("pass", "no_prediction"):  # nothing to compare: one line keeps the page small
-        return f"<div {attributes}>{head}</div>"
+        return f"<div {attributes}>{head}{calls}</div>"
     predicted = "\n\n".join(detail.get("sql", [])) or json.dumps(detail.get("answer", "(no prediction)"), indent=1,
                                                                 default=str)
     got = json.dumps(detail.get("rows", detail.get("error", "")), default=str)[:1500]
@@ -248,7 +249,28 @@ def _card(scoring: Scoring, result: Scored) -> str:
              f"<div>gold<pre>{html.escape(record.sql)}</pre>stored answer<pre>"
              f"{html.escape(json.dumps(record.answers[:ROWS_KEPT], default=str)[:1500])}</pre></div></div>")
     return (f"<div {attributes}>{head}<p>{html.escape(record.question)}</p>{sides}"
-            f"{location_map(result, record)}</div>")
+            f"{location_map(result, record)}{calls}</div>")
+
+
+def _calls(calls: list[dict[str, Any]], stop: str | None) -> str:
+    """An agent's tool calls on the question, in order (reproduce serve's trajectory), folded."""
+    if not calls:
+        return ""
+    items = []
+    for call in calls:
+        arguments = call.get("arguments") or {}
+        shown = arguments.get("sql") if "sql" in arguments else (
+            json.dumps(arguments["answer"], default=str) if "answer" in arguments else "")
+        outcome = call.get("outcome", "")
+        if "rows" in call:
+            outcome += f", {call['rows']} rows" + (" (truncated)" if call.get("truncated") else "")
+        if call.get("error"):
+            outcome += f": {call['error']}"
+        items.append(f"<li><b>{html.escape(str(call.get('tool', '')))}</b> {html.escape(outcome)} "
+                     f"({call.get('seconds', 0):.3g} s)" + (f"<pre>{html.escape(str(shown))}</pre>" if shown else "")
+                     + "</li>")
+    ended = f"; stop: {html.escape(stop)}" if stop else ""
+    return f"<details><summary>{len(calls)} tool calls{ended}</summary><ol>{''.join(items)}</ol></details>"
 
 
 def location_map(result: Scored, record: Any, width: int = 320, height: int = 200) -> str:

@@ -1,19 +1,22 @@
 """Hostile SQL through every door we give a model, against the real server: `reproduce.baseline.engine()` in a
-transaction and in autocommit, `reproduce score`'s SQL predictions, and a raw psycopg connection as each
-sandbox role. At our doors each statement is refused in one line beginning "refused: "; on the raw connection,
-after switching read-only mode off, the server refuses it by privilege; through every door nothing outlives
-the statement: no role, setting, object, lock, comment, prepared transaction or backend
-(sandbox_helpers.leftovers). What a login can always do to itself in PostgreSQL 15 (ALTER ROLE on itself,
-its default privileges) is tests/test_roles.py's: named by the audit, restored by `ingest init`."""
+transaction and in autocommit, `reproduce score`'s SQL predictions, `reproduce serve`'s query tool (as a plain
+callable and over MCP), and a raw psycopg connection as each sandbox role. At our doors each statement is
+refused in one line beginning "refused: "; on the raw connection, after switching read-only mode off, the
+server refuses it by privilege; through every door nothing outlives the statement: no role, setting, object,
+lock, comment, prepared transaction or backend (sandbox_helpers.leftovers). What a login can always do to
+itself in PostgreSQL 15 (ALTER ROLE on itself, its default privileges) is tests/test_roles.py's: named by the
+audit, restored by `ingest init`."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import psycopg
 import pytest
 import sqlalchemy
+from mcp import Client
 from sandbox_helpers import leftovers
 from sqlalchemy import text
 
@@ -22,6 +25,8 @@ from gsqa_core.sandbox import ROLES
 from reproduce import configs, dataset
 from reproduce.baseline import Refused, engine
 from reproduce.score import ScoreRequest, score
+from reproduce.serve.protocol import mcp_server
+from reproduce.serve.tools import ServeRequest, ToolRefused, open_tools
 
 HOSTILE = {
     "large object": "SELECT lo_from_bytea(0, '\\x00'::bytea)",
@@ -110,6 +115,41 @@ def test_score_refuses_every_prediction_in_one_line_and_nothing_stays(demo: tupl
         assert by_id[question].status == "sql_error"
         assert_one_refusal(by_id[question].detail["error"])
     assert by_id[ids[-1]].detail["rows"] == [{"poi_name": "gsqa_model"}]  # models' SQL runs as the model role
+    assert leftovers(demo[0]) == before
+
+
+def serving(demo: tuple[str, Path]):
+    """reproduce serve's tools on the demo's R1 questions, with calls enough for every statement."""
+    return open_tools(ServeRequest(config="raster_only", data=demo[1], dsn=demo[0], timeout=5, max_calls=1000,
+                                   progress=False))
+
+
+@pytest.mark.parametrize("name", AT_OUR_DOORS)
+def test_serve_query_refuses_in_one_line_and_nothing_stays(demo: tuple[str, Path], before: dict, name: str) -> None:
+    with serving(demo) as tools:
+        tools.query("raster_only/elevation+poi/0", READ_WRITE)
+        with pytest.raises(ToolRefused) as refused:
+            tools.query("raster_only/elevation+poi/0", AT_OUR_DOORS[name])
+        assert tools.query("raster_only/elevation+poi/0", "SELECT current_user AS who")["rows"] == [
+            {"who": "gsqa_model"}]
+    assert_one_refusal(str(refused.value))
+    assert leftovers(demo[0]) == before
+
+
+def test_serve_over_mcp_refuses_every_statement_in_one_line_and_nothing_stays(demo: tuple[str, Path],
+                                                                              before: dict) -> None:
+    async def send_all(tools) -> list:
+        async with Client(mcp_server(tools)) as client:
+            return [await client.call_tool("query", {"question_id": "raster_only/elevation+poi/1", "sql": statement})
+                    for statement in AT_OUR_DOORS.values()]
+
+    with serving(demo) as tools:
+        results = asyncio.run(send_all(tools))
+    prefix = "Error executing tool query: "  # the MCP SDK's, before our line
+    for result in results:
+        assert result.is_error
+        assert result.content[0].text.startswith(prefix)
+        assert_one_refusal(result.content[0].text.removeprefix(prefix))
     assert leftovers(demo[0]) == before
 
 

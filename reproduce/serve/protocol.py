@@ -1,0 +1,76 @@
+"""The agent tools (reproduce/serve/tools.py) over the Model Context Protocol, with the official Python SDK's
+MCPServer: the same four methods registered as the tools `question`, `schema`, `query` and `submit_answer`
+(the SDK runs each call in a worker thread, so a slow query holds no other client), a refusal turned into
+the tool's error result (is_error, the one line as its text), and the open question ids as the resource
+gsqa://questions. Transports: stdio, or streamable HTTP at http://HOST:PORT/mcp for many agents at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import signal
+from collections.abc import Callable
+from typing import Any
+
+try:
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp_types import ToolAnnotations
+except ModuleNotFoundError as missing:
+    raise ModuleNotFoundError(f"reproduce serve needs {missing.name}: pip install 'gsqa-refdb[baseline]'",
+                              name=missing.name) from None
+
+from reproduce.serve.tools import ToolRefused, Tools
+
+INSTRUCTIONS = """GS-QA2's reference database (PostgreSQL with PostGIS) for answering geospatial questions.
+For each question id: call question(question_id) for its text and the answer it expects, schema() for the
+tables, query(question_id, sql) to run one read-only SQL query at a time, then submit_answer(question_id,
+answer) once: it ends the question. Every call on a question counts against its budget of calls and seconds."""
+READS = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+# submit_answer changes no data, but it records the answer and ends the episode: not read-only, not idempotent.
+RECORDS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                          open_world_hint=False)
+
+
+def mcp_server(tools: Tools, name: str = "gsqa-refdb") -> MCPServer:
+    """An MCP server whose tools are `tools`' methods."""
+    server = MCPServer(name, instructions=INSTRUCTIONS, log_level="WARNING")
+    for method, hints in ((tools.question, READS), (tools.schema, READS), (tools.query, READS),
+                          (tools.submit_answer, RECORDS)):
+        server.add_tool(_refusals_as_tool_errors(method), name=method.__name__, annotations=hints,
+                        description=method.__doc__)
+    server.resource("gsqa://questions", name="questions", mime_type="application/json",
+                    description="The ids of the questions whose episodes are still open.")(
+        lambda: json.dumps(tools.question_ids()))
+    return server
+
+
+def _refusals_as_tool_errors(method: Callable[..., Any]) -> Callable[..., Any]:
+    """The method, its ToolRefused raised as the SDK's ToolError: an error result with the line as its text,
+    logged without a traceback."""
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except ToolRefused as refused:
+            raise ToolError(str(refused)) from None
+    return call
+
+
+def serve(tools: Tools, transport: str, host: str, port: int) -> None:
+    """Serve until the client ends stdio, or until Ctrl-C or SIGTERM: the usual ways to stop a server, not
+    failures (the HTTP server finishes the calls under way first, then re-raises the signal it caught, which
+    ends here)."""
+    server = mcp_server(tools)
+    signal.signal(signal.SIGTERM, _as_interrupt)
+    with contextlib.suppress(KeyboardInterrupt):
+        if transport == "stdio":
+            server.run("stdio")
+        else:
+            server.run("streamable-http", host=host, port=port)
+
+
+def _as_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt

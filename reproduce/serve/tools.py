@@ -1,0 +1,431 @@
+"""The agent tools of `reproduce serve` as plain Python callables: `question`, `schema`, `query` and
+`submit_answer` over one selection of questions, each question an episode with a budget, every call kept in
+the trajectory. reproduce/serve/protocol.py serves these same methods over MCP; a framework with its own
+tool calling takes them as they are:
+
+    from reproduce.serve.tools import ServeRequest, open_tools
+    with open_tools(ServeRequest(config="raster_only", trajectory=Path("run.jsonl"), model="m")) as tools:
+        question = tools.question("raster_only/elevation+poi/0")
+        rows = tools.query("raster_only/elevation+poi/0", "SELECT ...")["rows"]
+        tools.submit_answer("raster_only/elevation+poi/0", [{"elevation": 1234.5}])
+
+The SQL runs as the model role gsqa_model on a bounded pool of the runner's sessions (reproduce/runner.py):
+one statement past the gate, its own read-only transaction with the statement timeout set on the server (the
+smaller of --timeout and the episode's time left), rows capped at --max-rows (the first rows, marked
+truncated), values over REPORTED_CHARACTERS cut, geometries as WKT, rolled back and the session reset. A tool
+that cannot serve a call raises ToolRefused, one line saying why; the protocol turns it into an MCP error.
+Nothing a call returns comes from the stored answers or the gold SQL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import functools
+import hashlib
+import json
+import math
+import os
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib.metadata import version as package_version
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import psycopg.adapt
+import shapely
+
+from gsqa_core.errors import GsqaError
+from gsqa_core.sandbox import MODEL
+from reproduce import compare, configs, describe, session
+from reproduce.dataset import Record
+from reproduce.predictions import address_only, answer_rows
+from reproduce.runner import MIN_TIMEOUT_S, Outcome, ServerLost, Session
+from reproduce.serve import trajectory
+
+APPLICATION_NAME = "gsqa-serve"  # what pg_stat_activity shows for the tools' connections
+MAX_SQL_CHARACTERS = 100_000  # a longer statement is refused unread (the longest gold SQL has under 5,000)
+
+
+class ToolRefused(GsqaError):
+    """A call the tools cannot serve: one line saying why (the MCP error's text)."""
+
+
+@dataclass
+class ServeRequest(session.Request):
+    """The kernel's request (its --reader-dsn is gsqa_model's login, timeout each statement's limit, max_rows
+    the rows a query returns) and the episodes' budgets."""
+
+    max_rows: int = 100
+    max_calls: int = 20  # per question, every call counted
+    max_seconds: float = 600.0  # per question, from its first call
+    connections: int = 8  # the pool of sandbox sessions the calls share
+    trajectory: Path | None = None
+    model: str = ""
+    method: str = "agent"
+
+    @property
+    def budget(self) -> dict[str, Any]:
+        return {"calls": self.max_calls, "seconds": self.max_seconds, "rows": self.max_rows,
+                "timeout": self.timeout}
+
+
+@dataclass
+class _Episode:
+    """A question's episode in this server: its calls, its clock (seconds from before a restart carried),
+    why it stopped."""
+
+    calls: int = 0
+    carried: float = 0.0
+    started: float | None = None  # time.monotonic() of the first call in this process
+    stop: str = ""  # "" while open, else submitted or budget
+    why: str = ""
+
+    def elapsed(self) -> float:
+        return self.carried + (time.monotonic() - self.started if self.started is not None else 0.0)
+
+
+class _WktLoader(psycopg.adapt.Loader):
+    """geometry and geography values as WKT (text format: hex EWKB) instead of the stored answers' hex."""
+
+    def load(self, data: Any) -> str:
+        return shapely.from_wkb(bytes(data).decode()).wkt
+
+
+class _AgentSession(Session):
+    application_name = APPLICATION_NAME
+
+    def _connect(self) -> psycopg.Connection:
+        conn = super()._connect()
+        for name in ("geometry", "geography"):
+            if info := psycopg.types.TypeInfo.fetch(conn, name):
+                conn.adapters.register_loader(info.oid, _WktLoader)
+        conn.rollback()
+        return conn
+
+
+class _Pool:
+    """At most `size` sandbox sessions, made when first needed and reused; a caller waits for a free one."""
+
+    def __init__(self, login: str, admin: str, size: int, max_rows: int) -> None:
+        self._login, self._admin, self._max_rows = login, admin, max_rows
+        self._idle: queue.LifoQueue[Session] = queue.LifoQueue()
+        self._slots = threading.BoundedSemaphore(size)
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[Session]:
+        with self._slots:
+            try:
+                found = self._idle.get_nowait()
+            except queue.Empty:
+                try:
+                    found = _AgentSession(self._login, 1.0, self._admin, self._max_rows, truncate=True)
+                except ServerLost as lost:
+                    raise ToolRefused(f"the database cannot be reached now: {lost}") from None
+            try:
+                yield found
+            finally:
+                self._idle.put(found)
+
+    def close(self) -> None:
+        while True:
+            try:
+                self._idle.get_nowait().close()
+            except queue.Empty:
+                return
+
+
+class Tools:
+    """The four tools over the selected questions; open with open_tools, close when done (or `with`)."""
+
+    def __init__(self, request: ServeRequest, records: list[Record], prepared: session.Prepared,
+                 done: trajectory.Trajectory | None) -> None:
+        self.request, self.budget = request, request.budget
+        self.records = {record.id: record for record in records}
+        self._episodes = {record.id: _Episode() for record in records}
+        for question, found in (done.episodes.items() if done else ()):
+            if question in self._episodes:
+                self._episodes[question] = _Episode(len(found.calls), found.elapsed,
+                                                    stop="" if found.stop == "none" else found.stop, why=found.why)
+        self._lock = threading.Lock()
+        self._pool = _Pool(prepared.logins[MODEL], prepared.target.admin, request.connections, request.max_rows)
+        self._writer = trajectory.Writer(request.trajectory) if request.trajectory else None
+        self._describe = functools.partial(describe.describe, prepared.target.admin, prepared.logins[MODEL])
+        self._describing, self._schema = threading.Lock(), None
+
+    def __enter__(self) -> Tools:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._pool.close()
+        if self._writer:
+            self._writer.close()
+
+    # --- the tools --------------------------------------------------------------------------------------
+
+    def question(self, question_id: str) -> dict[str, Any]:
+        """The question's text and the answer it expects: components, units, format (never the answer)."""
+        with self._call(question_id, "question", {}) as call:
+            record = self.records[call.question]
+            call.done("ok", result=record.question)
+            return {"question_id": record.id, "question": record.question,
+                    "expects": expected_answer(record.template_id), "budget_left": call.budget_left}
+
+    def schema(self) -> str:
+        """The reference database as `reproduce schema` describes it (tables, columns, units, limits)."""
+        with self._call(None, "schema", {}) as call:
+            text = self._schema_text()
+            call.done("ok", result=text)
+            return text
+
+    def query(self, question_id: str, sql: str) -> dict[str, Any]:
+        """Run one SQL query in the sandbox as gsqa_model: rows (NULL columns left out, geometries as WKT)."""
+        with self._call(question_id, "query", {"sql": sql}) as call:
+            if not isinstance(sql, str) or not sql.strip():
+                raise call.refused("refused: no SQL (expected one query as text)")
+            if len(sql) > MAX_SQL_CHARACTERS:
+                raise call.refused(f"refused: the SQL is {len(sql):,} characters; at most {MAX_SQL_CHARACTERS:,}")
+            with self._pool.session() as sandbox:
+                sandbox.timeout = max(MIN_TIMEOUT_S, min(self.budget["timeout"], call.seconds_left()))
+                outcome = sandbox.run(sql)
+            return call.answered(outcome)
+
+    def submit_answer(self, question_id: str, answer: Any) -> dict[str, Any]:
+        """Record the answer (rows like the stored answers, a value, or a list of values; the same as JSON
+        text) and end the episode."""
+        with self._call(question_id, "submit_answer", {"answer": answer}) as call:
+            template_id = self.records[call.question].template_id
+            try:
+                rows = answer_rows(template_id, answer)
+            except ValueError as error:
+                raise call.refused(f"refused: {error}") from None
+            call.done("ok", rows=len(rows), result=rows)
+            self._stop(call.question, "submitted", f"submit_answer with {len(rows)} rows")
+            reply = {"recorded": True, "question_id": call.question, "rows": len(rows)}
+            if why := address_only(template_id, rows):
+                reply["note"] = why
+            return reply
+
+    def _schema_text(self) -> str:
+        """The description, read once per server on the first call (it reads every geometry once): not at
+        start-up, where a client would wait for the server's first answer."""
+        with self._describing:
+            if self._schema is None:
+                try:
+                    self._schema = describe.as_text(self._describe())
+                except (GsqaError, psycopg.Error) as error:
+                    raise ToolRefused(f"the database cannot be described now: {' '.join(str(error).split())}"
+                                      ) from None
+            return self._schema
+
+    # --- episodes -------------------------------------------------------------------------------------
+
+    def question_ids(self) -> list[str]:
+        """The selected questions whose episodes are still open, in dataset order."""
+        with self._lock:
+            return [question for question, episode in self._episodes.items() if not episode.stop]
+
+    def stopped(self, question_id: str) -> str:
+        """Why the question's episode stopped (submitted, budget), or "" while it is open."""
+        return self._episodes[self._known(question_id)].stop
+
+    def _known(self, question_id: Any) -> str:
+        try:
+            question = str(configs.question_id(question_id))
+        except GsqaError as error:
+            raise ToolRefused(str(error)) from None
+        if question not in self._episodes:
+            raise ToolRefused(f"unknown question id {question_id!r}: this server serves {len(self._episodes):,} "
+                              f"questions (config {self.request.config})")
+        return question
+
+    @contextlib.contextmanager
+    def _call(self, question_id: Any, tool: str, arguments: dict[str, Any]) -> Iterator[_Call]:
+        """One call: the question known (else refused, nothing written), its budget charged, and its line
+        written when it ends, however it ends."""
+        question = None if question_id is None and tool == "schema" else self._known(question_id)
+        call = _Call(self, question, tool, arguments)
+        blocked = ""
+        with self._lock:
+            episode = self._episodes.get(question)
+            if episode is not None:
+                call.episode = episode
+                blocked = self._blocked(question, episode)
+                episode.calls += 1
+                if episode.started is None:
+                    episode.started = time.monotonic()
+        try:
+            if episode is not None and blocked:
+                raise call.refused(blocked)
+            yield call
+        except ToolRefused as refused:
+            if not call.written:
+                call.done(call.outcome or "error", error=call.error or str(refused))
+            raise
+        finally:
+            if episode is not None and not episode.stop and episode.calls >= self.budget["calls"]:
+                self._stop(question, "budget", f"all {self.budget['calls']} calls used")
+
+    def _blocked(self, question: str, episode: _Episode) -> str:
+        """Why the episode takes no more calls ("" if it does); stops it when its time has run out."""
+        if not episode.stop and episode.calls >= self.budget["calls"]:
+            self._stop(question, "budget", f"all {self.budget['calls']} calls used", locked=True)
+        elif not episode.stop and episode.elapsed() >= self.budget["seconds"]:
+            self._stop(question, "budget", f"{self.budget['seconds']:g} s used", locked=True)
+        if episode.stop == "submitted":
+            return f"refused: {question}: the answer was submitted; the episode is over"
+        if episode.stop:
+            return f"refused: {question}: the episode's budget is spent ({episode.why}); it is over"
+        return ""
+
+    def _stop(self, question: str, reason: str, why: str, locked: bool = False) -> None:
+        with contextlib.nullcontext() if locked else self._lock:
+            episode = self._episodes[question]
+            if episode.stop:
+                return
+            episode.stop, episode.why = reason, why
+        self._write({"type": "stop", "question_id": question, "reason": reason, "why": why,
+                     "calls": episode.calls, "elapsed": round(episode.elapsed(), 3)})
+
+    def _write(self, line: dict[str, Any]) -> None:
+        if self._writer:
+            self._writer.write(line)
+
+
+class _Call:
+    """One tool call in progress: what it charged, and the line it writes when it ends."""
+
+    def __init__(self, tools: Tools, question: str | None, tool: str, arguments: dict[str, Any]) -> None:
+        self.tools, self.question, self.tool, self.arguments = tools, question, tool, arguments
+        self.episode: _Episode | None = None
+        self.began = time.perf_counter()
+        self.outcome = self.error = ""
+        self.written = False
+
+    def seconds_left(self) -> float:
+        return max(0.0, self.tools.budget["seconds"] - self.episode.elapsed()) if self.episode else math.inf
+
+    @property
+    def budget_left(self) -> dict[str, Any]:
+        if self.episode is None:
+            return {}
+        return {"calls": max(0, self.tools.budget["calls"] - self.episode.calls),
+                "seconds": round(self.seconds_left(), 1)}
+
+    def refused(self, why: str) -> ToolRefused:
+        """The refusal to raise; the call's line says `refused` (or `error`/`timeout` once set)."""
+        self.outcome = self.outcome or ("refused" if why.startswith("refused: ") else "error")
+        self.error = why  # the trajectory keeps the budget apart
+        left = self.budget_left
+        tail = f" [budget left: {left['calls']} calls, {left['seconds']:g} s]" if left else ""
+        return ToolRefused(why + tail)
+
+    def answered(self, outcome: Outcome) -> dict[str, Any]:
+        """What query returns for the runner's outcome, its line written; an error or timeout is refused."""
+        if outcome.kind != "rows":
+            self.outcome = "timeout" if outcome.kind == "timeout" else (
+                "refused" if outcome.error.startswith("refused: ") else "error")
+            raise self.refused(outcome.error)
+        self.done("rows", rows=len(outcome.rows), result=outcome.rows, truncated=outcome.truncated)
+        reply = {"rows": session.clipped(outcome.rows), "row_count": len(outcome.rows),
+                 "truncated": outcome.truncated, "seconds": round(outcome.seconds, 3),
+                 "budget_left": self.budget_left}
+        if outcome.truncated:
+            reply["note"] = (f"only the first {len(outcome.rows):,} rows (the cap per query); aggregate, or add "
+                             "ORDER BY and LIMIT")
+        return reply
+
+    def done(self, outcome: str, rows: int | None = None, result: Any = None, error: str = "",
+             truncated: bool = False) -> None:
+        """Write the call's line (once)."""
+        self.written, self.outcome = True, outcome
+        line: dict[str, Any] = {"type": "call", "question_id": self.question, "tool": self.tool,
+                                "arguments": self.arguments, "outcome": outcome}
+        if rows is not None:
+            line["rows"] = rows
+        if truncated:
+            line["truncated"] = True
+        if result is not None:
+            line["result_sha256"] = hashlib.sha256(json.dumps(result, sort_keys=True, default=str)
+                                                   .encode()).hexdigest()
+        if error:
+            line["error"] = error
+        line["seconds"] = round(time.perf_counter() - self.began, 4)
+        if self.episode is not None:
+            line.update(call=self.episode.calls, elapsed=round(self.episode.elapsed(), 3),
+                        budget_left=self.budget_left)
+        line["at"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+        self.tools._write(line)
+
+
+def expected_answer(template_id: str) -> dict[str, Any]:
+    """What a template's answer looks like, from the tolerance table (compare.COMPONENTS): never its values."""
+    components = compare.components_of(template_id)
+    described = [{"column": component.label, "also_accepted": list(component.keys[1:]),
+                  "value": component.metric.expects, "judged_by": _judged_by(component.metric),
+                  **({"rows": "one row per feature: every one named"} if component.joined else {})}
+                 for component in components]
+    example = {component.label: f"<{component.metric.expects.split(',')[0]}>" for component in components}
+    return {"components": described,
+            "format": f"a JSON list of rows such as [{json.dumps(example)}]"
+                      + ("; a single value is taken as the first column" if len(components) == 1 else "")}
+
+
+def _judged_by(metric: compare.Metric) -> str:
+    if metric.higher_is_better:
+        return f"{metric.name} >= {metric.threshold:g}"
+    unit = metric.name.split("(")[-1].rstrip(")") if "(" in metric.name else ""
+    if metric is compare.RELATIVE:
+        return f"within {metric.threshold:.0%} of the answer"
+    if metric is compare.YES_NO:
+        return "the same word"
+    return f"within {metric.threshold:g} {unit} of the answer"
+
+
+def open_tools(request: ServeRequest) -> Tools:
+    """The tools over the request's selection, the database preflighted for gsqa_model; a trajectory file
+    given that already holds episodes continues them (and must be of the same model, method, budgets and
+    dataset). GsqaError, one line, if nothing can be served."""
+    if request.max_calls < 1 or not (request.max_seconds > 0) or request.connections < 1:
+        raise GsqaError("the budgets must be positive: --max-calls, --max-seconds and --connections")
+    data = session.load_selected(request)
+    if not data.records:
+        raise GsqaError(f"no question selected in {data.source} (config {request.config})")
+    done = _continued(request, data.checksum)
+    prepared = session.prepare(request, data.records, [MODEL])
+    tools = Tools(request, data.records, prepared, done)
+    tools._write({"format": trajectory.FORMAT, "type": "run", **_depends_on(request, data.checksum),
+                  "config": request.config, "templates": request.templates, "ids": request.ids,
+                  "questions": len(data.records), "database": prepared.target.described,
+                  "tool_version": package_version("gsqa-refdb"), "pid": os.getpid(),
+                  "started_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")})
+    return tools
+
+
+def _depends_on(request: ServeRequest, checksum: str) -> dict[str, Any]:
+    return {"model": request.model, "method": request.method, "budget": request.budget, "dataset": checksum}
+
+
+def _continued(request: ServeRequest, checksum: str) -> trajectory.Trajectory | None:
+    """The episodes a --trajectory file holds already; refused if it was written for another run."""
+    path = request.trajectory
+    if path is not None and path.is_dir():
+        raise GsqaError(f"--trajectory {path}: a folder (expected a file)")
+    if path is None or not path.exists() or not path.stat().st_size:
+        return None
+    found = trajectory.read(path)
+    if not found.header:
+        raise GsqaError(f"--trajectory {path}: not a trajectory (its first line is not a {trajectory.FORMAT} "
+                        "run line); give a new file")
+    now = _depends_on(request, checksum)
+    if differ := [key for key in trajectory.DEPENDS_ON if found.header.get(key) != now[key]]:
+        said = "; ".join(f"{key}: {found.header.get(key)!r} now {now[key]!r}" for key in differ)
+        raise GsqaError(f"--trajectory {path} holds a run with another {', '.join(differ)} ({said}); give a new file")
+    return found

@@ -1,0 +1,128 @@
+"""An agent run's trajectory (`reproduce serve --trajectory FILE`): JSON Lines, one line per tool call, written
+and flushed as each call ends, so that a server killed mid-episode leaves every finished call on disk.
+
+Lines, each with a `type`:
+- `run`: written when a server starts on the file: the format, model, method, budgets, dataset checksum and
+  start time. A rerun on the same file appends another one (and must agree on what the run depends on).
+- `call`: question_id (null for schema), tool, arguments, outcome (ok, rows, error, timeout, refused), rows,
+  the sha256 of the result, seconds, the episode's elapsed seconds and its budget left after the call; for
+  submit_answer the answer as submitted.
+- `stop`: a question's episode ended: reason `submitted` or `budget`, and why. An episode with calls and no
+  stop line stopped for reason `none` (the server ended first).
+
+`read` gives the episodes back: the server resumes them (calls used, seconds elapsed, done or not), and
+`reproduce score FILE` judges each submitted answer like an answer prediction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gsqa_core.errors import GsqaError
+from reproduce.resume import drop_cut_line
+
+FORMAT = "gsqa-trajectory/1"
+STOP_REASONS = ("submitted", "budget", "none")
+DEPENDS_ON = ("model", "method", "budget", "dataset")  # what a rerun on the same file must keep
+
+
+@dataclass
+class Episode:
+    """One question's episode as far as the file tells it."""
+
+    question_id: str
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    elapsed: float = 0.0  # seconds from the episode's first call to the end of its last one
+    stop: str = "none"  # one of STOP_REASONS
+    why: str = ""
+    answer: Any = None  # the submitted answer
+    where: str = ""  # file:line of the submission
+
+
+@dataclass
+class Trajectory:
+    path: Path
+    header: dict[str, Any] = field(default_factory=dict)  # the first run line
+    episodes: dict[str, Episode] = field(default_factory=dict)
+    problems: list[tuple[str, str]] = field(default_factory=list)  # (file:line, why)
+
+
+def is_trajectory(first_line: bytes) -> bool:
+    try:
+        line = json.loads(first_line)
+    except ValueError:
+        return False
+    return isinstance(line, dict) and line.get("format") == FORMAT
+
+
+def read(path: Path, content: bytes | None = None) -> Trajectory:
+    """The episodes of a trajectory file; a line that cannot be read is a problem (where, why), and a last
+    line cut short by a kill is left out without one (its call never returned)."""
+    content = path.read_bytes() if content is None else content
+    found = Trajectory(path)
+    lines = content.split(b"\n")
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip() or (number == len(lines) and not content.endswith(b"\n")):
+            continue
+        where = f"{path}:{number}"
+        try:
+            line = json.loads(raw)
+            _take(found, line, where)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            found.problems.append((where, "not a trajectory line (expected a JSON object with a type of run, call "
+                                          "or stop)"))
+    if not found.header:
+        found.problems.append((str(path), f"no run line (expected the first line of a {FORMAT} file)"))
+    return found
+
+
+def _take(found: Trajectory, line: dict[str, Any], where: str) -> None:
+    kind = line["type"]
+    if kind == "run":
+        found.header = found.header or line
+        return
+    if kind not in ("call", "stop"):
+        raise ValueError(kind)
+    question = line["question_id"]
+    if question is None:
+        return  # schema(): no episode
+    episode = found.episodes.setdefault(question, Episode(question))
+    if kind == "call":
+        episode.calls.append(line)
+        episode.elapsed = max(episode.elapsed, float(line.get("elapsed", 0.0)))
+        if line["tool"] == "submit_answer" and line.get("outcome") == "ok":
+            episode.answer, episode.where = line["arguments"]["answer"], where
+    else:
+        episode.stop, episode.why = line["reason"], line.get("why", "")
+
+
+class Writer:
+    """Appends lines to the file, one write each, flushed to the kernel before the call returns (a kill -9
+    loses nothing written; a power cut may lose the last lines: no fsync, which would cost each call a
+    disk round trip). Safe for several threads."""
+
+    def __init__(self, path: Path) -> None:
+        if path.exists():
+            drop_cut_line(path)
+        try:
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise GsqaError(f"--trajectory {path}: cannot be written ({error.strerror})") from None
+        self.path = path
+        self._lock = threading.Lock()
+
+    def write(self, line: dict[str, Any]) -> None:
+        data = (json.dumps(line, ensure_ascii=False, default=str) + "\n").encode()
+        with self._lock:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view):]
+
+    def close(self) -> None:
+        with self._lock:
+            os.close(self._fd)

@@ -1,0 +1,249 @@
+"""`reproduce serve` over the Model Context Protocol, against the demo database: an in-process MCP client, a
+stdio subprocess client as an agent's harness starts it, 8 agents at once over streamable HTTP, kill -9 of the
+server mid-episode and the rerun, and the command's bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from load_helpers import BIN
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from reproduce import configs, dataset
+from reproduce.serve import trajectory
+from reproduce.serve.protocol import mcp_server
+from reproduce.serve.tools import APPLICATION_NAME, ServeRequest, open_tools
+from testkit.cli import reproduce
+
+R1 = "raster_only/elevation+poi"
+
+
+@pytest.fixture(scope="module")
+def demo(demo_db: tuple[str, Path]) -> tuple[str, Path]:
+    return demo_db[0], demo_db[1] / "benchmark"
+
+
+@pytest.fixture(scope="module")
+def gold(demo: tuple[str, Path]) -> dict:
+    return {record.id: record for record in dataset.load(demo[1], [configs.template("R1")]).records}
+
+
+def serve_args(demo: tuple[str, Path], path: Path, *more: str) -> list[str]:
+    return ["serve", "--config", "raster_only", "--data", str(demo[1]), "--dsn", demo[0], "--trajectory", str(path),
+            *more]
+
+
+async def answer_with_gold(client: Client, question: str, sql: str) -> list:
+    """A scripted agent: the question, the gold SQL, its rows submitted."""
+    asked = await client.call_tool("question", {"question_id": question})
+    assert not asked.is_error, asked.content[0].text
+    ran = await client.call_tool("query", {"question_id": question, "sql": sql})
+    assert not ran.is_error, ran.content[0].text
+    rows = json.loads(ran.content[0].text)["rows"]
+    submitted = await client.call_tool("submit_answer", {"question_id": question, "answer": rows})
+    assert not submitted.is_error, submitted.content[0].text
+    return rows
+
+
+def test_the_four_tools_over_an_in_process_client(demo, gold, tmp_path: Path) -> None:
+    async def session(tools) -> None:
+        async with Client(mcp_server(tools)) as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert sorted(listed) == ["query", "question", "schema", "submit_answer"]
+            assert [listed[name].annotations.read_only_hint for name in sorted(listed)] == [True, True, True, False]
+            assert listed["submit_answer"].annotations.destructive_hint is False
+            schema = await client.call_tool("schema", {})
+            assert "Table public.dem_us" in schema.content[0].text and "Table public.pois" in schema.content[0].text
+            refused = await client.call_tool("query", {"question_id": f"{R1}/0", "sql": "DROP TABLE pois"})
+            assert refused.is_error
+            assert refused.content[0].text.startswith("Error executing tool query: refused: `DROP` changes the "
+                                                      "database")
+            assert "\n" not in refused.content[0].text
+            unknown = await client.call_tool("question", {"question_id": "nonsense"})
+            assert unknown.is_error and "unknown question id 'nonsense'" in unknown.content[0].text
+            rows = await answer_with_gold(client, f"{R1}/0", gold[f"{R1}/0"].sql)
+            assert rows == gold[f"{R1}/0"].answers
+            listing = await client.read_resource("gsqa://questions")
+            assert json.loads(listing.contents[0].text) == [f"{R1}/{n}" for n in range(1, 20)]
+
+    path = tmp_path / "run.jsonl"
+    with open_tools(ServeRequest(config="raster_only", data=demo[1], dsn=demo[0], trajectory=path,
+                                 progress=False)) as tools:
+        asyncio.run(session(tools))
+    assert trajectory.read(path).episodes[f"{R1}/0"].stop == "submitted"
+
+
+def test_an_agent_harness_starts_the_server_over_stdio(demo, gold, tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+
+    async def agent() -> None:
+        server = StdioServerParameters(command=str(BIN / "reproduce"), args=serve_args(demo, path, "--model", "m"))
+        async with Client(server) as client:
+            for number in range(3):
+                await answer_with_gold(client, f"{R1}/{number}", gold[f"{R1}/{number}"].sql)
+
+    asyncio.run(agent())
+    assert verdicts(demo, path, tmp_path) == {f"{R1}/{n}": "pass" if n < 3 else "fail" for n in range(20)}
+
+
+def verdicts(demo: tuple[str, Path], path: Path, folder: Path) -> dict[str, str]:
+    """The paper's verdict of each question, by `reproduce score` on the trajectory."""
+    scored = reproduce("score", path, "--config", "raster_only", "--data", demo[1], "--json-out",
+                       folder / "scores.json")
+    assert scored.returncode == 0, scored.stderr
+    return {result["id"]: result["paper"] for result in json.loads((folder / "scores.json").read_text())["results"]}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def http_server(args: list[str]) -> Iterator[tuple[subprocess.Popen, str]]:
+    """`reproduce ARGS --transport http` on a free port, until it listens: (the process, its URL)."""
+    port = free_port()
+    process = subprocess.Popen([str(BIN / "reproduce"), *args, "--transport", "http", "--port", str(port)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, process.stderr.read()
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            assert time.monotonic() < deadline, "the server did not listen within 60 s"
+            time.sleep(0.1)
+        yield process, f"http://127.0.0.1:{port}/mcp"
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(timeout=30)
+        process.stdout.close()
+        process.stderr.close()
+
+
+def sandbox_connections(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                            [APPLICATION_NAME]).fetchone()[0]
+
+
+def test_eight_agents_at_once_over_http_each_see_only_their_own_questions(demo, gold, tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            seen.append(sandbox_connections(demo[0]))
+            time.sleep(0.02)
+
+    async def agent(url: str, numbers: range) -> list:
+        async with Client(url) as client:
+            return [await answer_with_gold(client, f"{R1}/{n}", gold[f"{R1}/{n}"].sql) for n in numbers]
+
+    async def agents(url: str) -> list:
+        return await asyncio.gather(*(agent(url, range(k, 20, 8)) for k in range(8)))
+
+    with http_server(serve_args(demo, path, "--connections", "3")) as (process, url):
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            answers = asyncio.run(agents(url))
+        finally:
+            stop.set()
+            watcher.join()
+        process.send_signal(signal.SIGTERM)  # as a service manager stops it
+        assert process.wait(timeout=30) == 0
+        assert "questions open, on http://127.0.0.1:" in process.stderr.read()
+    for k, rows in enumerate(answers):  # each agent got its own questions' rows
+        assert rows == [gold[f"{R1}/{n}"].answers for n in range(k, 20, 8)]
+    assert 1 <= max(seen) <= 3  # the pool is bounded by --connections
+    episodes = trajectory.read(path).episodes
+    assert {question: (len(episode.calls), episode.stop) for question, episode in episodes.items()} == {
+        f"{R1}/{n}": (3, "submitted") for n in range(20)}
+    assert verdicts(demo, path, tmp_path) == {f"{R1}/{n}": "pass" for n in range(20)}
+
+
+def test_kill_9_mid_episode_keeps_every_finished_call_and_the_rerun_continues(demo, tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    args = serve_args(demo, path, "--max-calls", "5", "--timeout", "5")
+
+    async def calls(url: str) -> None:
+        async with Client(url) as client:
+            await client.call_tool("submit_answer", {"question_id": f"{R1}/0", "answer": 1.0})
+            await client.call_tool("question", {"question_id": f"{R1}/1"})
+            await client.call_tool("query", {"question_id": f"{R1}/1", "sql": "SELECT pg_sleep(30)"})
+
+    def until_killed(url: str) -> None:
+        with contextlib.suppress(BaseException):  # the server is killed under the third call
+            asyncio.run(calls(url))
+
+    with http_server(args) as (process, url):
+        threading.Thread(target=until_killed, args=[url], daemon=True).start()
+        deadline = time.monotonic() + 30
+        while sandbox_sleeping(demo[0]) == 0:  # the third call is on the server
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    kept = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(line["type"], line.get("tool")) for line in kept] == [
+        ("run", None), ("call", "submit_answer"), ("stop", None), ("call", "question")]
+
+    async def again(url: str) -> tuple:
+        async with Client(url) as client:
+            done = await client.call_tool("question", {"question_id": f"{R1}/0"})
+            going = await client.call_tool("question", {"question_id": f"{R1}/1"})
+            return done, json.loads(going.content[0].text)
+
+    with http_server(args) as (process, url):
+        done, going = asyncio.run(again(url))
+        process.send_signal(signal.SIGINT)  # Ctrl-C
+        assert process.wait(timeout=30) == 0
+    assert done.is_error and "the answer was submitted; the episode is over" in done.content[0].text
+    assert going["budget_left"]["calls"] == 3  # 5 - the question before the kill - this one
+
+
+def sandbox_sleeping(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND query LIKE "
+                            "'%%pg_sleep(30)%%' AND state = 'active'", [APPLICATION_NAME]).fetchone()[0]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--transport", "smoke"], "error: Invalid value for --transport: 'smoke' is not one of stdio, http"),
+    (["--id", "nonsense"], "error: unknown question id 'nonsense'"),
+    (["--max-calls", "0"], "error: Invalid value for '--max-calls'"),
+])
+def test_bad_input_is_one_line_and_starts_nothing(demo, tmp_path: Path, args: list[str], message: str) -> None:
+    path = tmp_path / "run.jsonl"
+    served = reproduce(*serve_args(demo, path, *args))
+    assert served.returncode == 2
+    assert served.stderr.startswith(message) and served.stderr.count("\n") == 1, served.stderr
+    assert served.stdout == "" and not path.exists()
+
+
+def test_a_trajectory_of_another_run_is_refused(demo, tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with open_tools(ServeRequest(config="raster_only", data=demo[1], dsn=demo[0], trajectory=path, model="a",
+                                 progress=False)):
+        pass
+    served = reproduce(*serve_args(demo, path, "--model", "b"))
+    assert served.returncode == 2
+    assert served.stderr == (f"error: --trajectory {path} holds a run with another model (model: 'a' now 'b'); "
+                             "give a new file\n")

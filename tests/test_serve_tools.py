@@ -1,0 +1,209 @@
+"""reproduce/serve/tools.py against the demo database: the four tools as plain callables, the episodes' budgets,
+the trajectory they write and a rerun on it, and `reproduce score` on that trajectory."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from gsqa_core.errors import GsqaError
+from reproduce import configs, dataset
+from reproduce.serve import trajectory
+from reproduce.serve.tools import ServeRequest, ToolRefused, open_tools
+from testkit.cli import reproduce
+
+R1 = "raster_only/elevation+poi"
+
+
+@pytest.fixture(scope="module")
+def demo(demo_db: tuple[str, Path]) -> tuple[str, Path]:
+    return demo_db[0], demo_db[1] / "benchmark"
+
+
+@pytest.fixture(scope="module")
+def records(demo: tuple[str, Path]) -> dict:
+    loaded = dataset.load(demo[1], [configs.template("R1"), configs.template("V5")]).records
+    return {record.id: record for record in loaded}
+
+
+def request(demo: tuple[str, Path], path: Path | None, **options) -> ServeRequest:
+    return ServeRequest(config="all", templates=options.pop("templates", ["R1", "V5"]), data=demo[1], dsn=demo[0],
+                        trajectory=path, progress=False, **options)
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_an_agent_answering_with_the_gold_sql_scores_pass_on_every_question(demo, records, tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with open_tools(request(demo, path, model="gold-agent", method="scripted")) as tools:
+        assert sorted(tools.question_ids()) == sorted(records)
+        for question in tools.question_ids():
+            asked = tools.question(question)
+            rows = tools.query(question, records[question].sql)["rows"]
+            reply = tools.submit_answer(question, rows)
+            assert asked["question"] == records[question].question
+            assert reply == {"recorded": True, "question_id": question, "rows": len(rows)}
+        assert tools.question_ids() == []
+    scored = reproduce("score", path, "--config", "all", "--template", "R1", "--template", "V5", "--data", demo[1],
+                       "--json-out", tmp_path / "scores.json", "--html", tmp_path / "scores.html")
+    assert scored.returncode == 0, scored.stderr
+    assert f"{len(records)} predictions from {path} (gold-agent, scripted)" in scored.stdout
+    results = json.loads((tmp_path / "scores.json").read_text())["results"]
+    assert {(result["id"], result["paper"], result["strict"]) for result in results} == {
+        (question, "pass", "pass") for question in records}
+    first = next(result for result in results if result["id"] == f"{R1}/0")
+    assert [call["tool"] for call in first["detail"]["calls"]] == ["question", "query", "submit_answer"]
+    assert first["detail"]["meta"] == {"calls": 3, "seconds": first["detail"]["meta"]["seconds"], "stop": "submitted"}
+    assert "<summary>3 tool calls; stop: submitted</summary>" in (tmp_path / "scores.html").read_text()
+
+
+def test_the_question_says_what_answer_it_expects_and_never_the_answer(demo, records) -> None:
+    with open_tools(request(demo, None)) as tools:
+        asked = tools.question(f"{R1}/3")
+        names = tools.question("knn+name-0")  # the runner scheme names the same question
+    assert asked["expects"] == {
+        "components": [{"column": "elevation", "also_accepted": [], "value": "metres",
+                        "judged_by": "within 10 m of the answer"}],
+        "format": 'a JSON list of rows such as [{"elevation": "<metres>"}]; a single value is taken as the first '
+                  "column"}
+    assert asked["budget_left"]["calls"] == 19
+    assert names["question_id"] == "vector/knn+name/0"
+    assert names["expects"]["components"][0]["rows"] == "one row per feature: every one named"
+    gold = records[f"{R1}/3"]
+    said = json.dumps(asked)
+    assert gold.sql.strip()[:40] not in said
+    assert all(str(value) not in said for row in gold.answers for value in row.values())
+
+
+def test_a_query_gives_rows_as_json_with_geometries_as_wkt_and_the_first_max_rows(demo) -> None:
+    with open_tools(request(demo, None, max_rows=3)) as tools:
+        reply = tools.query(f"{R1}/0", "SELECT id, poi_name, NULL::text AS nothing, geometry FROM pois ORDER BY id")
+        small = tools.query(f"{R1}/0", "SELECT 1 AS one")
+    assert reply["row_count"] == 3 and reply["truncated"] is True
+    assert reply["note"] == "only the first 3 rows (the cap per query); aggregate, or add ORDER BY and LIMIT"
+    assert [sorted(row) for row in reply["rows"]] == [["geometry", "id", "poi_name"]] * 3  # NULL columns left out
+    assert all(row["geometry"].startswith("POINT (") for row in reply["rows"])
+    assert small["rows"] == [{"one": 1}] and small["truncated"] is False and "note" not in small
+
+
+def test_errors_are_one_line_with_the_budget_left_and_count_as_calls(demo, tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with open_tools(request(demo, path)) as tools:
+        with pytest.raises(ToolRefused) as error:
+            tools.query(f"{R1}/0", "SELECT no_such_column FROM pois")
+        with pytest.raises(ToolRefused) as refused:
+            tools.query(f"{R1}/0", "SELECT 1; DELETE FROM pois")
+        with pytest.raises(ToolRefused) as empty:
+            tools.query(f"{R1}/0", "  ")
+    assert str(error.value) == 'column "no_such_column" does not exist [budget left: 19 calls, ' \
+        f'{str(error.value).rsplit(", ", 1)[1]}'
+    assert str(refused.value).startswith("refused: several statements in one; only a query runs here")
+    assert str(empty.value).startswith("refused: no SQL (expected one query as text) [budget left: 17 calls, ")
+    calls = [line for line in lines(path) if line["type"] == "call"]
+    assert [(call["outcome"], call["call"], call["budget_left"]["calls"]) for call in calls] == [
+        ("error", 1, 19), ("refused", 2, 18), ("refused", 3, 17)]
+    assert calls[0]["error"] == 'column "no_such_column" does not exist'  # the budget is a field of its own
+
+
+def test_past_max_calls_the_question_is_over_and_the_others_go_on(demo, tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with open_tools(request(demo, path, max_calls=2)) as tools:
+        tools.question(f"{R1}/0")
+        tools.query(f"{R1}/0", "SELECT 1 AS one")
+        with pytest.raises(ToolRefused, match=r"^refused: raster_only/elevation\+poi/0: the episode's budget is "
+                                              r"spent \(all 2 calls used\); it is over \[budget left: 0 calls"):
+            tools.submit_answer(f"{R1}/0", 1.0)
+        assert tools.query(f"{R1}/1", "SELECT 1 AS one")["rows"] == [{"one": 1}]
+        assert tools.stopped(f"{R1}/0") == "budget" and tools.stopped(f"{R1}/1") == ""
+    written = lines(path)
+    stop = next(line for line in written if line["type"] == "stop")
+    assert stop == {"type": "stop", "question_id": f"{R1}/0", "reason": "budget", "why": "all 2 calls used",
+                    "calls": 2, "elapsed": stop["elapsed"]}
+    assert written.index(stop) == 3  # right after the call that spent the budget: run, question, query, stop
+
+
+def test_max_seconds_bounds_the_statement_and_then_ends_the_episode(demo, tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with open_tools(request(demo, path, max_seconds=0.5)) as tools:
+        with pytest.raises(ToolRefused, match="^cancelled by statement_timeout: canceling statement"):
+            tools.query(f"{R1}/0", "SELECT pg_sleep(5)")
+        with pytest.raises(ToolRefused, match=r"budget is spent \(0.5 s used\)"):
+            tools.question(f"{R1}/0")
+    calls = [line for line in lines(path) if line["type"] == "call"]
+    assert calls[0]["outcome"] == "timeout"
+    assert [line["reason"] for line in lines(path) if line["type"] == "stop"] == ["budget"]
+
+
+def test_submit_answer_ends_the_episode_and_bad_answers_are_refused_without_ending_it(demo, records,
+                                                                                       tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with open_tools(request(demo, path)) as tools:
+        with pytest.raises(ToolRefused, match=r"^refused: the answer is null \(expected rows, a value or a list of "
+                                              r"values\)"):
+            tools.submit_answer(f"{R1}/0", None)
+        assert tools.submit_answer(f"{R1}/0", '[{"elevation": 12.5}]')["rows"] == 1  # JSON text is read as rows
+        for call in (lambda: tools.question(f"{R1}/0"), lambda: tools.submit_answer(f"{R1}/0", 1)):
+            with pytest.raises(ToolRefused, match="the answer was submitted; the episode is over"):
+                call()
+    submitted = trajectory.read(path).episodes[f"{R1}/0"]
+    assert (submitted.stop, submitted.answer) == ("submitted", '[{"elevation": 12.5}]')
+
+
+def test_an_unknown_question_is_named_and_nothing_is_written(demo, tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with open_tools(request(demo, path)) as tools:
+        before = path.read_text()
+        for unknown in ("raster_only/elevation+poi/999", "nonsense", 17):
+            with pytest.raises(ToolRefused, match=f"^unknown question id {re.escape(repr(unknown))}"):
+                tools.query(unknown, "SELECT 1")
+        assert path.read_text() == before
+        assert tools.query(f"{R1}/0", "SELECT 1 AS one")["row_count"] == 1
+
+
+def test_a_rerun_on_the_trajectory_continues_its_episodes(demo, tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with open_tools(request(demo, path, model="m", max_calls=5)) as tools:
+        tools.submit_answer(f"{R1}/0", 1.0)
+        tools.question(f"{R1}/1")
+        tools.query(f"{R1}/1", "SELECT 1 AS one")
+    with path.open("a") as handle:
+        handle.write('{"type": "call", "question_id": "raster_only/elevation+poi/1", "tool": "que')  # a kill's cut
+    with open_tools(request(demo, path, model="m", max_calls=5)) as tools:
+        assert f"{R1}/0" not in tools.question_ids() and f"{R1}/1" in tools.question_ids()
+        with pytest.raises(ToolRefused, match="the answer was submitted"):
+            tools.question(f"{R1}/0")
+        assert tools.question(f"{R1}/1")["budget_left"]["calls"] == 2  # 5 - the 2 before - this one
+    assert all(isinstance(line, dict) for line in lines(path))  # the cut line was dropped, not glued to
+    assert [line["type"] for line in lines(path)].count("run") == 2
+    with pytest.raises(GsqaError, match=r"holds a run with another model, budget \(model: 'm' now 'other'; budget: "):
+        open_tools(request(demo, path, model="other"))
+
+
+def test_an_unknown_id_in_the_selection_starts_nothing(demo, tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with pytest.raises(GsqaError, match=r"^unknown question id 'raster_only/elevation\+poi/99'"):
+        open_tools(request(demo, path, ids=[f"{R1}/99"]))
+    assert not path.exists()
+
+
+def test_score_counts_an_episode_without_an_answer_as_no_prediction_saying_how_it_stopped(demo, tmp_path: Path
+                                                                                          ) -> None:
+    path = tmp_path / "run.jsonl"
+    with open_tools(request(demo, path, templates=["R1"], max_calls=1)) as tools:
+        tools.question(f"{R1}/0")
+        tools.question(f"{R1}/1")
+        tools.submit_answer(f"{R1}/2", 0.0)
+    scored = reproduce("score", path, "--config", "raster_only", "--data", demo[1], "--json-out",
+                       tmp_path / "scores.json")
+    assert scored.returncode == 0, scored.stderr
+    results = {result["id"]: result for result in json.loads((tmp_path / "scores.json").read_text())["results"]}
+    assert results[f"{R1}/0"]["status"] == "no_prediction"
+    assert results[f"{R1}/0"]["paper_reason"] == ("the agent submitted no answer: its episode stopped: budget "
+                                                  "(all 1 calls used)")
+    assert results[f"{R1}/2"]["status"] in ("pass", "mismatch")
+    assert results[f"{R1}/3"]["paper_reason"] == "the run has no prediction"

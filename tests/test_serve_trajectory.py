@@ -1,0 +1,56 @@
+"""reproduce/serve/trajectory.py: the episodes a trajectory file gives back, its unreadable lines, and the line
+a kill cut short."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from reproduce.serve import trajectory
+
+RUN = {"format": trajectory.FORMAT, "type": "run", "model": "m", "method": "agent"}
+
+
+def call(question: str | None, tool: str, n: int, **more) -> dict:
+    return {"type": "call", "question_id": question, "tool": tool, "arguments": more.pop("arguments", {}),
+            "outcome": "ok", "call": n, "elapsed": n / 10, **more}
+
+
+def write(path: Path, *lines: dict | str, tail: str = "") -> Path:
+    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines) + tail)
+    return path
+
+
+def test_episodes_calls_answers_and_stops_come_back_in_order(tmp_path: Path) -> None:
+    path = write(tmp_path / "t.jsonl", RUN, call("q/a/0", "question", 1), call(None, "schema", 0),
+                 call("q/a/0", "submit_answer", 2, arguments={"answer": [{"x": 1}]}),
+                 {"type": "stop", "question_id": "q/a/0", "reason": "submitted", "why": "w"},
+                 call("q/a/1", "query", 1, arguments={"sql": "SELECT 1"}), {**RUN, "pid": 2})
+    found = trajectory.read(path)
+    assert found.header == RUN and found.problems == []
+    first, second = found.episodes["q/a/0"], found.episodes["q/a/1"]
+    assert [line["tool"] for line in first.calls] == ["question", "submit_answer"]
+    assert (first.stop, first.why, first.answer, first.where, first.elapsed) == (
+        "submitted", "w", [{"x": 1}], f"{path}:4", 0.2)
+    assert (second.stop, second.answer, second.where) == ("none", None, "")
+
+
+def test_an_unreadable_line_is_a_problem_and_a_cut_last_line_is_left_out(tmp_path: Path) -> None:
+    path = write(tmp_path / "t.jsonl", RUN, "not json", {"type": "other"}, call("q/a/0", "question", 1),
+                 tail='{"type": "call", "question_id": "q/a/0", "to')
+    found = trajectory.read(path)
+    expected = "not a trajectory line (expected a JSON object with a type of run, call or stop)"
+    assert found.problems == [(f"{path}:2", expected), (f"{path}:3", expected)]
+    assert len(found.episodes["q/a/0"].calls) == 1
+    assert trajectory.read(write(tmp_path / "none.jsonl", call("q/a/0", "question", 1))).problems == [
+        (str(tmp_path / "none.jsonl"), f"no run line (expected the first line of a {trajectory.FORMAT} file)")]
+
+
+def test_the_writer_drops_a_cut_line_before_appending(tmp_path: Path) -> None:
+    path = write(tmp_path / "t.jsonl", RUN, tail='{"type": "ca')
+    writer = trajectory.Writer(path)
+    writer.write(call("q/a/0", "question", 1))
+    writer.close()
+    assert [json.loads(line)["type"] for line in path.read_text().splitlines()] == ["run", "call"]
+    assert trajectory.is_trajectory(path.read_bytes().split(b"\n")[0])
+    assert not trajectory.is_trajectory(b'{"id": "x", "sql": "SELECT 1"}')
