@@ -149,6 +149,7 @@ ASPECT = Metric("aspect (deg)", 5.0, aspect_error, expects="degrees clockwise fr
 ELEVATION = Metric("elevation (m)", 10.0, absolute_error, expects="metres")
 SLOPE = Metric("slope (deg)", 5.0, absolute_error, expects="degrees")
 RELATIVE = Metric("relative error", 0.05, relative_error, expects="a number, in the unit the question names")
+COVERAGE = Metric("coverage (points)", 5.0, absolute_error, expects="percent")
 YES_NO = Metric("yes/no", 0.0, yes_no_error, expects='"yes" or "no"')
 
 
@@ -166,7 +167,8 @@ class Component:
 
     @property
     def label(self) -> str:
-        return self.keys[0] if len(self.keys) == 1 else "name"
+        """What reports call the component: its first column name, "name" for any of the name columns."""
+        return "name" if self.keys in (NAME_KEYS, RASTER_NAME_KEYS) else self.keys[0]
 
 
 def _c(key: str | tuple[str, ...], metric: Metric, joined: bool = False) -> Component:
@@ -174,6 +176,13 @@ def _c(key: str | tuple[str, ...], metric: Metric, joined: bool = False) -> Comp
 
 
 NAMES = _c(NAME_KEYS, NAME, joined=True)
+# The raster evaluator's name columns, in its order (evaluate_raster.py @5407251, NAME_FIELDS).
+RASTER_NAME_KEYS = ("answer", "answer_name", "higher_poi", "steeper_poi", "name", "poi_name", "road_name",
+                    "park_name", "lake_name", "region_name")
+RASTER_NAMES = _c(RASTER_NAME_KEYS, NAME, joined=True)
+# Each component's keys are every column name the authors' evaluator accepts for it, in its order (the raster
+# templates: evaluate_raster.py @5407251, COMPONENT_SPECS); docs/BENCHMARK-FORMAT.md's table is rendered from
+# here (components_markdown).
 COMPONENTS: dict[str, tuple[Component, ...]] = {
     # Vector (V1-V28 = T1-T28). Several stored rows of a name answer are one bag of names.
     **{f"V{k}": (NAMES,) for k in range(1, 13)},
@@ -183,27 +192,68 @@ COMPONENTS: dict[str, tuple[Component, ...]] = {
     "V25": (_c("distance", RELATIVE),), "V26": (_c("distance", RELATIVE),),
     "V27": (_c("area", RELATIVE),), "V28": (_c("length", RELATIVE),),
     # raster_only
-    "R1": (_c("elevation", ELEVATION),), "R2": (_c("higher_poi", NAME),),
-    "R3": (_c("elevation_difference_m", ELEVATION),), "R4": (_c("answer", YES_NO),),
-    "R5": (_c("slope_degrees", SLOPE),), "R6": (_c("aspect_degrees", ASPECT),), "R7": (_c("tri_value", RELATIVE),),
-    "R8": (_c("distance_m", RELATIVE),), "R9": (_c("distance_m", RELATIVE),),
-    "R10": (_c("slope_degrees", SLOPE),), "R11": (_c("answer_name", NAME),),
+    "R1": (_c(("elevation", "elevation_m"), ELEVATION),),
+    "R2": (_c(("higher_poi", "higher_location", "higher_place", "answer_name", "name"), NAME),),
+    "R3": (_c(("elevation_difference_m", "elevation_difference", "difference"), ELEVATION),),
+    "R4": (_c("answer", YES_NO),),
+    "R5": (_c(("slope_degrees", "slope"), SLOPE),), "R6": (_c(("aspect_degrees", "aspect"), ASPECT),),
+    "R7": (_c(("tri_value", "ruggedness", "ruggedness_index"), RELATIVE),),
+    "R8": (_c(("distance_m", "distance"), RELATIVE),), "R9": (_c(("distance_m", "distance"), RELATIVE),),
+    "R10": (_c(("slope_degrees", "avg_slope", "slope"), SLOPE),),
+    "R11": (_c(("answer_name", "answer", "name"), NAME),),
     # extended
-    "VR1": (NAMES,), "VR2": (_c("geometry", LOCATION),), "VR3": (_c("count", RELATIVE),),
-    "VR4": (_c("distance", RELATIVE), _c("elevation", ELEVATION)),
-    "VR5": (_c("road_name", NAME), _c("dist_m", RELATIVE), _c("slope_deg", SLOPE)),
-    "VR6": (_c(NAME_KEYS, NAME), _c("slope", SLOPE)),
-    "VR7": (_c(NAME_KEYS, NAME), _c("max_elevation", ELEVATION)),
-    "VR8": (_c("area", RELATIVE), _c("slope", SLOPE)),
+    "VR1": (RASTER_NAMES,), "VR2": (_c("geometry", LOCATION),), "VR3": (_c("count", RELATIVE),),
+    "VR4": (_c(("distance", "distance_m", "dist_m"), RELATIVE), _c(("elevation", "elevation_m"), ELEVATION)),
+    "VR5": (_c(RASTER_NAME_KEYS, NAME), _c(("dist_m", "distance_m", "distance"), RELATIVE),
+            _c(("slope_deg", "slope_degrees", "slope"), SLOPE)),
+    "VR6": (_c(RASTER_NAME_KEYS, NAME), _c(("slope_degrees", "slope_deg", "slope"), SLOPE)),
+    "VR7": (_c(RASTER_NAME_KEYS, NAME), _c(("max_elevation", "max_elev", "elevation"), ELEVATION)),
+    "VR8": (_c(("area", "computed_area"), RELATIVE), _c(("avg_slope", "slope"), SLOPE)),
     # raster_vector
-    "VR9": (NAMES,), "VR10": (NAMES,), "VR11": (NAMES,), "VR12": (_c("answer_name", NAME),),
-    "VR13": (NAMES,), "VR14": (NAMES,),
-    # Exploratory templates: not evaluated in the paper; the metric their answer key implies.
-    **{f"elevation_{kind}+region": (_c("elev", ELEVATION),) for kind in ("max", "min", "mean", "range")},
-    "elevation+coverage": (_c("coverage", RELATIVE),),
-    **{f"{kind}_slope+area": (_c("slope", SLOPE),) for kind in ("avg", "min", "max")},
+    "VR9": (RASTER_NAMES,), "VR10": (RASTER_NAMES,), "VR11": (RASTER_NAMES,),
+    "VR12": (_c(("answer_name", "answer", "name"), NAME),), "VR13": (RASTER_NAMES,), "VR14": (RASTER_NAMES,),
+    # Exploratory templates: not in the paper's tables; scored as the raster evaluator scores them.
+    "elevation_max+region": (_c(("max_elevation", "elevation", "max"), ELEVATION),),
+    "elevation_min+region": (_c(("min_elevation", "elevation", "min"), ELEVATION),),
+    "elevation_mean+region": (_c(("mean_elevation", "mean", "elevation"), ELEVATION),),
+    "elevation_range+region": (_c(("elevation_range", "range", "elevation"), ELEVATION),),
+    "elevation+coverage": (_c(("coverage_percent", "coverage", "percent", "percentage"), COVERAGE),),
+    "avg_slope+area": (_c(("slope_degrees", "avg_slope", "slope"), SLOPE),),
+    "min_slope+area": (_c(("min_slope", "slope_degrees", "slope"), SLOPE),),
+    "max_slope+area": (_c(("max_slope", "slope_degrees", "slope"), SLOPE),),
     "elevation_count_threshold+count": (_c("count", RELATIVE),),
 }
+
+
+def components_markdown() -> str:
+    """The COMPONENTS table as docs/BENCHMARK-FORMAT.md prints it (a test holds the two equal): templates with
+    the same components on one line, each component with every column name accepted, in lookup order."""
+    lines = ["| templates | components (all must pass): the column names accepted, in the order looked up; the "
+             "metric |", "|---|---|"]
+    grouped: dict[tuple[Component, ...], list[str]] = defaultdict(list)
+    for template_id, components in COMPONENTS.items():
+        grouped[components].append(template_id)
+    for components, template_ids in grouped.items():
+        described = "; ".join(
+            ("set of names: " if c.joined else "") + ", ".join(f"`{key}`" for key in c.keys)
+            + ("" if c.joined else f": {c.metric.name}") for c in components)
+        lines.append(f"| {_ranges(template_ids)} | {described} |")
+    return "\n".join(lines)
+
+
+def _ranges(template_ids: list[str]) -> str:
+    """V1, V2, ..., V12, VR9 as "V1-V12, VR9"."""
+    runs: list[list[str]] = []
+    for template_id in template_ids:
+        prefix, number = re.match(r"([A-Z]*)(\d*)", template_id).groups()
+        last = runs[-1][-1] if runs else ""
+        last_prefix, last_number = re.match(r"([A-Z]*)(\d*)", last).groups()
+        if number and last_number and prefix == last_prefix and int(number) == int(last_number) + 1:
+            runs[-1].append(template_id)
+        else:
+            runs.append([template_id])
+    return ", ".join(run[0] if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+
 
 # Known reasons a stored answer may not come back, by template (docs/BENCHMARK-FORMAT.md, the last section).
 TEMPLATE_CAVEATS = {

@@ -160,8 +160,25 @@ def question_id(raw: Any) -> QuestionId:
         stem, _, number = rest.rpartition("/")
         return _numbered(by_group_and_stem(group, stem), number, raw)
     if match := _RUNNER_ID.match(text):
-        return _numbered(by_stem(match["stem"]), match["n"], raw)
+        chosen = by_stem(match["stem"])
+        return _numbered(chosen, str(_within_template(chosen, int(match["n"]))), raw)
     raise GsqaError(f"unknown question id {raw!r}: expected {ID_SCHEMES}")
+
+
+def _within_template(chosen: Template | None, number: int) -> int:
+    """The number of `<stem>-<n>` within its template. The raster text-to-SQL runner numbers each template
+    file from 0; the CHESS-PostGIS runner numbers a group's questions across the group folder's template files
+    in alphabetical order, exploratory ones included (`elevation+poi-60` is raster_only's elevation+poi 0, after
+    aspect+poi, avg_slope+area and elevation+coverage). The two ranges of a stem do not overlap: a number past
+    the template's questions is read as the CHESS one."""
+    if chosen is None or number < chosen.questions:
+        return number
+    offset = 0
+    for neighbour in sorted(_GROUPS[chosen.group], key=lambda t: t.stem):  # the folder's files, by name
+        if neighbour is chosen:
+            return number - offset if offset <= number < offset + chosen.questions else number
+        offset += neighbour.questions
+    return number
 
 
 def _numbered(chosen: Template | None, number: str, raw: Any) -> QuestionId:

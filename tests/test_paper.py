@@ -135,7 +135,7 @@ def test_each_template_is_scored_as_the_authors_declare_it() -> None:
     """AUTHORS_SCORING covers every template and agrees with the metrics of compare.COMPONENTS."""
     kind_of_metric = {compare.LOCATION: Scoring.LOCATION, compare.ANGLE: Scoring.ANGLE, compare.ASPECT: Scoring.ANGLE,
                       compare.ELEVATION: Scoring.NUMBER, compare.SLOPE: Scoring.NUMBER,
-                      compare.RELATIVE: Scoring.NUMBER, compare.YES_NO: Scoring.LABEL}
+                      compare.RELATIVE: Scoring.NUMBER, compare.COVERAGE: Scoring.NUMBER, compare.YES_NO: Scoring.LABEL}
     assert set(AUTHORS_SCORING) == set(compare.COMPONENTS)
     for template_id, scoring in AUTHORS_SCORING.items():
         metrics = [c.metric for c in compare.components_of(template_id)]

@@ -28,8 +28,24 @@ def test_the_three_id_schemes_map_to_one(raw: object, expected: str) -> None:
     assert str(question_id(raw)) == expected
 
 
+@pytest.mark.parametrize("raw, expected", [
+    ("elevation+poi-60", "raster_only/elevation+poi/0"), ("elevation+poi-79", "raster_only/elevation+poi/19"),
+    ("elevation_threshold+poi-200", "raster_only/elevation_threshold+poi/0"),
+    ("elevation_threshold+poi-219", "raster_only/elevation_threshold+poi/19"),
+    ("slope+route-360", "raster_only/slope+route/0"),  # the last of raster_only's 19 files
+    ("range+name+elevation_condition-140", "extended/range+name+elevation_condition/0"),
+    ("elevation_average+name-0", "raster_vector/elevation_average+name/0"),
+    ("slope_steepest_n_poi+name-139", "raster_vector/slope_steepest_n_poi+name/19"),
+])
+def test_the_chess_runners_numbering_across_the_group_folder(raw: str, expected: str) -> None:
+    """CHESS-PostGIS numbers a group's questions across the folder's template files in alphabetical order,
+    exploratory ones included; the text-to-SQL runner's numbers (below 20) still mean the template's own."""
+    assert str(question_id(raw)) == expected
+    assert str(question_id(raw.rsplit("-", 1)[0] + "-7")).endswith("/7")
+
+
 @pytest.mark.parametrize("raw", [2800, "aspect+poi-20", "raster_only/aspect+poi/x", "nothing", True,
-                                 "vector/elevation+poi/0"])
+                                 "vector/elevation+poi/0", "elevation+poi-59", "elevation+poi-80", "slope+route-380"])
 def test_ids_that_name_no_question(raw: object) -> None:
     with pytest.raises(GsqaError):
         question_id(raw)

@@ -67,7 +67,7 @@ def test_the_question_says_what_answer_it_expects_and_never_the_answer(demo, rec
         asked = tools.question(f"{R1}/3")
         names = tools.question("knn+name-0")  # the runner scheme names the same question
     assert asked["expects"] == {
-        "components": [{"column": "elevation", "also_accepted": [], "value": "metres",
+        "components": [{"column": "elevation", "also_accepted": ["elevation_m"], "value": "metres",
                         "judged_by": "within 10 m of the answer"}],
         "format": 'a JSON list of rows such as [{"elevation": "<metres>"}]; a single value is taken as the first '
                   "column"}
