@@ -236,3 +236,20 @@ def test_rules_kept_apart_from_the_authors_behave_as_documented(records: dict[st
     multipoint = shapely.to_wkt(shapely.multipoints([shapely.from_wkt(site.answers[0]["geometry"])]))
     assert multipoint.startswith("MULTIPOINT ((")  # the authors' raster scorer finds no point in it
     assert verdicts(site, [dict(site.answers[0], geometry=multipoint)]) == ("pass", "pass")
+
+
+def test_fifty_copies_of_a_returned_feature_count_once_unlike_the_authors_bag(records: dict[str, dataset.Record]
+                                                                               ) -> None:
+    """A kept rule: one feature counts once on the returned side too; the authors' bag would hold 50 copies of its
+    two tokens against the stored two (F1 4/102) and fail."""
+    record = records[f"{VR1}/10"]
+    assert verdicts(record, record.answers * 50) == ("pass", "pass")
+    assert compare.token_f1("\n".join(["Shechem Ministries"] * 50), "Shechem Ministries") == pytest.approx(4 / 102)
+
+
+def test_a_number_given_as_text_with_a_unit_is_no_number(records: dict[str, dataset.Record]) -> None:
+    """A kept rule: the authors' raster evaluator would read 286 out of "286 m"; here the text is no number."""
+    record = records["raster_only/elevation+poi/3"]
+    stored = record.answers[0]["elevation"]
+    assert verdicts(record, [{"elevation": stored}]) == ("pass", "pass")
+    assert verdicts(record, [{"elevation": f"{stored:g} m"}]) == ("mismatch", "fail")
