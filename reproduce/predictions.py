@@ -81,37 +81,32 @@ class PredictionRun:
     selected: frozenset[str] = frozenset()  # the question ids being scored
     calls: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # an agent's tool calls per question
     unanswered: dict[str, str] = field(default_factory=dict)  # why a question the run saw has no prediction
+    warnings: list[Problem] = field(default_factory=list)  # read past, without changing the exit code
+    skipped: list[Problem] = field(default_factory=list)  # files of a run folder that hold no predictions
     # What is kept of each prediction (score judges an answer as it is read and keeps only the verdict, so
     # that the memory of a run does not grow with its answers).
     keep: Callable[[Prediction], Prediction] = field(default=lambda prediction: prediction, repr=False)
-    _seen: dict[str, str] = field(default_factory=dict, repr=False)  # question -> where it was first predicted
+    _seen: dict[str, str] = field(default_factory=dict, repr=False)  # question -> where it was last predicted
 
     def add(self, prediction: Prediction) -> None:
-        if self._first_time(prediction.id, prediction.where):
-            self.predictions[prediction.id] = self.keep(prediction)
+        """A prediction of a selected question; a later one of the same question replaces it, with a warning
+        (a run appended to after a retry: its last answer is its answer)."""
+        if prediction.id not in self.selected:
+            self.outside += 1
+            return
+        if earlier := self._seen.get(prediction.id):
+            self.warn(prediction.where, f"{prediction.id} is predicted again (also at {earlier}): the last "
+                                        "prediction is scored")
+        self._seen[prediction.id] = prediction.where
+        self.predictions[prediction.id] = self.keep(prediction)
 
     def refuse(self, where: str, why: str, question: str = "") -> None:
-        """A line that cannot be scored; with the id of a selected question, that question is `unreadable`."""
-        known = question if question in self.selected else ""
-        if known and not self._first_time(question, where):
-            return  # a second line for the question: both refused as duplicates
-        self.problems.append(Problem(where, why, known))
+        """A line that cannot be scored (the exit code says so); a selected question it names that has no
+        readable prediction is `unreadable`."""
+        self.problems.append(Problem(where, why, question if question in self.selected else ""))
 
-    def _first_time(self, question: str, where: str) -> bool:
-        """Whether this is the first line of a selected question; a second one refuses both."""
-        if question not in self.selected:
-            self.outside += 1
-            return False
-        earlier = self._seen.setdefault(question, where)
-        if earlier == where:
-            return True
-        if self.predictions.pop(question, None) is not None or not self._refused_twice(question):
-            self.problems.append(Problem(where, f"{question} is predicted twice (also at {earlier}); both refused",
-                                         question))
-        return False
-
-    def _refused_twice(self, question: str) -> bool:
-        return any(problem.id == question and "predicted twice" in problem.why for problem in self.problems)
+    def warn(self, where: str, why: str) -> None:
+        self.warnings.append(Problem(where, why))
 
 def read_run(path: Path, name: str, selected: set[str] | frozenset[str],
              keep: Callable[[Prediction], Prediction] | None = None) -> PredictionRun:
@@ -119,22 +114,48 @@ def read_run(path: Path, name: str, selected: set[str] | frozenset[str],
     kept of each (default: all of it)."""
     if not path.exists():
         raise GsqaError(f"{path}: no such file or folder (expected predictions: JSON Lines or the GS-QA2 runs' files)")
-    files = _prediction_files(path)
     run = PredictionRun(name, str(path), selected=frozenset(selected), **({"keep": keep} if keep else {}))
-    for file in files:
+    read = 0
+    for file in _prediction_files(path, run):
         content = file.read_bytes()
         run.digests[str(file)] = hashlib.sha256(content).hexdigest()
+        if path.is_dir() and not _holds_predictions(content):
+            run.skipped.append(Problem(str(file), "not predictions (no line or entry names a question id)"))
+            continue
         _read_file(run, file, content)
-    if not files:
+        read += 1
+    if not read:
         run.refuse(str(path), "a folder with no predictions (*.jsonl, or the GS-QA2 runs' *.json)")
     return run
 
 
-def _prediction_files(path: Path) -> list[Path]:
+def _holds_predictions(content: bytes) -> bool:
+    """Whether a file of a run folder is predictions in any layout: a trajectory, a runner's file, or JSON (Lines)
+    whose objects name a question `id` (a config.json beside the predictions does not)."""
+    head = content.lstrip()
+    if trajectory.is_trajectory(head.split(b"\n", 1)[0]):
+        return True
+    whole = _whole_json(content) if head[:1] in (b"[", b"{") else None
+    if isinstance(whole, dict):
+        return any(key in whole for key in ("id", "predicted_sql", "source_stem"))
+    if isinstance(whole, list):
+        return any(isinstance(entry, dict) and "id" in entry for entry in whole)
+    return any(b'"id"' in line for line in content.split(b"\n"))
+
+
+def _prediction_files(path: Path, run: PredictionRun) -> list[Path]:
+    """The files of a run: the file itself, or a folder's JSON and JSON Lines files; the folder's other files
+    (logs, the runners' summaries) are listed as skipped."""
     if path.is_file():
         return [path]
-    found = [p for p in sorted(path.rglob("*")) if p.is_file() and p.suffix in (".jsonl", ".json")
-             and p.name not in RUNNER_FILES_SKIPPED and not any(part.startswith(".") for part in p.parts)]
+    found = []
+    for member in sorted(path.rglob("*")):
+        if not member.is_file() or any(part.startswith(".") for part in member.relative_to(path).parts):
+            continue
+        if member.suffix in (".jsonl", ".json") and member.name not in RUNNER_FILES_SKIPPED:
+            found.append(member)
+        else:
+            run.skipped.append(Problem(str(member), "not predictions (the run's folder holds it beside them)"))
     return found
 
 
@@ -195,16 +216,18 @@ def _read_line(run: PredictionRun, where: str, line: Any) -> None:
     if question is None:
         return
     has_sql, has_answer = "sql" in line, "answer" in line
-    if has_sql == has_answer:
-        which = "both" if has_sql else "neither"
-        run.refuse(where, f"{question} has {which} of 'sql' and 'answer' (expected one)", question)
+    if not has_sql and not has_answer:
+        run.warn(where, f"{question}: neither 'sql' nor 'answer': not a prediction, read past")
+        return
+    if has_sql and has_answer:
+        run.refuse(where, f"{question} has both 'sql' and 'answer' (expected one)", question)
         return
     meta = {key: line[key] for key in ("model", "method", "seconds", "tokens") if key in line}
     run.model = run.model or str(meta.get("model", ""))
     run.method = run.method or str(meta.get("method", ""))
     if has_sql:
         sql = line["sql"]
-        statements = (sql,) if isinstance(sql, str) and sql.strip() else ()
+        statements = (sql_blocks(sql) or (sql,)) if isinstance(sql, str) and sql.strip() else ()
         run.add(Prediction(question, where, statements, meta=meta))
     else:
         _add_answer(run, Prediction(question, where, meta=meta), line["answer"])
@@ -229,7 +252,7 @@ def answer_rows(template_id: str, answer: Any, authors: bool = False) -> list[di
     if answer is None:
         raise ValueError("the answer is null (expected rows, a value or a list of values)")
     items = answer if isinstance(answer, list) else [answer]
-    key = components_of(template_id)[0].keys[0]
+    key = components_of(template_id)[0].label
     if authors:
         return [_authors_row(item) if isinstance(item, dict) else {key: item} for item in items]
     return [item if isinstance(item, dict) else {key: item} for item in items]

@@ -2,7 +2,8 @@
 
 `reproduce verify` keeps its results (values clipped for reports), `reproduce rebase` what each SQL returned
 in full (the new answers); each command's file names its format, so neither takes the other's.
-The header records the dataset checksum, the database fingerprint (row counts per table) and the timeout.
+The header records the selection (config, templates, ids), the dataset checksum, the database fingerprint (row
+counts per table) and the timeout.
 A later run with the same file skips the questions already in it, and refuses (unless forced) when the
 dataset, the database or the timeout differ, because mixing results of two setups would mislead.
 """
@@ -57,7 +58,8 @@ class ResumeFile:
         return header
 
     def _check(self, existing: dict[str, Any], header: dict[str, Any], force: bool) -> None:
-        differ = [key for key in header if existing.get(key) != header[key]]
+        # A key an older file does not record is not held against it.
+        differ = [key for key in header if key in existing and existing[key] != header[key]]
         if differ and not force:
             raise GsqaError(
                 f"--resume {self.path} was written for another {', '.join(differ)} "

@@ -129,12 +129,14 @@ def _p_value(p: float) -> str:
 
 
 def problems_text(scoring: Scoring) -> str:
-    """The prediction lines that could not be read, with file and line, per run (the first PROBLEMS_LISTED)."""
+    """Per run, the prediction lines that could not be read, the lines read past with a warning, the files of a
+    run folder skipped, with file and line (the first PROBLEMS_LISTED of each)."""
     lines = []
     for run in scoring.runs:
-        lines += [f"not read: {problem}" for problem in run.problems[:PROBLEMS_LISTED]]
-        if len(run.problems) > PROBLEMS_LISTED:
-            lines.append(f"... and {len(run.problems) - PROBLEMS_LISTED} more in run {run.name} (see --json-out)")
+        for label, found in (("not read", run.problems), ("warning", run.warnings), ("skipped", run.skipped)):
+            lines += [f"{label}: {problem}" for problem in found[:PROBLEMS_LISTED]]
+            if len(found) > PROBLEMS_LISTED:
+                lines.append(f"... and {len(found) - PROBLEMS_LISTED} more in run {run.name} (see --json-out)")
     return "\n".join(lines)
 
 
@@ -173,7 +175,8 @@ def as_json(scoring: Scoring) -> str:
     summary = {name: {f"{config}/{template or 'all'}": _metrics(results)
                       for config, template, results in rows_of_table(found)}
                for name, found in _by_run(scoring.results).items()}
-    runs = [{**about, "problems": [{"where": p.where, "why": p.why, "id": p.id} for p in run.problems]}
+    runs = [{**about, **{kind: [{"where": p.where, "why": p.why, "id": p.id} for p in getattr(run, kind)]
+                         for kind in ("problems", "warnings", "skipped")}}
             for about, run in zip(scoring.provenance["runs"], scoring.runs, strict=True)]
     document = {"provenance": scoring.provenance, "runs": runs, "summary": summary, "pairs": pairs(scoring),
                 "skipped": [{"id": skip.id, "template_id": skip.template_id, "reason": skip.reason}

@@ -212,5 +212,9 @@ def clipped(value: Any) -> Any:
 
 def open_resume(request: Request, header: dict[str, Any], **entry: Any) -> ResumeFile | None:
     """The request's --resume file (None without one), for results of the kind `entry` describes
-    (ResumeFile's entry, format, command and key)."""
-    return ResumeFile(request.resume, header, request.force, **entry) if request.resume else None
+    (ResumeFile's entry, format, command and key); its header also records the selection, so that a rerun
+    with another --config, --template or --id is told the selection changed."""
+    if not request.resume:
+        return None
+    selection = {"config": request.config, "templates": request.templates, "ids": request.ids}
+    return ResumeFile(request.resume, {"selection": selection, **header}, request.force, **entry)

@@ -86,15 +86,38 @@ def test_every_bad_line_is_one_problem_naming_file_and_line(tmp_path: Path) -> N
     assert [str(problem).replace(str(path), "F") for problem in run.problems] == [
         "F:1: not JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))",
         "F:2: not UTF-8 (byte 54 of the line)",
-        f"F:3: {R1}/1 has both of 'sql' and 'answer' (expected one)",
-        f"F:4: {R1}/2 has neither of 'sql' and 'answer' (expected one)",
+        f"F:3: {R1}/1 has both 'sql' and 'answer' (expected one)",
         'F:5: not a prediction (expected {"id": ..., "sql": ...} or {"id": ..., "answer": ...})',
         'F:6: not a prediction (expected {"id": ..., "sql": ...} or {"id": ..., "answer": ...})',
-        f"F:8: {R1}/3 is predicted twice (also at F:7); both refused",
         f"F:9: {R1}/4: the answer is null (expected rows, a value or a list of values)",
     ]
-    assert {problem.id for problem in run.problems} == {"", f"{R1}/1", f"{R1}/2", f"{R1}/3", f"{R1}/4"}
-    assert list(run.predictions) == [f"{R1}/5"]
+    assert {problem.id for problem in run.problems} == {"", f"{R1}/1", f"{R1}/4"}
+    assert [str(warning).replace(str(path), "F") for warning in run.warnings] == [
+        f"F:4: {R1}/2: neither 'sql' nor 'answer': not a prediction, read past",
+        f"F:8: {R1}/3 is predicted again (also at F:7): the last prediction is scored"]
+    assert list(run.predictions) == [f"{R1}/3", f"{R1}/5"]
+    assert run.predictions[f"{R1}/3"].statements == ("SELECT 2",)
+
+
+def test_a_line_without_a_prediction_leaves_the_good_line_before_it(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "run.jsonl", {"id": f"{R1}/0", "sql": "```sql\nSELECT 1 AS elevation\n```"},
+                       {"id": f"{R1}/0", "seconds": 3.5})
+    run = read_run(path, "run", SELECTED)
+    assert run.predictions[f"{R1}/0"].statements == ("SELECT 1 AS elevation",)  # the fence unwrapped
+    assert run.problems == [] and len(run.warnings) == 1
+
+
+def test_a_run_folder_lists_the_files_that_are_not_predictions_once(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    write_lines(folder / "predictions.jsonl", {"id": f"{R1}/0", "answer": 286})
+    (folder / "config.json").write_text(json.dumps({"model": "m", "temperature": 0}))
+    (folder / "run.log").write_text("started\n")
+    run = read_run(folder, "run", SELECTED)
+    assert list(run.predictions) == [f"{R1}/0"] and run.problems == [] and run.warnings == []
+    assert sorted((Path(skip.where).name, skip.why) for skip in run.skipped) == [
+        ("config.json", "not predictions (no line or entry names a question id)"),
+        ("run.log", "not predictions (the run's folder holds it beside them)")]
 
 
 def test_empty_file_and_empty_folder(tmp_path: Path) -> None:
@@ -169,7 +192,9 @@ def test_a_step_that_holds_no_predictions_is_named(tmp_path: Path) -> None:
 
 def test_answers_as_rows() -> None:
     assert answer_rows("R6", 182.5) == [{"aspect_degrees": 182.5}]
-    assert answer_rows("VR1", ["A", "B"]) == [{"poi_name": "A"}, {"poi_name": "B"}]
+    assert answer_rows("VR1", ["A", "B"]) == [{"name": "A"}, {"name": "B"}]
+    assert answer_rows("R1", '[{"elevation": 3}]') == [{"elevation": 3}]  # JSON text, as models pass arguments
+    assert answer_rows("R11", "[Route A]") == [{"answer_name": "[Route A]"}]  # text that is no JSON: a value
     assert answer_rows("V13", [{"poi": {"name": "A", "geometry": "POINT (1 2)"}}], authors=True) == [
         {"name": "A", "geometry": "POINT (1 2)"}]
     assert answer_rows("V21", [{"azimuth_angle": 12}], authors=True) == [{"angle": 12}]

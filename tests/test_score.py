@@ -241,8 +241,11 @@ def test_two_runs_side_by_side_with_a_paired_test(tmp_path: Path) -> None:
     ("not json\n", 2, "not JSON"),
     ('{"id": "raster_only/elevation+poi/99", "answer": 1}\n', 2, "names no benchmark question"),
     ('{"id": "raster_only/elevation+poi/0", "answer": 1}\nnot json\n', 1, "not read: {file}:2: not JSON"),
-    ('{"id": "raster_only/elevation+poi/0", "answer": 1}\n{"id": "elevation+poi-0", "answer": 2}\n', 1,
-     "not read: {file}:2: raster_only/elevation+poi/0 is predicted twice (also at {file}:1); both refused"),
+    ('{"id": "raster_only/elevation+poi/0", "answer": 1}\n{"id": "elevation+poi-0", "answer": 2}\n', 0,
+     "warning: {file}:2: raster_only/elevation+poi/0 is predicted again (also at {file}:1): the last prediction is "
+     "scored"),
+    ('{"id": "raster_only/elevation+poi/0", "answer": 1}\n{"id": "elevation+poi-0"}\n', 0,
+     "warning: {file}:2: raster_only/elevation+poi/0: neither 'sql' nor 'answer': not a prediction, read past"),
 ])
 def test_bad_predictions_are_named_with_file_and_line(tmp_path: Path, content: str, code: int, message: str) -> None:
     path = tmp_path / "p.jsonl"
