@@ -278,7 +278,7 @@ def rebase(
 
 @app.command()
 def score(
-    prediction: Annotated[list[Path], typer.Argument(metavar="PRED", help="One run of one model and method: a file "
+    prediction: Annotated[list[Path], typer.Argument(metavar="PRED...", help="One run of one model and method: a file "
                                                      "or a folder of predictions (JSON Lines, or the GS-QA2 runs' "
                                                      "files).", show_default=False)] = [],  # noqa: B006
     name: Annotated[list[str], typer.Option("--name", metavar="NAME", help="A name for each PRED, in order "
@@ -458,9 +458,10 @@ def show(
 
 def _describe(shown: Shown, max_rows: int = 20) -> str:
     record, outcome = shown.record, shown.outcome
-    def rows(items: list) -> str:
+    def rows(items: list) -> str:  # geometries in one format, WKT, on both sides
         more = f"\n... {len(items) - max_rows} more rows" if len(items) > max_rows else ""
-        return "\n".join(json.dumps(item, default=str) for item in items[:max_rows]) + more
+        return "\n".join(json.dumps({key: compare.shown(value) for key, value in item.items()}, default=str)
+                         for item in items[:max_rows]) + more
     lines = [f"{record.id} [{record.template_id}] {record.question}", "", "-- SQL", record.sql.strip(), "",
              f"-- stored answer ({len(record.answers)} rows)", rows(record.answers), ""]
     if shown.verdict is None:
@@ -469,7 +470,8 @@ def _describe(shown: Shown, max_rows: int = 20) -> str:
         lines += [f"-- actual result ({len(outcome.rows)} rows, {outcome.seconds:.2f} s)", rows(outcome.rows), "",
                   f"-- verdict: {shown.verdict.status}"]
         lines += [f"  {'ok  ' if c.passed else 'FAIL'} {c.component}: {c.metric} = {c.value:.6g} "
-                  f"(threshold {c.threshold}); stored {c.expected!r}, got {c.actual!r}" for c in shown.verdict.checks]
+                  f"(threshold {c.threshold}); stored {compare.shown(c.expected)!r}, got {compare.shown(c.actual)!r}"
+                  for c in shown.verdict.checks]
         lines += ["", "-- exact: " + ("yes" if shown.diff.exact else json.dumps(shown.diff.as_dict(), default=str))]
         lines += ["", f"-- paper's scoring: {shown.paper.status}: {shown.paper.reason}"]
     lines += [f"-- unstable: {flag}" for flag in shown.flags]

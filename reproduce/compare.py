@@ -298,6 +298,14 @@ def as_geometry(value: Any) -> BaseGeometry | None:
     return _parse_geometry(value.strip()) if isinstance(value, str) and value else None
 
 
+def shown(value: Any) -> Any:
+    """A value as a person reads it: hex EWKB (what a re-run returns for a geometry) as WKT, as the stored answers
+    hold geometries; anything else as it is."""
+    if isinstance(value, str) and _HEX_EWKB.match(value) and (geometry := as_geometry(value)) is not None:
+        return geometry.wkt
+    return value
+
+
 def point_of(value: Any) -> tuple[float, float] | None:
     """(lon, lat) of a geometry value (its centroid unless a point), None if it is not one."""
     geometry = as_geometry(value)

@@ -126,6 +126,8 @@ def test_help_shows_placeholders_and_value_names_as_written() -> None:
     assert "<bool>" not in verify and "<str>" not in verify and "list[str]" not in verify
     fetch = run("ingest", "fetch", "--help", env={"COLUMNS": "80"}).stdout
     assert "`dem/tiles/*.tif`" in fetch and "--bbox W,S,E,N" in fetch
+    score = run("reproduce", "score", "--help", env={"COLUMNS": "100"}).stdout
+    assert score.startswith("Usage: reproduce score [OPTIONS] [PRED...]")  # several runs may be given
 
 
 @pytest.mark.parametrize("argv, expected", [

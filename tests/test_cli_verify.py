@@ -288,6 +288,18 @@ def test_show_prints_sql_answers_and_verdict_per_component(db: str, data: Path) 
     assert unknown.returncode == 2 and unknown.stderr.startswith("error: unknown question id")
 
 
+def test_show_prints_stored_and_returned_geometries_both_as_wkt(db: str, tmp_path: Path) -> None:
+    folder = tmp_path / "qa2" / "raster_only"
+    folder.mkdir(parents=True)
+    (folder / "elevation+poi.jsonl").write_text(json.dumps({
+        "question": "where?", "answers": [{"elevation": 100.0, "geometry": "POINT (1 2)"}],
+        "sql": f"SELECT 100.0 AS elevation, ST_SetSRID(ST_MakePoint(1, 2), 4326)::geography AS geometry {FROM_DEM}",
+        "answer_type": "elevation - point based", "question_entities": {}}) + "\n")
+    shown = run("show", "raster_only/elevation+poi/0", "--data", str(tmp_path), "--dsn", db)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.count('{"elevation": 100.0, "geometry": "POINT (1 2)"}') == 2  # stored, then returned
+
+
 def test_show_and_id_take_every_id_scheme(db: str, data: Path) -> None:
     number = IDS["pass"].rsplit("/", 1)[1]
     canonical = run("show", IDS["pass"], "--data", str(data), "--dsn", db)
