@@ -509,21 +509,49 @@ def _row_count_check(gold: list[dict[str, Any]], actual: list[dict[str, Any]]) -
 
 
 def _pair_by_identity(gold: list[dict[str, Any]], actual: list[dict[str, Any]], components: list[Component]):
-    """Rows with the same identity are paired, duplicates in the order of their component values."""
+    """Rows with the same identity are paired, duplicates in the order of their component values; returned rows
+    that carry only a location (no osm_id, no name) are paired with the stored rows left by nearest location
+    within the tolerance. Also how many rows stayed unpaired."""
     def sort_key(row: dict[str, Any]) -> str:
         return repr([lookup(row, c.keys, False) for c in components])
+    located = next((c for c in components if c.metric is LOCATION), None)
     groups: dict[Any, tuple[list, list]] = defaultdict(lambda: ([], []))
     for row in gold:
         groups[identity(row)][0].append(row)
     for row in actual:
         groups[identity(row)][1].append(row)
+    gold_left, anonymous = groups.pop(None, ([], [])) if located else ([], [])
     pairs, unpaired = [], 0
     for gold_rows, actual_rows in groups.values():
         gold_rows.sort(key=sort_key)
         actual_rows.sort(key=sort_key)
         pairs += list(zip(gold_rows, actual_rows, strict=False))
-        unpaired += abs(len(gold_rows) - len(actual_rows))
+        gold_left += gold_rows[len(actual_rows):]
+        unpaired += max(0, len(actual_rows) - len(gold_rows))
+    if located:
+        nearest = _pair_by_location(located, gold_left, anonymous)
+        pairs += nearest
+        unpaired += len(gold_left) + len(anonymous) - 2 * len(nearest)
+    else:
+        unpaired += len(gold_left)
     return pairs, unpaired
+
+
+def _pair_by_location(component: Component, gold: list[dict[str, Any]], actual: list[dict[str, Any]]
+                      ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Returned rows with stored rows by location, nearest pairs first, each row once: those within the tolerance
+    first, then the rest (so that a row too far away is judged, and named, by its distance)."""
+    gold_points = [point_of(lookup(row, component.keys, True)) for row in gold]
+    actual_points = [point_of(lookup(row, component.keys, True)) for row in actual]
+    candidates = sorted((great_circle_m(g, a), i, j) for i, g in enumerate(gold_points) if g is not None
+                        for j, a in enumerate(actual_points) if a is not None)
+    used_gold, used_actual, pairs = set(), set(), []
+    for _, i, j in candidates:  # nearest first: the pairs within the tolerance come before the others
+        if i not in used_gold and j not in used_actual:
+            used_gold.add(i)
+            used_actual.add(j)
+            pairs.append((gold[i], actual[j]))
+    return pairs
 
 
 # --- strict row-level comparison ------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
+import shapely
 from conftest import DATA
 from perturb import EXPECTED, perturbed
 
@@ -223,3 +224,21 @@ def test_knn_with_a_lateral_limit_is_flagged_for_both_reasons(records: list[data
     vr5 = next(r for r in records if r.template_id == "VR5")
     flags = compare.instability("VR5", vr5.sql)
     assert any("LIMIT without ORDER BY" in flag for flag in flags) and any("tied rows" in flag for flag in flags)
+
+
+def test_rows_that_carry_only_a_location_pair_by_nearest_geometry(records: list[dataset.Record]) -> None:
+    """Every VR2 record answered with its stored points alone, in another order, passes strict; a point moved
+    10 m is named by its distance, not as a row count."""
+    located = [record for record in records if record.template_id == "VR2"]
+    assert len(located) == 20
+    for record in located:
+        points = [{"geometry": row["geometry"]} for row in record.answers][::-1]
+        assert compare.judge("VR2", record.answers, points).status == "pass", record.id
+    record = next(record for record in located if len(record.answers) == 3)
+    point = shapely.from_wkt(record.answers[0]["geometry"])
+    moved = [{"geometry": f"POINT ({point.x} {point.y + math.degrees(10 / compare.EARTH_RADIUS_M)})"},
+             *({"geometry": row["geometry"]} for row in record.answers[1:])]
+    failure = compare.judge("VR2", record.answers, moved).first_failure
+    assert (failure.component, failure.expected, round(failure.value, 3)) == (
+        "geometry", record.answers[0]["geometry"], 10.0)
+    assert compare.judge("VR2", record.answers, moved[1:]).first_failure.component == "rows"
