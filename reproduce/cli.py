@@ -481,12 +481,16 @@ def _describe(shown: Shown, max_rows: int = 20) -> str:
 @app.command("schema")
 def schema_description(
     dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
-    layout: Annotated[str, typer.Option("--format", metavar="text|markdown|json",
+    layout: Annotated[str, typer.Option("--format", metavar="text|markdown|json|sql",
                                         help="text: in the manner of the benchmark's schema prompt; markdown; "
-                                        "json: for programs.")] = "text",
+                                        "json: for programs; sql: CREATE TABLE statements with comments.")] = "text",
 ) -> None:
     """Describe the database as a text-to-SQL prompt needs it, read from the live database: each reference
-    table with its columns and types and its exact row count; for pois, roads, parks, lakes and regions the
+    table with its columns and types and its exact row count; per column, from the planner's statistics, its
+    share of NULLs, a tag column's common values (tourism, amenity, highway, ...) and text columns that hold
+    numbers; the indexes (GiST, and what uses them: ST_DWithin, ST_Intersects, KNN `<->`); the units
+    (geography measures in metres, band 1 elevation in metres) and the casts raster functions need
+    (`geometry::geometry`); PostGIS's own tables are left out. For pois, roads, parks, lakes and regions the
     geometry types present, their SRID and the extent (every geometry is read once); for public.dem_us the
     tile size, pixel size, band type, nodata, extent and tile count (of the reference's 265,950 when the
     last `ingest all` loaded the published tile list); and the limits a model's SQL runs under (gsqa_model;

@@ -24,7 +24,7 @@ from gsqa_core.db import connect, identifier, relation_exists, where
 from gsqa_core.sandbox import MODEL
 from reproduce import readiness
 
-FORMATS = ("text", "markdown", "json")
+FORMATS = ("text", "markdown", "json", "sql")
 Box = tuple[float, float, float, float]  # xmin, ymin, xmax, ymax in degrees
 
 
@@ -34,6 +34,10 @@ class Column:
     type: str  # format_type(): geography(Geometry,4326), character varying(255), ...
     not_null: bool
     primary_key: bool
+    # From the planner's statistics (pg_stats, made by ANALYZE: `ingest finalize`), where it has them:
+    null_share: float | None = None
+    frequent: tuple[tuple[str, float], ...] = ()  # a tag column's most common values and their share of rows
+    numbers_as_text: bool = False  # text whose common values are all numbers (population, ele, lanes, ...)
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,19 @@ class Table:
     columns: list[Column] = field(default_factory=list)
     geometries: Geometries | None = None
     raster: Raster | None = None
+    indexes: list[str] = field(default_factory=list)  # "GiST (geometry)", ...: what a query can use
+
+
+FREQUENT_SHOWN = 6  # most common values shown per tag column
+TAG_DISTINCT_AT_MOST = 50  # a text column with at most this many distinct values is a tag: its values are shown
+# What a prompt must know to write SQL on the reference tables, declared once for every renderer.
+GEOGRAPHY_USAGE = ("geography: ST_Distance, ST_DWithin, ST_Length and ST_Area on it measure in metres (square "
+                   "metres); cast it to geometry (`geometry::geometry`) for raster functions and for results in "
+                   "degrees")
+RASTER_USAGE = ("band 1 is elevation in metres; raster functions take geometry: ST_Value(rast, 1, "
+                "p.geometry::geometry), ST_Intersects(rast, p.geometry::geometry); ST_Slope and ST_Aspect give "
+                "degrees (aspect clockwise from north, -1 on flat ground)")
+LEFT_OUT = "PostGIS's own tables (spatial_ref_sys, geometry_columns, raster_columns, ...) are left out."
 
 
 @dataclass
@@ -99,21 +116,64 @@ def _table(conn: psycopg.Connection, table: schema.Table) -> Table:
     """Columns and rows; a vector table's geometries (counted as they are read), a raster table's metadata."""
     if not relation_exists(conn, table.fullname):
         return Table(table.fullname, None)
-    columns = [Column(*row) for row in conn.execute(
+    statistics = _statistics(conn, table)
+    columns = [Column(*row, **statistics.get(row[0], {})) for row in conn.execute(
         "SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, "
         "coalesce(a.attnum = ANY(i.indkey), false) FROM pg_attribute a "
         "LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary "
         "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
         [table.fullname])]
+    indexes = _indexes(conn, table)
     geography = next((column.name for column in table.columns if column.type == schema.GEOGRAPHY), None)
     if geography:
         geometries = _geometries(conn, table.fullname, geography)
-        return Table(table.fullname, sum(geometries.types.values()), columns, geometries=geometries)
-    described = Table(table.fullname, _count(conn, table.fullname), columns)
+        return Table(table.fullname, sum(geometries.types.values()), columns, geometries=geometries, indexes=indexes)
+    described = Table(table.fullname, _count(conn, table.fullname), columns, indexes=indexes)
     raster = next((column.name for column in table.columns if column.type == schema.RASTER), None)
     if raster and described.rows:
         described.raster = _raster(conn, table, raster, described.rows)
     return described
+
+
+def _statistics(conn: psycopg.Connection, table: schema.Table) -> dict[str, dict[str, Any]]:
+    """Per column, from pg_stats (no scan: ANALYZE's sample): the share of NULLs; for a text column of few
+    distinct values its most common values; whether a text column's common values are all numbers."""
+    rows = conn.execute(
+        "SELECT s.attname, s.null_frac, s.n_distinct, s.most_common_vals::text::text[], s.most_common_freqs, "
+        "coalesce(c.reltuples, 0) FROM pg_stats s JOIN pg_class c ON c.oid = %s::regclass "
+        "WHERE s.schemaname = %s AND s.tablename = %s", [table.fullname, table.schema, table.name]).fetchall()
+    found = {}
+    for name, null_share, distinct, values, shares, rows_estimated in rows:
+        distinct_values = distinct if distinct >= 0 else -distinct * rows_estimated
+        texts = values or []
+        found[name] = {
+            "null_share": round(null_share, 4),
+            "frequent": tuple((value, round(share, 4)) for value, share in zip(texts, shares or [], strict=False)
+                              )[:FREQUENT_SHOWN] if 0 < distinct_values <= TAG_DISTINCT_AT_MOST else (),
+            "numbers_as_text": bool(texts) and all(_is_number(value) for value in texts),
+        }
+    return found
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _indexes(conn: psycopg.Connection, table: schema.Table) -> list[str]:
+    """The table's indexes as a query writer needs them: method and what they index."""
+    rows = conn.execute(
+        "SELECT am.amname, pg_get_indexdef(i.indexrelid, 0, true), i.indisprimary FROM pg_index i "
+        "JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am am ON am.oid = c.relam "
+        "WHERE i.indrelid = %s::regclass ORDER BY c.relname", [table.fullname]).fetchall()
+    return [f"{'primary key, ' if primary else ''}{INDEX_METHODS.get(method, method)} "
+            f"{definition.split(' USING ', 1)[1][len(method):].strip()}" for method, definition, primary in rows]
+
+
+INDEX_METHODS = {"gist": "GiST", "btree": "B-tree", "spgist": "SP-GiST", "brin": "BRIN", "gin": "GIN"}
 
 
 def _count(conn: psycopg.Connection, qualified_name: str) -> int:
@@ -190,13 +250,15 @@ def as_json(description: Description) -> dict[str, Any]:
 
 def as_text(description: Description) -> str:
     """Plain text in the manner of the benchmark's schema prompt: one block per table, then the limits."""
-    lines = [f"PostgreSQL {description.server} with PostGIS {description.postgis} ({description.database})", ""]
+    lines = [f"PostgreSQL {description.server} with PostGIS {description.postgis} ({description.database}). "
+             f"{LEFT_OUT} Shares of NULLs and values are the planner's statistics (a sample).", ""]
     for table in description.tables:
         if table.rows is None:
             lines += [f"Table {table.name}: missing", ""]
             continue
         lines.append(f"Table {table.name} ({_rows(table)})")
-        lines += [f"  {column.name} {column.type}{_column_notes(column)}" for column in table.columns]
+        lines += [f"  {column.name} {column.type}{_column_notes(column)}"
+                  + (f" -- {notes}" if (notes := _column_statistics(column)) else "") for column in table.columns]
         lines += [f"  -- {fact}" for fact in _facts(table)]
         lines.append("")
     lines.append(_limits(description.session))
@@ -205,14 +267,16 @@ def as_text(description: Description) -> str:
 
 
 def as_markdown(description: Description) -> str:
-    lines = [f"# {description.database}", "", f"PostgreSQL {description.server}, PostGIS {description.postgis}.", ""]
+    lines = [f"# {description.database}", "", f"PostgreSQL {description.server}, PostGIS {description.postgis}. "
+             f"{LEFT_OUT}", ""]
     for table in description.tables:
         lines += [f"## {table.name}", ""]
         if table.rows is None:
             lines += ["Missing.", ""]
             continue
-        lines += [f"{_rows(table).capitalize()}.", "", "| column | type | |", "|---|---|---|"]
-        lines += [f"| {column.name} | {column.type} | {_column_notes(column).strip()} |" for column in table.columns]
+        lines += [f"{_rows(table).capitalize()}.", "", "| column | type | | statistics |", "|---|---|---|---|"]
+        lines += [f"| {column.name} | {column.type} | {_column_notes(column).strip()} | {_column_statistics(column)} |"
+                  for column in table.columns]
         lines += [""] + [f"- {fact}" for fact in _facts(table)] + [""]
     lines += ["## Limits", "", _limits(description.session)]
     if description.problems:
@@ -220,7 +284,28 @@ def as_markdown(description: Description) -> str:
     return "\n".join(lines)
 
 
-RENDERERS = {"text": as_text, "markdown": as_markdown}
+def as_sql(description: Description) -> str:
+    """The tables as CREATE TABLE statements, what each column holds as comments (the form many text-to-SQL
+    prompts use)."""
+    lines = [f"-- PostgreSQL {description.server} with PostGIS {description.postgis}. {LEFT_OUT}", ""]
+    for table in description.tables:
+        if table.rows is None:
+            lines += [f"-- {table.name}: missing", ""]
+            continue
+        lines += [f"-- {_rows(table)}"] + [f"-- {fact}" for fact in _facts(table)]
+        lines.append(f"CREATE TABLE {table.name} (")
+        for number, column in enumerate(table.columns):
+            comma = "," if number < len(table.columns) - 1 else ""
+            notes = _column_statistics(column)
+            lines.append(f"  {column.name} {column.type}{_column_notes(column).upper()}{comma}"
+                         + (f"  -- {notes}" if notes else ""))
+        lines += [");", ""]
+    lines.append(f"-- {_limits(description.session)}")
+    lines += [f"-- Not ready: {problem}" for problem in description.problems]
+    return "\n".join(lines)
+
+
+RENDERERS = {"text": as_text, "markdown": as_markdown, "sql": as_sql}
 
 
 def _rows(table: Table) -> str:
@@ -236,21 +321,44 @@ def _column_notes(column: Column) -> str:
     return " primary key" if column.primary_key else (" not null" if column.not_null else "")
 
 
+def _column_statistics(column: Column) -> str:
+    """"62% NULL; values: museum 62%, hotel 38%; numbers stored as text (cast: ele::numeric)", or ""."""
+    notes = []
+    if column.null_share is not None and column.null_share >= 0.995:
+        notes.append("always NULL")
+    elif column.null_share:
+        notes.append(f"{_percent(column.null_share)} NULL")
+    if column.frequent:
+        notes.append("values: " + ", ".join(f"{value} {_percent(share)}" for value, share in column.frequent))
+    if column.numbers_as_text:
+        notes.append(f"numbers stored as text (cast: {column.name}::numeric)")
+    return "; ".join(notes)
+
+
+def _percent(share: float) -> str:
+    return f"{share:.0%}" if share >= 0.01 else "<1%"
+
+
 def _facts(table: Table) -> list[str]:
+    facts = []
     if table.geometries is not None:
         found = table.geometries
         types = ", ".join(f"{kind} ({rows:,})" for kind, rows in found.types.items()) or "none (no rows)"
-        return [f"{found.column}: SRID {found.srid}; geometry types present: {types}",
-                f"{found.column} extent: {_box(found.extent)}"]
+        facts = [f"{found.column}: SRID {found.srid}; geometry types present: {types}",
+                 f"{found.column} extent: {_box(found.extent)}", f"{found.column} is {GEOGRAPHY_USAGE}"]
     if table.raster is not None:
         found = table.raster
         nodata = "not set (no pixel reads as NULL)" if found.nodata is None else f"{found.nodata:g}"
-        return [f"{found.column}: SRID {found.srid}; tiles of {found.tile_width}x{found.tile_height} pixels (edge "
-                f"tiles may be smaller); pixel size {_pixel(found.pixel_width, found.pixel_height)}",
-                f"{found.column}: {found.bands} band{'s' if found.bands > 1 else ''} of {found.band_type}; "
-                f"nodata {nodata}",
-                f"{found.column} extent: {_box(found.extent)}"]
-    return []
+        facts = [f"{found.column}: SRID {found.srid}; tiles of {found.tile_width}x{found.tile_height} pixels (edge "
+                 f"tiles may be smaller); pixel size {_pixel(found.pixel_width, found.pixel_height)}",
+                 f"{found.column}: {found.bands} band{'s' if found.bands > 1 else ''} of {found.band_type}; "
+                 f"nodata {nodata}",
+                 f"{found.column} extent: {_box(found.extent)}", f"{found.column}: {RASTER_USAGE}"]
+    if table.indexes:
+        facts.append("indexes: " + "; ".join(table.indexes) + (
+            " (ST_DWithin, ST_Intersects and the nearest-neighbour ORDER BY geometry <-> point use the GiST one)"
+            if table.geometries is not None and any(index.startswith("GiST") for index in table.indexes) else ""))
+    return facts
 
 
 def _box(box: Box | None) -> str:

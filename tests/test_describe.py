@@ -89,13 +89,45 @@ def test_schema_in_three_formats(demo: str) -> None:
     assert markdown.returncode == 0, markdown.stderr
     blocks = markdown.stdout.split("\n## ")
     assert [block.splitlines()[0] for block in blocks[1:]] == [t.fullname for t in schema.REFERENCE_TABLES] + ["Limits"]
-    assert "| geometry | geography(Geometry,4326) |  |" in blocks[1] and "450 tiles." in blocks[6]
+    assert "| geometry | geography(Geometry,4326) |  |  |" in blocks[1] and "450 tiles." in blocks[6]
+    ddl = reproduce_schema("--dsn", demo, "--format", "sql")
+    assert ddl.returncode == 0, ddl.stderr
+    assert "CREATE TABLE public.pois (\n  id integer PRIMARY KEY,\n  geometry geography(Geometry,4326),\n" in ddl.stdout
+    assert ddl.stdout.count("CREATE TABLE ") == len(schema.REFERENCE_TABLES)
+
+
+def test_the_description_says_what_a_query_writer_needs(demo: str) -> None:
+    """Shares of NULLs, a tag column's values, numbers stored as text (from the planner's statistics), the
+    indexes, units and casts; PostGIS's own tables left out."""
+    with psycopg.connect(demo) as conn:
+        tourism = dict(conn.execute("SELECT tourism, count(*) FROM pois GROUP BY 1"))
+        rows = sum(tourism.values())
+    found = {table.name: table for table in describe.describe(demo).tables}
+    pois = {column.name: column for column in found["public.pois"].columns}
+    assert pois["amenity"].null_share == 1.0 and pois["poi_name"].null_share == 0.0
+    assert dict(pois["tourism"].frequent) == pytest.approx({value: count / rows for value, count in tourism.items()},
+                                                           abs=1e-4)
+    regions = {column.name: column for column in found["public.regions"].columns}
+    assert regions["admin_level"].numbers_as_text and not regions["region_name"].numbers_as_text
+    assert found["public.pois"].indexes == ["GiST (geometry)", "primary key, B-tree (id)"]
+    assert found["public.dem_us"].indexes == ["primary key, B-tree (rid)", "GiST (st_convexhull(rast))"]
+    text = reproduce_schema("--dsn", demo).stdout
+    assert "PostGIS's own tables (spatial_ref_sys, geometry_columns, raster_columns, ...) are left out." in text
+    assert "spatial_ref_sys " not in text.split("left out.", 1)[1]
+    assert "  amenity character varying(255) -- always NULL" in text.splitlines()
+    assert f"  tourism character varying(255) -- values: museum {tourism['museum'] / rows:.0%}, hotel " \
+           f"{tourism['hotel'] / rows:.0%}" in text.splitlines()
+    assert f"  -- geometry is {describe.GEOGRAPHY_USAGE}" in text.splitlines()
+    assert f"  -- rast: {describe.RASTER_USAGE}" in text.splitlines()
+    assert "  -- indexes: GiST (geometry); primary key, B-tree (id) (ST_DWithin, ST_Intersects and the " \
+           "nearest-neighbour ORDER BY geometry <-> point use the GiST one)" in text.splitlines()
 
 
 def test_an_unknown_format_is_a_usage_error(demo: str) -> None:
     result = reproduce_schema("--dsn", demo, "--format", "yaml")
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.startswith("error: Invalid value for --format: 'yaml' is not one of text, markdown, json")
+    assert result.stderr.startswith("error: Invalid value for --format: 'yaml' is not one of text, markdown, json, "
+                                    "sql")
 
 
 @contextmanager
