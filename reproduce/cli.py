@@ -315,7 +315,10 @@ def score(
     Statuses: pass, mismatch, empty, sql_error, timeout, no_prediction (counted as wrong), unreadable (the
     line could not be read), unscorable. The headline is the paper's verdict (`paper %`, with a 95% Wilson
     interval), the strict verdict beside it. Prints per run one column group and per template, config and
-    in all a line; for two or more runs an exact McNemar test per template for each pair of runs.
+    in all a line; for two or more runs an exact McNemar test per template for each pair of runs. Several
+    runs of one model and method (their "model" and "method"): pass^k (the questions every run passed), the
+    questions whose verdict flips between them and the spread of their pass rates, the runs' own noise; a
+    pair of runs whose difference is within it is said to be.
     --json-out, --junit and --html give every question; the HTML page has filters, the predicted and gold
     SQL side by side and maps for locations.
 
@@ -341,6 +344,8 @@ def score(
         with interrupted_as_130(f"running queries were cancelled{kept}"):
             scored = scoring.score(request)
     typer.echo(score_report.runs_text(scored) + "\n\n" + score_report.table(scored))
+    if repeated := score_report.repeated_text(scored):
+        typer.echo("\n" + repeated)
     if len(scored.runs) > 1:
         typer.echo("\n" + score_report.pairs_text(scored))
     if problems := score_report.problems_text(scored):

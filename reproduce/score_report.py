@@ -94,32 +94,95 @@ def runs_text(scoring: Scoring) -> str:
     return "\n".join(lines)
 
 
-def pairs(scoring: Scoring) -> list[dict[str, Any]]:
-    """For each pair of runs and each line of the table: the exact McNemar test on the paper verdict."""
+def repeated(scoring: Scoring) -> list[dict[str, Any]]:
+    """Runs of one model with one method (two or more of them): per line of the table, pass^k (the questions
+    every run passed), the questions whose verdict flips between the runs, and the spread of the runs' pass
+    rates: the runs' own noise. Each question's count of passing runs is under `passed`."""
     runs = _by_run(scoring.results)
+    models: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for run in scoring.provenance["runs"]:
+        if run["model"] and run["name"] in runs:
+            models[(run["model"], run["method"])].append(run["name"])
+    found = []
+    for (model, method), names in models.items():
+        if len(names) < 2:
+            continue
+        lines = []
+        for rows in zip(*(rows_of_table(runs[name]) for name in names), strict=True):
+            passes: dict[str, int] = defaultdict(int)
+            for _, _, results in rows:
+                for result in results:
+                    passes[result.id] += result.paper == "pass"
+            rates = [100 * sum(r.paper == "pass" for r in results) / len(results) for _, _, results in rows]
+            questions, k = len(passes), len(names)
+            lines.append({"config": rows[0][0], "template": rows[0][1], "questions": questions,
+                          "pass_k": round(100 * sum(n == k for n in passes.values()) / questions, 2),
+                          "flip": round(100 * sum(0 < n < k for n in passes.values()) / questions, 2),
+                          "rates": [round(rate, 2) for rate in rates], "spread": round(max(rates) - min(rates), 2)})
+        total = {question: n for question, n in passes.items()}  # the last line is the total: every question
+        found.append({"model": model, "method": method, "runs": names, "lines": lines, "passed": total})
+    return found
+
+
+def repeated_text(scoring: Scoring) -> str:
+    """Per model with repeated runs: pass^k, the questions that flip, each run's pass rate and their spread."""
+    blocks = []
+    for group in repeated(scoring):
+        k = len(group["runs"])
+        lines = [f"{group['model']} ({group['method']}), {k} runs ({', '.join(group['runs'])}): the paper verdict "
+                 f"in every run (pass^{k}), the questions that flip between runs, the spread of the pass rates",
+                 f"{'config':12} {'template':9} {'questions':>9} {'pass^' + str(k) + ' %':>9} {'flip %':>7} "
+                 f"{'spread':>7}  pass % per run"]
+        lines += [f"{line['config']:12} {line['template']:9} {line['questions']:>9} {line['pass_k']:>9.1f} "
+                  f"{line['flip']:>7.1f} {line['spread']:>7.1f}  {' '.join(f'{rate:.1f}' for rate in line['rates'])}"
+                  for line in group["lines"]]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def pairs(scoring: Scoring) -> list[dict[str, Any]]:
+    """For each pair of runs and each line of the table: the exact McNemar test on the paper verdict, the
+    difference of the pass rates and, where a run's model has repeated runs, the larger of the spreads known
+    (the runs' own noise: a difference within it says nothing)."""
+    runs = _by_run(scoring.results)
+    model_of = {run: group for group in repeated(scoring) for run in group["runs"]}
     found = []
     for first, second in itertools.combinations(runs, 2):
-        for (config, template, left), (_, _, right) in zip(rows_of_table(runs[first]), rows_of_table(runs[second]),
-                                                           strict=True):
+        same_model = first in model_of and model_of.get(first) is model_of.get(second)
+        for index, ((config, template, left), (_, _, right)) in enumerate(
+                zip(rows_of_table(runs[first]), rows_of_table(runs[second]), strict=True)):
             passed = {r.id: r.paper == "pass" for r in right}
             both = sum(r.paper == "pass" and passed[r.id] for r in left)
             only_first = sum(r.paper == "pass" and not passed[r.id] for r in left)
             only_second = sum(r.paper != "pass" and passed[r.id] for r in left)
+            spreads = [model_of[run]["lines"][index]["spread"] for run in (first, second) if run in model_of]
+            noise = max(spreads) if spreads and not same_model else None
+            difference = round(100 * (only_first - only_second) / len(left), 2) if left else 0.0
             found.append({"first": first, "second": second, "config": config, "template": template,
                           "questions": len(left), "both": both, "only_first": only_first,
-                          "only_second": only_second, "p": mcnemar_exact(only_first, only_second)})
+                          "only_second": only_second, "p": mcnemar_exact(only_first, only_second),
+                          "difference": difference, "noise": noise, "same_model": same_model,
+                          "within_noise": None if noise is None else abs(difference) <= noise})
     return found
 
 
 def pairs_text(scoring: Scoring) -> str:
-    """Per pair of runs: per template, the questions only one of them passed and the test's p-value."""
+    """Per pair of runs: per template, the questions only one of them passed, the test's p-value, and where the
+    runs' own noise is known whether the difference is within it."""
     blocks = []
     for (first, second), found in itertools.groupby(pairs(scoring), key=lambda p: (p["first"], p["second"])):
-        lines = [f"{first} vs {second}: exact McNemar test on the paper verdict (paired by question)",
+        found = list(found)
+        noisy = any(p["noise"] is not None for p in found)
+        lines = [f"{first} vs {second}: exact McNemar test on the paper verdict (paired by question)"
+                 + ("; two runs of one model: their difference is the runs' own noise" if found[0]["same_model"]
+                    else ""),
                  f"{'config':12} {'template':9} {'questions':>9} {'both pass':>9} {'only ' + first:>14} "
-                 f"{'only ' + second:>14} {'p':>8}"]
+                 f"{'only ' + second:>14} {'p':>8}" + (f" {'diff':>6} {'noise':>6}" if noisy else "")]
         lines += [f"{p['config']:12} {p['template']:9} {p['questions']:>9} {p['both']:>9} {p['only_first']:>14} "
-                  f"{p['only_second']:>14} {_p_value(p['p']):>8}" for p in found]
+                  f"{p['only_second']:>14} {_p_value(p['p']):>8}"
+                  + (f" {p['difference']:>6.1f} {p['noise']:>6.1f}" + ("  within the runs' noise"
+                                                                     if p["within_noise"] else "")
+                     if noisy else "") for p in found]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 
@@ -154,6 +217,16 @@ def csv_long(scoring: Scoring) -> str:
         for config, template, results in rows_of_table(found):
             for metric, value in _metrics(results).items():
                 writer.writerow([name, run["model"], run["method"], config, template or "all", metric, value])
+    for group in repeated(scoring):
+        for line in group["lines"]:
+            for metric in ("pass_k", "flip", "spread"):
+                writer.writerow([" + ".join(group["runs"]), group["model"], group["method"], line["config"],
+                                 line["template"] or "all", f"{metric}_pct", line[metric]])
+    for pair in pairs(scoring):
+        for metric in ("both", "only_first", "only_second", "p", "difference", "noise"):
+            if pair[metric] is not None:
+                writer.writerow([f"{pair['first']} vs {pair['second']}", "", "", pair["config"],
+                                 pair["template"] or "all", f"pair_{metric}", pair[metric]])
     return out.getvalue()
 
 
@@ -179,6 +252,7 @@ def as_json(scoring: Scoring) -> str:
                          for kind in ("problems", "warnings", "skipped")}}
             for about, run in zip(scoring.provenance["runs"], scoring.runs, strict=True)]
     document = {"provenance": scoring.provenance, "runs": runs, "summary": summary, "pairs": pairs(scoring),
+                "repeated": repeated(scoring),
                 "skipped": [{"id": skip.id, "template_id": skip.template_id, "reason": skip.reason}
                             for skip in scoring.skipped],
                 "questions": {record_id: _gold(record) for record_id, record in scoring.records.items()},

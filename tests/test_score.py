@@ -305,3 +305,40 @@ def test_html_report_with_filters_and_a_map_renders_in_a_browser(tmp_path: Path)
                     f"--screenshot={shot}", "--window-size=1200,900", page.as_uri()],
                    capture_output=True, timeout=120, check=True)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+def test_several_runs_of_one_model_give_pass_k_flips_and_their_own_noise(tmp_path: Path) -> None:
+    """Three runs of model m pass questions {0-9}, {0-7, 10, 11}, {0-8}: pass^3 8 of 20, 4 flip, rates 50, 50,
+    45 (spread 5); two runs of n pass {0-10} and {0-11} (55 and 60: spread 5). m against n: a difference of 5
+    points is within the runs' own noise, 10 or 15 points is not."""
+    stored = {r.id: r.answers[0]["elevation"] for r in records_of("R1")}
+
+    def run(model: str, passing: set[int]) -> list[dict]:
+        return [{**answer(f"{R1}/{n}", stored[f"{R1}/{n}"] + (0 if n in passing else 50)), "model": model,
+                 "method": "text2sql"} for n in range(20)]
+    files = [write_jsonl(tmp_path / f"{name}.jsonl", run(model, passing)) for name, model, passing in (
+        ("m1", "m", set(range(10))), ("m2", "m", {*range(8), 10, 11}), ("m3", "m", set(range(9))),
+        ("n1", "n", set(range(11))), ("n2", "n", set(range(12))))]
+    out, table = tmp_path / "s.json", tmp_path / "s.csv"
+    result = reproduce("score", *files, "--config", "raster_only", "--template", "R1", "--data", BENCHMARK,
+                       "--json-out", out, "--csv-out", table)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(out.read_text())
+    m = next(group for group in document["repeated"] if group["model"] == "m")
+    assert m["runs"] == ["m1", "m2", "m3"]
+    assert m["lines"][0] == {"config": "raster_only", "template": "R1", "questions": 20, "pass_k": 40.0,
+                             "flip": 20.0, "rates": [50.0, 50.0, 45.0], "spread": 5.0}
+    assert [m["passed"][f"{R1}/{n}"] for n in (0, 8, 9, 10, 12)] == [3, 2, 1, 1, 0]
+    assert "m (text2sql), 3 runs (m1, m2, m3)" in result.stdout
+    pairs = {(p["first"], p["second"], p["template"]): p for p in document["pairs"]}
+    assert [(pairs[pair]["difference"], pairs[pair]["noise"], pairs[pair]["within_noise"]) for pair in (
+        ("m1", "n1", "R1"), ("m1", "n2", "R1"), ("m3", "n2", "R1"))] == [
+        (-5.0, 5.0, True), (-10.0, 5.0, False), (-15.0, 5.0, False)]
+    assert pairs[("m1", "m2", "R1")]["same_model"] and pairs[("m1", "m2", "R1")]["noise"] is None
+    assert "m1 vs m2: exact McNemar test on the paper verdict (paired by question); two runs of one model" \
+        in result.stdout
+    rows = list(csv.DictReader(io.StringIO(table.read_text())))
+    assert {"run": "m1 + m2 + m3", "model": "m", "method": "text2sql", "config": "raster_only", "template": "R1",
+            "metric": "pass_k_pct", "value": "40.0"} in rows
+    assert {"run": "m1 vs n1", "model": "", "method": "", "config": "raster_only", "template": "R1",
+            "metric": "pair_difference", "value": "-5.0"} in rows
