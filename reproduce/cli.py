@@ -319,8 +319,10 @@ def score(
     runs of one model and method (their "model" and "method"): pass^k (the questions every run passed), the
     questions whose verdict flips between them and the spread of their pass rates, the runs' own noise; a
     pair of runs whose difference is within it is said to be.
-    --json-out, --junit and --html give every question; the HTML page has filters, the predicted and gold
-    SQL side by side and maps for locations.
+    --json-out, --junit and --html give every question; the HTML page has sortable tables of the runs, their
+    pairs and repeated runs, the lines not read, filters by run, template, status and where runs disagree,
+    the predicted and gold side by side (long answers folded, never cut), an agent's calls, and maps with a
+    legend and scale for locations. --csv-out has the pairs and repeated runs too.
 
     Example: reproduce score gpt4o.jsonl sonnet.jsonl --config raster_only --csv-out scores.csv
 

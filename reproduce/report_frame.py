@@ -23,8 +23,26 @@ pre{padding:.5em;white-space:pre-wrap;margin:.3em 0}pre.table{white-space:pre;ov
 .card[data-status=mismatch],.card[data-status=empty]{border-left:5px solid #9a6700}
 .card[data-status=sql_error],.card[data-status=timeout],.card[data-status=unreadable],
 .card[data-status=unscorable],.card[data-status=no_prediction]{border-left:5px solid #cf222e}
-.sides{display:grid;grid-template-columns:1fr 1fr;gap:1em}.filters select{margin-right:1em}
+th[onclick]{cursor:pointer}.sides{display:grid;grid-template-columns:1fr 1fr;gap:1em}.filters select{margin-right:1em}
 """
+
+
+SORTABLE_SCRIPT = """
+function sortBy(th){const table=th.closest('table'),body=table.tBodies[0],i=th.cellIndex,up=th.dataset.up!=='1';
+for(const h of table.tHead.rows[0].cells)delete h.dataset.up;th.dataset.up=up?'1':'0';
+const key=r=>{const t=r.cells[i].textContent,n=parseFloat(t);return isNaN(n)?t:n};
+const rows=[...body.rows].sort((a,b)=>{const x=key(a),y=key(b);
+return (typeof x===typeof y?(x<y?-1:x>y?1:0):(typeof x==='number'?-1:1))*(up?1:-1)});
+for(const r of rows)body.appendChild(r)}"""
+
+
+def sortable_table(headers: list[str], rows: list[list[object]]) -> str:
+    """An HTML table whose columns sort on a click of their header (SORTABLE_SCRIPT); numbers right-aligned."""
+    head = "".join(f"<th onclick='sortBy(this)' title='sort'>{html.escape(header)}</th>" for header in headers)
+    body = "".join("<tr>" + "".join(
+        f"<td class='num'>{cell}</td>" if isinstance(cell, int | float) else f"<td>{html.escape(str(cell))}</td>"
+        for cell in row) + "</tr>" for row in rows)
+    return f"<table class='sortable'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def html_document(title: str, body: str, script: str = "") -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 from reproduce import compare, session
 from reproduce.compare import LOCATION, as_geometry, components_of, haversine_m
-from reproduce.report_frame import Case, html_document, junit_document
+from reproduce.report_frame import SORTABLE_SCRIPT, Case, html_document, junit_document, sortable_table
 from reproduce.score import ROWS_KEPT, STATUSES, Scored, Scoring, summarize
 from reproduce.stats import mcnemar_exact, wilson
 
@@ -279,14 +279,18 @@ def junit(scoring: Scoring) -> str:
 # --- HTML -----------------------------------------------------------------------------------------------
 
 _SCRIPT = """function filterCards(){const f={};for(const s of document.querySelectorAll('.filters select'))
-f[s.name]=s.value;let shown=0;for(const c of document.querySelectorAll('.card')){const ok=Object.keys(f)
-.every(k=>!f[k]||c.dataset[k]===f[k]);c.style.display=ok?'':'none';shown+=ok}
+f[s.name]=s.value;const split=document.getElementById('disagree').checked;let shown=0;
+for(const c of document.querySelectorAll('.card')){const ok=Object.keys(f).every(k=>!f[k]||c.dataset[k]===f[k])
+&&(!split||c.dataset.disagree==='1');c.style.display=ok?'':'none';shown+=ok}
 document.getElementById('shown').textContent=shown}"""
+SHOWN_CHARACTERS = 1_500  # of a predicted, returned or stored answer on a card; the rest folded, never cut
 
 
 def html_page(scoring: Scoring) -> str:
-    """One self-contained page: the table per run, filters by run, template and status, and every question
-    with both verdicts, the predicted and the gold SQL side by side, and for a location a small map."""
+    """One self-contained page: sortable tables of the runs, their pairs and repeated runs, the lines that
+    could not be read, the known instability per template, then every question (filters by run, template,
+    status, and where runs disagree) with both verdicts, the predicted and the gold side by side, the agent's
+    calls, and for a location a small map with its legend and scale."""
     provenance = scoring.provenance
     options = {"run": list(dict.fromkeys(r.run for r in scoring.results)),
                "template": list(dict.fromkeys(r.template_id for r in scoring.results)),
@@ -294,39 +298,129 @@ def html_page(scoring: Scoring) -> str:
     filters = "".join(f'<label>{key} <select name="{key}" onchange="filterCards()"><option value="">all</option>'
                       + "".join(f"<option>{html.escape(v)}</option>" for v in values) + "</select></label>"
                       for key, values in options.items())
-    cards = "\n".join(_card(scoring, result) for result in scoring.results)
+    hidden = "" if len(options["run"]) > 1 else " hidden"  # one run cannot disagree with itself
+    filters += (f"<label{hidden}><input type='checkbox' id='disagree' onchange='filterCards()'> only where runs "
+                "disagree</label>")
+    common = _common_instability(scoring.results)
+    disagree = _disagreeing(scoring.results)
+    cards = "\n".join(_card(scoring, result, common, result.id in disagree) for result in scoring.results)
     database = provenance["database"].get("target", "none (answers only)")
     return html_document("reproduce score", (
         f"<h1>reproduce score</h1><p class='meta'>{html.escape(provenance['started_at'])}; dataset "
         f"{html.escape(str(provenance['dataset']['source']))}; database {html.escape(str(database))}</p>"
-        f"<pre>{html.escape(runs_text(scoring))}</pre><pre class='table'>{html.escape(table(scoring))}</pre>"
+        f"<pre>{html.escape(runs_text(scoring))}</pre>{_summary_table(scoring)}{_pairs_table(scoring)}"
+        f"{_repeated_table(scoring)}{_unread(scoring)}{_instability(common)}"
         f"<h2>Questions</h2><p class='filters'>{filters} <span id='shown'>{len(scoring.results)}</span> "
-        f"shown</p>{cards}"), _SCRIPT)
+        f"shown</p>{cards}"), _SCRIPT + SORTABLE_SCRIPT)
 
 
-def _card(scoring: Scoring, result: Scored) -> str:
+def _summary_table(scoring: Scoring) -> str:
+    runs = _by_run(scoring.results)
+    per_run = {name: rows_of_table(found) for name, found in runs.items()}
+    headers = ["config", "template", "questions"] + [f"{name}: {column}" for name in runs
+                                                     for column in ("paper %", "95% CI", "strict %", "predicted %")]
+    lines = []
+    for index, (config, template, found) in enumerate(next(iter(per_run.values()))):
+        cells = [config, template or "all", len(found)]
+        for name in runs:
+            predicted, _, paper, interval, strict, *_ = run_cells(per_run[name][index][2])
+            cells += [paper, interval, strict, predicted]
+        lines.append(cells)
+    return "<h2>Runs</h2>" + sortable_table(headers, lines)
+
+
+def _pairs_table(scoring: Scoring) -> str:
+    found = pairs(scoring)
+    if not found:
+        return ""
+    headers = ["first", "second", "config", "template", "questions", "both pass", "only first", "only second", "p",
+               "difference (points)", "noise (points)"]
+    lines = [[p["first"], p["second"], p["config"], p["template"] or "all", p["questions"], p["both"],
+              p["only_first"], p["only_second"], _p_value(p["p"]), p["difference"],
+              "" if p["noise"] is None else f"{p['noise']}{' (within)' if p['within_noise'] else ''}"]
+             for p in found]
+    return ("<h2>Pairs of runs</h2><p>Exact McNemar test on the paper verdict, paired by question; noise: the "
+            "spread of a model's repeated runs.</p>" + sortable_table(headers, lines))
+
+
+def _repeated_table(scoring: Scoring) -> str:
+    groups = repeated(scoring)
+    if not groups:
+        return ""
+    headers = ["model", "method", "runs", "config", "template", "questions", "pass^k %", "flip %", "spread",
+               "pass % per run"]
+    lines = [[group["model"], group["method"], len(group["runs"]), line["config"], line["template"] or "all",
+              line["questions"], line["pass_k"], line["flip"], line["spread"], " ".join(map(str, line["rates"]))]
+             for group in groups for line in group["lines"]]
+    return "<h2>Repeated runs</h2>" + sortable_table(headers, lines)
+
+
+def _unread(scoring: Scoring) -> str:
+    items = [f"<li>{label} ({html.escape(run.name)}): {html.escape(str(problem))}</li>" for run in scoring.runs
+             for label, found in (("not read", run.problems), ("warning", run.warnings), ("skipped", run.skipped))
+             for problem in found]
+    if not items:
+        return ""
+    return (f"<h2>Lines not read</h2><details><summary>{len(items)} lines and files</summary><ul>{''.join(items)}"
+            "</ul></details>")
+
+
+def _common_instability(results: list[Scored]) -> dict[str, list[str]]:
+    """Per template, the instability flags every one of its questions carries: said once, not on each card."""
+    flags: dict[str, list[set[str]]] = defaultdict(list)
+    for result in results:
+        flags[result.template_id].append(set(result.detail.get("unstable", [])))
+    return {template: sorted(set.intersection(*found)) for template, found in flags.items()
+            if set.intersection(*found)}
+
+
+def _instability(common: dict[str, list[str]]) -> str:
+    if not common:
+        return ""
+    items = "".join(f"<li>{html.escape(template)}: {html.escape('; '.join(flags))}</li>"
+                    for template, flags in common.items())
+    return f"<h2>Where a stored answer may legitimately vary</h2><ul>{items}</ul>"
+
+
+def _disagreeing(results: list[Scored]) -> set[str]:
+    """The questions whose paper verdict differs between runs."""
+    verdicts: dict[str, set[str]] = defaultdict(set)
+    for result in results:
+        verdicts[result.id].add(result.paper)
+    return {question for question, found in verdicts.items() if len(found) > 1}
+
+
+def _card(scoring: Scoring, result: Scored, common: dict[str, list[str]], disagree: bool) -> str:
     record = scoring.records[result.id]
     detail = result.detail
     head = (f"<b>{html.escape(result.id)}</b> [{result.template_id}] run <b>{html.escape(result.run)}</b>: "
             f"{result.status}; paper {result.paper}: {html.escape(result.paper_reason)}; strict {result.strict}: "
             f"{html.escape(result.strict_reason)}")
-    if detail.get("unstable"):
-        head += f"<br><i>gold answer may legitimately vary: {html.escape('; '.join(detail['unstable']))}</i>"
-    attributes = f'class="card" data-run="{html.escape(result.run)}" ' \
-                 f'data-template="{result.template_id}" data-status="{result.status}"'
+    if own := [flag for flag in detail.get("unstable", []) if flag not in common.get(result.template_id, [])]:
+        head += f"<br><i>the stored answer may legitimately vary: {html.escape('; '.join(own))}</i>"
+    attributes = f'class="card" data-run="{html.escape(result.run)}" data-template="{result.template_id}" ' \
+                 f'data-status="{result.status}" data-disagree="{int(disagree)}"'
     calls = _calls(detail.get("calls", []), detail.get("meta", {}).get("stop"))
     if result.status in ("pass", "no_prediction"):  # nothing to compare: one line keeps the page small
         return f"<div {attributes}>{head}{calls}</div>"
     predicted = "\n\n".join(detail.get("sql", [])) or json.dumps(detail.get("answer", "(no prediction)"), indent=1,
                                                                 default=str)
-    got = json.dumps(detail.get("rows", detail.get("error", "")), default=str)[:1500]
+    got = json.dumps(detail["rows"], default=str) if "rows" in detail else str(detail.get("error", ""))
     used = f" ({detail['candidate']} used)" if "candidate" in detail else ""
-    sides = (f"<div class='sides'><div>predicted{used}<pre>{html.escape(predicted)}</pre>"
-             f"returned<pre>{html.escape(got)}</pre></div>"
-             f"<div>gold<pre>{html.escape(record.sql)}</pre>stored answer<pre>"
-             f"{html.escape(json.dumps(record.answers[:ROWS_KEPT], default=str)[:1500])}</pre></div></div>")
+    returned = f"returned{_folded(got)}" if "rows" in detail or "error" in detail else ""
+    sides = (f"<div class='sides'><div>predicted{used}{_folded(predicted)}{returned}</div>"
+             f"<div>gold<pre>{html.escape(record.sql)}</pre>stored answer"
+             f"{_folded(json.dumps(record.answers[:ROWS_KEPT], default=str))}</div></div>")
     return (f"<div {attributes}>{head}<p>{html.escape(record.question)}</p>{sides}"
             f"{location_map(result, record)}{calls}</div>")
+
+
+def _folded(text: str) -> str:
+    """A value's text, its first SHOWN_CHARACTERS and the whole of it on demand: never cut mid-JSON unsaid."""
+    if len(text) <= SHOWN_CHARACTERS:
+        return f"<pre>{html.escape(text)}</pre>"
+    return (f"<pre>{html.escape(text[:SHOWN_CHARACTERS])}…</pre><details><summary>all {len(text):,} characters"
+            f"</summary><pre>{html.escape(text)}</pre></details>")
 
 
 def _calls(calls: list[dict[str, Any]], stop: str | None) -> str:
@@ -362,20 +456,42 @@ def location_map(result: Scored, record: Any, width: int = 320, height: int = 20
     if not predicted or not stored:
         return ""
     distance = min(haversine_m(p.wkt, s.wkt) for p in predicted for s in stored)
-    xs = [p.x for p in predicted + stored]
+    cy = (max(p.y for p in predicted + stored) + min(p.y for p in predicted + stored)) / 2
+    shrink = max(math.cos(math.radians(cy)), 1e-6)  # a degree of longitude is this much of one of latitude
+    xs = [p.x * shrink for p in predicted + stored]
     ys = [p.y for p in predicted + stored]
     span = max(max(xs) - min(xs), max(ys) - min(ys), 1e-6) * 1.2
-    cx, cy = (max(xs) + min(xs)) / 2, (max(ys) + min(ys)) / 2
-    def at(point: Any) -> tuple[float, float]:
-        return (width / 2 + (point.x - cx) / span * (height - 20),
+    cx = (max(xs) + min(xs)) / 2
+    def at(point: Any) -> tuple[float, float]:  # the same metres per pixel both ways
+        return (width / 2 + (point.x * shrink - cx) / span * (height - 20),
                 height / 2 - (point.y - cy) / span * (height - 20))
     marks = [f"<circle cx='{x:.1f}' cy='{y:.1f}' r='5' fill='#2a2'/>" for x, y in map(at, stored)]
     marks += [f"<path d='M{x - 5:.1f},{y - 5:.1f}L{x + 5:.1f},{y + 5:.1f}M{x - 5:.1f},{y + 5:.1f}L{x + 5:.1f},"
               f"{y - 5:.1f}' stroke='#c22' stroke-width='2'/>" for x, y in map(at, predicted)]
     label = f"nearest predicted to stored: {distance:,.1f} m (tolerance {LOCATION.threshold:g} m)"
+    metres, pixels = _scale_bar(span / (height - 20))
+    legend = (f"<circle cx='12' cy='12' r='5' fill='#2a2'/><text x='22' y='16' font-size='11'>stored</text>"
+              f"<path d='M67,7L77,17M67,17L77,7' stroke='#c22' stroke-width='2'/>"
+              f"<text x='82' y='16' font-size='11'>predicted</text>"
+              f"<path d='M{width - 10 - pixels:.1f},{height - 10}h{pixels:.1f}' stroke='#333' stroke-width='2'/>"
+              f"<text x='{width - 10 - pixels:.1f}' y='{height - 14}' font-size='11'>{_metres(metres)}</text>")
     return (f"<svg class='map' width='{width}' height='{height + 20}' viewBox='0 0 {width} {height + 20}' "
             f"role='img' aria-label='{label}'><rect width='{width}' height='{height}' fill='#f4f8fb' "
-            f"stroke='#ccc'/>{''.join(marks)}<text x='4' y='{height + 15}' font-size='12'>{label}</text></svg>")
+            f"stroke='#ccc'/>{''.join(marks)}{legend}<text x='4' y='{height + 15}' font-size='12'>{label}</text></svg>")
+
+
+def _scale_bar(degrees_per_pixel: float) -> tuple[float, float]:
+    """A round length in metres for a scale bar of about 60 pixels, and its length in pixels (degrees of
+    latitude per pixel: the map shows longitude at its latitude's scale)."""
+    metres_per_pixel = degrees_per_pixel * math.pi / 180 * compare.EARTH_RADIUS_M
+    wanted = 60 * metres_per_pixel
+    step = 10 ** math.floor(math.log10(wanted))
+    metres = max(factor * step for factor in (1, 2, 5) if factor * step <= wanted)
+    return metres, metres / metres_per_pixel
+
+
+def _metres(metres: float) -> str:
+    return f"{metres / 1000:g} km" if metres >= 1000 else f"{metres:g} m"
 
 
 def _points(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[Any]:

@@ -286,16 +286,26 @@ def test_ctrl_c_then_the_same_command_scores_only_the_rest(stored_db: str, tmp_p
 
 def test_html_report_with_filters_and_a_map_renders_in_a_browser(tmp_path: Path) -> None:
     vr2 = records_of("VR2")[3].answers[0]["geometry"]
+    stored_r1 = records_of("R1")[0].answers[0]["elevation"]
     predictions = write_jsonl(tmp_path / "p.jsonl", [
         answer("extended/range+loc+elevation_condition/3", [{"geometry": shifted_north(vr2, 6)}]),
-        answer(f"{R1}/0", 1.0)])
+        answer(f"{R1}/0", 1.0), {"id": f"{R1}/1", "seconds": 2}])
+    many = [{"geometry": shifted_north(vr2, 50), "poi_name": f"Place {n} " + "x" * 200} for n in range(60)]
+    other = write_jsonl(tmp_path / "q.jsonl", [answer("extended/range+loc+elevation_condition/3", many),
+                                               answer(f"{R1}/0", stored_r1)])
     page = tmp_path / "score.html"
-    result = reproduce("score", str(predictions), "--template", "VR2", "--template", "R1", "--data", str(BENCHMARK),
-                       "--html", str(page))
+    result = reproduce("score", predictions, other, "--template", "VR2", "--template", "R1", "--data", BENCHMARK,
+                       "--html", page)
     assert result.returncode == 0, result.stderr
     text = page.read_text()
     assert "nearest predicted to stored: 6.0 m (tolerance 5 m)" in text
+    assert "<text x='22' y='16' font-size='11'>stored</text>" in text and " m</text>" in text  # legend, scale
     assert '<select name="status" onchange="filterCards()">' in text and "<option>no_prediction</option>" in text
+    assert text.count("<table class='sortable'>") == 2 and "<h2>Pairs of runs</h2>" in text  # runs, pairs
+    assert f"warning (p): {tmp_path / 'p.jsonl'}:3: {R1}/1: neither &#x27;sql&#x27; nor &#x27;answer&#x27;" in text
+    assert 'data-run="p" data-template="R1" data-status="mismatch" data-disagree="1"' in text
+    assert "<summary>all " in text  # the 60 rows folded, not cut
+    assert "<li>R1: LIMIT without ORDER BY" in text and "may legitimately vary: LIMIT" not in text
     chromium = shutil.which("chromium")
     if chromium is None:
         missing("chromium", "apt-get install chromium to render the HTML report in a browser")
