@@ -203,3 +203,18 @@ def test_answers_as_rows() -> None:
 
 def test_sql_blocks_in_order() -> None:
     assert sql_blocks("```sql SELECT 1```\n```python\nx\n```\n``` sql\nSELECT 2;\n```") == ("SELECT 1", "SELECT 2;")
+
+
+def test_chess_runner_files_are_read_with_their_group_wide_numbers(tmp_path: Path) -> None:
+    """CHESS-PostGIS's materialised files, chess_<group>/<stem>/<stem>-<qid>.json, number raster_only's
+    questions across the folder: elevation+poi's 0 and 19 are 60 and 79."""
+    folder = tmp_path / "chess_raster_only" / "elevation+poi"
+    folder.mkdir(parents=True)
+    for qid, index in ((60, 0), (79, 19)):
+        (folder / f"elevation+poi-{qid}.json").write_text(json.dumps({
+            "id": f"elevation+poi-{qid}", "source_stem": "elevation+poi", "source_index": index,
+            "predicted_sql": f"SELECT {index} AS elevation"}))
+    run = read_run(tmp_path / "chess_raster_only", "chess", SELECTED)
+    assert run.problems == []
+    assert {question: prediction.statements for question, prediction in run.predictions.items()} == {
+        f"{R1}/0": ("SELECT 0 AS elevation",), f"{R1}/19": ("SELECT 19 AS elevation",)}
