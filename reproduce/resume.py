@@ -5,7 +5,8 @@ in full (the new answers); each command's file names its format, so neither take
 The header records the selection (config, templates, ids), the dataset checksum, the database fingerprint (row
 counts per table) and the timeout.
 A later run with the same file skips the questions already in it, and refuses (unless forced) when the
-dataset, the database or the timeout differ, because mixing results of two setups would mislead.
+selection, the dataset, the database or the timeout differ, because mixing results of two setups would
+mislead.
 """
 
 from __future__ import annotations
