@@ -62,12 +62,17 @@ def preflight(dsn: str | None, logins: Logins, tables: list[str]) -> Readiness:
     """check() for a run that needs `tables` and logs in as `logins`: any problem stops the run before the
     first question."""
     readiness = check(dsn, logins, tables)
-    if readiness.problems:
-        raise GsqaError(
-            "the database is not ready: " + "; ".join(readiness.problems)
-            + ". Load the missing data (`make db`, `ingest all`; `reproduce check` shows every table)"
-        )
+    if refused := not_ready(readiness):
+        raise GsqaError(refused)
     return readiness
+
+
+def not_ready(readiness: Readiness) -> str:
+    """Why a run cannot start on the database, in one line ("" when it can)."""
+    if not readiness.problems:
+        return ""
+    return ("the database is not ready: " + "; ".join(readiness.problems)
+            + ". Load the missing data (`make db`, `ingest all`; `reproduce check` shows every table)")
 
 
 def database_facts(dsn: str | None) -> dict[str, object]:

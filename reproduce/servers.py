@@ -19,26 +19,30 @@ import psycopg
 from gsqa_core.db import connect, resolve_dsn, target_parts
 from gsqa_core.errors import GsqaError
 from gsqa_core.roles import login_dsn
-from gsqa_core.sandbox import READER
+from gsqa_core.sandbox import READER, Role
 from reproduce import readiness
 from reproduce.runner import Server
 
-READER_ONLY: readiness.Logins = {READER: None}
 REPLAY_WAIT_S = 30.0  # how long a standby may take to replay what the primary has written so far
 
 
 @dataclass(frozen=True)
 class Checked:
-    server: Server
+    name: str
+    admin: str
+    logins: dict[Role, str]  # each role's login DSN there, resolved once (the preflight used the same)
     role: str  # standby (of this primary) or copy
     problem: str = ""  # why it does not hold the primary's database ("" when it does)
 
+    def server(self, role: Role) -> Server:
+        """The replica as a server that answers as `role`."""
+        return Server(self.name, self.logins[role], self.admin)
+
 
 def replicas(primary: str | None, dsns: Sequence[str], tables: list[str], force: bool,
-             logins: readiness.Logins = READER_ONLY, wait: float = REPLAY_WAIT_S) -> list[Checked]:
-    """The --replica servers, ready for `logins` and checked against the primary; GsqaError for the first that
-    is not (a lagging or different one only without `force`). Each Server logs in as the first role of
-    `logins`."""
+             roles: Sequence[Role] = (READER,), wait: float = REPLAY_WAIT_S) -> list[Checked]:
+    """The --replica servers, ready for `roles` and checked against the primary; GsqaError for the first that
+    is not (a lagging or different one only without `force`)."""
     checked = []
     names = {name_of(primary)}
     for dsn in dsns:
@@ -47,14 +51,15 @@ def replicas(primary: str | None, dsns: Sequence[str], tables: list[str], force:
             raise GsqaError(f"--replica {name}: named twice (or it is the primary)")
         names.add(name)
         try:
+            logins = {role: login_dsn(dsn, role) for role in roles}
             readiness.preflight(dsn, logins, tables)
         except GsqaError as error:
             raise GsqaError(f"--replica {name}: {error}") from None
-        role, problem = _compare(primary, dsn, wait)
+        kind, problem = _compare(primary, dsn, wait)
         if problem and not force:
             raise GsqaError(f"--replica {name}: {problem}; its answers could differ from the primary's "
                             "(--force runs on it anyway)")
-        checked.append(Checked(Server(name, login_dsn(dsn, next(iter(logins))), resolve_dsn(dsn)), role, problem))
+        checked.append(Checked(name, resolve_dsn(dsn), logins, kind, problem))
     return checked
 
 

@@ -15,7 +15,7 @@ import datetime
 import functools
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any, TypeVar
@@ -121,8 +121,7 @@ class Prepared:
         --reader-dsn is that role's login) on the primary and every replica; `lost` hears of lost servers."""
         runner = Runner(self.logins[role], self.request.timeout, self.request.workers,
                         self.target.admin, self.request.max_rows,
-                        [replace(checked.server, login=login_dsn(checked.server.admin, role))
-                         for checked in self.replicas], self.target.name)
+                        [checked.server(role) for checked in self.replicas], self.target.name)
         runner.lost = lost
         with tqdm(total=len(jobs), desc=description, unit="q", file=sys.stderr,
                   disable=not self.request.progress) as bar:
@@ -148,7 +147,7 @@ def provenance(request: Request, data: dataset.Dataset, command: str, prepared: 
     if prepared:
         stated["database"] = {"target": prepared.target.described, **prepared.facts}
         stated["servers"] = [{"name": prepared.target.name, "role": "primary"},
-                             *({"name": checked.server.name, "role": checked.role,
+                             *({"name": checked.name, "role": checked.role,
                                 **({"forced": checked.problem} if checked.problem else {})}
                                for checked in prepared.replicas)]
         stated["workers"] = request.workers
@@ -165,29 +164,27 @@ def prepare(request: Request, records: list[Record], roles: Iterable[Role]) -> P
     target = Target.of(request.dsn)
     logins = {role: target.login(role, request.reader_dsn if n == 0 else None) for n, role in enumerate(roles)}
     ready = _preflight(request, target, records, logins)
-    checked = servers.replicas(target.admin, request.replicas, tables_needed(records), request.force,
-                               {role: None for role in roles})
+    checked = servers.replicas(target.admin, request.replicas, tables_needed(records), request.force, roles)
     return Prepared(request, target, logins, ready, checked)
 
 
 def _preflight(request: Request, target: Target, records: list[Record],
                logins: readiness.Logins) -> readiness.Readiness:
-    try:
-        return readiness.preflight(target.admin, logins, tables_needed(records))
-    except GsqaError as error:
-        unusable = {name for name, rows in readiness.check(target.admin, logins, tables_needed(records))
-                    .row_estimates.items() if not rows}
-        blocked = {record.template_id for record in records if set(tables_needed([record])) & unusable}
-        runnable = [template for template in dict.fromkeys(record.template_id for record in records)
-                    if template not in blocked]
-        if not blocked:
-            raise
-        message = f"{error}; the templates that read them: {', '.join(sorted(blocked, key=_template_order))}"
+    ready = readiness.check(target.admin, logins, tables_needed(records))
+    refused = readiness.not_ready(ready)
+    if not refused:
+        return ready
+    unusable = {name for name, rows in ready.row_estimates.items() if not rows}
+    blocked = {record.template_id for record in records if set(tables_needed([record])) & unusable}
+    runnable = [template for template in dict.fromkeys(record.template_id for record in records)
+                if template not in blocked]
+    if blocked:
+        refused += f"; the templates that read them: {', '.join(sorted(blocked, key=_template_order))}"
         if runnable:
             data = f" --data {request.data}" if request.data else ""
             options = " ".join(f"--template {template}" for template in runnable)
-            message += f"; to run the others: reproduce verify --config {request.config}{data} {options}"
-        raise GsqaError(message) from None
+            refused += f"; to run the others: reproduce verify --config {request.config}{data} {options}"
+    raise GsqaError(refused)
 
 
 def _template_order(template_id: str) -> tuple[str, int]:
