@@ -75,7 +75,7 @@ class Table:
 
 
 FREQUENT_SHOWN = 6  # most common values shown per tag column
-TAG_DISTINCT_AT_MOST = 50  # a text column with at most this many distinct values is a tag: its values are shown
+TAG_DISTINCT_AT_MOST = 1_000  # a column with at most this many distinct values is a tag (amenity has hundreds)
 # What a prompt must know to write SQL on the reference tables, declared once for every renderer.
 GEOGRAPHY_USAGE = ("geography: ST_Distance, ST_DWithin, ST_Length and ST_Area on it measure in metres (square "
                    "metres); cast it to geometry (`geometry::geometry`) for raster functions and for results in "

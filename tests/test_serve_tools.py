@@ -7,12 +7,13 @@ import json
 import re
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from gsqa_core.errors import GsqaError
 from reproduce import configs, dataset
 from reproduce.serve import trajectory
-from reproduce.serve.tools import ServeRequest, ToolRefused, open_tools
+from reproduce.serve.tools import APPLICATION_NAME, ServeRequest, ToolRefused, open_tools
 from testkit.cli import reproduce
 
 R1 = "raster_only/elevation+poi"
@@ -207,3 +208,23 @@ def test_score_counts_an_episode_without_an_answer_as_no_prediction_saying_how_i
                                                   "(all 1 calls used)")
     assert results[f"{R1}/2"]["status"] in ("pass", "mismatch")
     assert results[f"{R1}/3"]["paper_reason"] == "the run has no prediction"
+
+
+def test_a_database_that_cannot_be_reached_is_one_line_and_the_next_call_goes_on(demo, tmp_path: Path) -> None:
+    """The model role's connection ended and its login refused for a moment: the call says so in one line
+    (written to the trajectory), and once the login works again the next call reconnects."""
+    path = tmp_path / "run.jsonl"
+    with open_tools(request(demo, path, connections=1)) as tools:
+        tools.query(f"{R1}/0", "SELECT 1 AS one")
+        with psycopg.connect(demo[0], autocommit=True) as admin:
+            admin.execute("ALTER ROLE gsqa_model NOLOGIN")
+            try:
+                admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                              [APPLICATION_NAME])
+                with pytest.raises(ToolRefused, match="^the database cannot be reached now: the sandbox role cannot "
+                                                      "connect: .*not permitted to log in"):
+                    tools.query(f"{R1}/0", "SELECT 2 AS two")
+            finally:
+                admin.execute("ALTER ROLE gsqa_model LOGIN")
+        assert tools.query(f"{R1}/0", "SELECT 3 AS three")["rows"] == [{"three": 3}]
+    assert [line["outcome"] for line in lines(path) if line["type"] == "call"] == ["rows", "error", "rows"]

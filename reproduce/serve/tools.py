@@ -194,7 +194,10 @@ class Tools:
                 raise call.refused(f"refused: the SQL is {len(sql):,} characters; at most {MAX_SQL_CHARACTERS:,}")
             with self._pool.session() as sandbox:
                 sandbox.timeout = max(MIN_TIMEOUT_S, min(self.budget["timeout"], call.seconds_left()))
-                outcome = sandbox.run(sql)
+                try:
+                    outcome = sandbox.run(sql)
+                except ServerLost as lost:  # its connection was ended and a new one cannot be had now
+                    raise call.refused(f"the database cannot be reached now: {lost}") from None
             return call.answered(outcome)
 
     def submit_answer(self, question_id: str, answer: Any) -> dict[str, Any]:
