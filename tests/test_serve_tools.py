@@ -228,3 +228,17 @@ def test_a_database_that_cannot_be_reached_is_one_line_and_the_next_call_goes_on
                 admin.execute("ALTER ROLE gsqa_model LOGIN")
         assert tools.query(f"{R1}/0", "SELECT 3 AS three")["rows"] == [{"three": 3}]
     assert [line["outcome"] for line in lines(path) if line["type"] == "call"] == ["rows", "error", "rows"]
+
+
+def test_oversized_sql_and_answers_are_refused_and_not_kept(demo, tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with open_tools(request(demo, path)) as tools:
+        with pytest.raises(ToolRefused, match=r"^refused: the SQL is 100,001 characters; at most 100,000"):
+            tools.query(f"{R1}/0", "S" * 100_001)
+        with pytest.raises(ToolRefused, match=r"^refused: the answer is 10,000,00\d characters as JSON; at most "):
+            tools.submit_answer(f"{R1}/0", "x" * 10_000_000)
+        assert tools.stopped(f"{R1}/0") == ""  # refused, not submitted
+    calls = [line for line in lines(path) if line["type"] == "call"]
+    assert [call["arguments"] for call in calls] == [{"sql": "(not kept: 100,001 characters)"},
+                                                     {"answer": "(not kept: 10,000,002 characters)"}]
+    assert path.stat().st_size < 10_000
