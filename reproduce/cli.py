@@ -16,7 +16,7 @@ from gsqa_core import schema
 from gsqa_core.cli import DsnOption, JsonOption, command_group, interrupted_as_130, manual, reported_as_exit_code, run
 from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
 from gsqa_core.sandbox import MODEL, READER
-from reproduce import compare, configs, readiness, report
+from reproduce import compare, configs, gate, readiness, report
 from reproduce import verify as verification
 from reproduce.runner import MAX_ROWS, MAX_TIMEOUT_S, MIN_TIMEOUT_S
 from reproduce.session import REPORTED_CHARACTERS
@@ -362,7 +362,8 @@ def score(
 
 
 @app.command()
-@manual(clip=f"{REPORTED_CHARACTERS:,}")
+@manual(clip=f"{REPORTED_CHARACTERS:,}", sql_limit=f"{gate.MAX_SQL_CHARACTERS:,}",
+        answer_limit=f"{gate.MAX_ANSWER_CHARACTERS:,}")
 def serve(
     config: ConfigOption = "all", template: TemplateOption = [], question: IdOption = [],  # noqa: B006
     data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
@@ -394,7 +395,8 @@ def serve(
     model's SQL: rows as JSON with NULL columns left out and geometries as WKT, the first --max-rows, values
     past ${clip} characters cut; an error or refusal in one line) and submit_answer(question_id, answer) (rows
     like the stored answers, a value, or a list of values: recorded, never judged here; it ends the
-    question's episode). Each selected question is an episode with its own budget: --max-calls calls (every
+    question's episode); SQL past ${sql_limit} characters and answers past ${answer_limit} characters of JSON
+    are refused. Each selected question is an episode with its own budget: --max-calls calls (every
     call counts, refused or not) and --max-seconds from its first call (each statement's timeout is the
     smaller of --timeout and the time left); past either, or after submit_answer, its tools answer with an
     error saying why. An unknown question id is an error naming it; the other questions go on. An MCP

@@ -17,6 +17,9 @@ import re
 import psycopg
 
 QUERIES = ("SELECT", "WITH", "VALUES", "TABLE", "EXPLAIN", "SHOW")
+# What an agent's tool call may carry (reproduce serve): more is refused unread, and not kept.
+MAX_SQL_CHARACTERS = 100_000  # the longest gold SQL has under 5,000
+MAX_ANSWER_CHARACTERS = 10_000_000  # of an answer as JSON; the largest stored answer (6,885 rows) is about 2 MB
 # What an SQLAlchemy session sends for a nested transaction; engine() lets them pass (they cannot end the
 # transaction its session began; a ROLLBACK only ends it sooner).
 SAVEPOINTS = ("SAVEPOINT", "RELEASE", "ROLLBACK")

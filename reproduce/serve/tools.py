@@ -41,15 +41,13 @@ import shapely
 
 from gsqa_core.errors import GsqaError
 from gsqa_core.sandbox import MODEL
-from reproduce import compare, configs, describe, session
+from reproduce import compare, configs, describe, gate, session
 from reproduce.dataset import Record
 from reproduce.predictions import address_only, answer_rows
 from reproduce.runner import MIN_TIMEOUT_S, Outcome, ServerLost, Session
 from reproduce.serve import trajectory
 
 APPLICATION_NAME = "gsqa-serve"  # what pg_stat_activity shows for the tools' connections
-MAX_SQL_CHARACTERS = 100_000  # a longer statement is refused unread (the longest gold SQL has under 5,000)
-MAX_ANSWER_CHARACTERS = 10_000_000  # of an answer as JSON (the largest stored answer, 6,885 rows, is about 2 MB)
 
 
 class ToolRefused(GsqaError):
@@ -191,9 +189,9 @@ class Tools:
         with self._call(question_id, "query", {"sql": sql}) as call:
             if not isinstance(sql, str) or not sql.strip():
                 raise call.refused("refused: no SQL (expected one query as text)")
-            if len(sql) > MAX_SQL_CHARACTERS:
+            if len(sql) > gate.MAX_SQL_CHARACTERS:
                 call.arguments = {"sql": f"(not kept: {len(sql):,} characters)"}  # the trajectory stays bounded
-                raise call.refused(f"refused: the SQL is {len(sql):,} characters; at most {MAX_SQL_CHARACTERS:,}")
+                raise call.refused(f"refused: the SQL is {len(sql):,} characters; at most {gate.MAX_SQL_CHARACTERS:,}")
             with self._pool.session() as sandbox:
                 sandbox.timeout = max(MIN_TIMEOUT_S, min(self.budget["timeout"], call.seconds_left()))
                 try:
@@ -206,10 +204,10 @@ class Tools:
         """Record the answer (rows like the stored answers, a value, or a list of values; the same as JSON
         text) and end the episode."""
         with self._call(question_id, "submit_answer", {"answer": answer}) as call:
-            if (size := len(json.dumps(answer, default=str))) > MAX_ANSWER_CHARACTERS:
+            if (size := len(json.dumps(answer, default=str))) > gate.MAX_ANSWER_CHARACTERS:
                 call.arguments = {"answer": f"(not kept: {size:,} characters)"}  # the trajectory stays bounded
                 raise call.refused(f"refused: the answer is {size:,} characters as JSON; at most "
-                                   f"{MAX_ANSWER_CHARACTERS:,}")
+                                   f"{gate.MAX_ANSWER_CHARACTERS:,}")
             template_id = self.records[call.question].template_id
             try:
                 rows = answer_rows(template_id, answer)
