@@ -264,7 +264,7 @@ def _json_text_parsed(answer: Any) -> Any:
     if isinstance(answer, str) and answer.lstrip()[:1] in ("[", "{"):
         try:
             return json.loads(answer)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes: a value
             pass
     return answer
 

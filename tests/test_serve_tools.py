@@ -3,8 +3,10 @@ the trajectory they write and a rerun on it, and `reproduce score` on that traje
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import re
+import threading
 from pathlib import Path
 
 import psycopg
@@ -242,3 +244,53 @@ def test_oversized_sql_and_answers_are_refused_and_not_kept(demo, tmp_path: Path
     assert [call["arguments"] for call in calls] == [{"sql": "(not kept: 100,001 characters)"},
                                                      {"answer": "(not kept: 10,000,002 characters)"}]
     assert path.stat().st_size < 10_000
+
+
+def test_answers_sent_at_once_to_one_question_one_is_recorded(demo, tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with open_tools(request(demo, path, max_calls=5)) as tools:
+        start = threading.Barrier(8)
+
+        def submit(value: float) -> str:
+            start.wait()
+            try:
+                return "recorded" if tools.submit_answer(f"{R1}/0", value)["recorded"] else "?"
+            except ToolRefused as refused:
+                return str(refused).split(": ", 2)[-1].split(" [")[0]
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            replies = list(pool.map(submit, [float(n) for n in range(8)]))
+    assert replies.count("recorded") == 1, replies
+    written = lines(path)
+    assert [line["reason"] for line in written if line["type"] == "stop"] == ["submitted"]
+    assert sum(line["type"] == "call" and line["outcome"] == "ok" for line in written) == 1
+    assert sorted(line["call"] for line in written if line["type"] == "call") == list(range(1, 9))
+
+
+def test_a_submission_whose_stop_line_a_kill_lost_stays_submitted(demo, tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with open_tools(request(demo, path)) as tools:
+        tools.submit_answer(f"{R1}/0", 1.0)
+    path.write_text("".join(line + "\n" for line in path.read_text().splitlines()[:-1]))  # the stop line lost
+    with open_tools(request(demo, path)) as tools:
+        with pytest.raises(ToolRefused, match="the answer was submitted"):
+            tools.submit_answer(f"{R1}/0", 2.0)
+
+
+def test_one_server_per_trajectory_file(demo, tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with open_tools(request(demo, path)), pytest.raises(GsqaError, match=r"another server writes it now"):
+        open_tools(request(demo, path))
+
+
+def test_anything_a_call_raises_is_one_line_and_kept(demo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The safety net under the tools: an unexpected failure is still one line for the agent and a line in the
+    trajectory (the call was charged)."""
+    path = tmp_path / "run.jsonl"
+    with open_tools(request(demo, path)) as tools:
+        arc = tools.query(f"{R1}/0", "SELECT 'CIRCULARSTRING(0 0, 1 1, 1 0)'::geometry AS arc")["rows"][0]["arc"]
+        assert arc.startswith("0108000000")  # a curve GEOS cannot write as WKT: its hex EWKB
+        monkeypatch.setattr("reproduce.serve.tools.answer_rows", lambda *args: 1 / 0)
+        with pytest.raises(ToolRefused, match=r"^the call failed: ZeroDivisionError: division by zero \[budget left"):
+            tools.submit_answer(f"{R1}/0", 1.0)
+    failed = lines(path)[-1]
+    assert (failed["tool"], failed["outcome"], failed["call"]) == ("submit_answer", "error", 2)

@@ -92,7 +92,11 @@ class _WktLoader(psycopg.adapt.Loader):
     """geometry and geography values as WKT (text format: hex EWKB) instead of the stored answers' hex."""
 
     def load(self, data: Any) -> str:
-        return shapely.from_wkb(bytes(data).decode()).wkt
+        hex_ewkb = bytes(data).decode()
+        try:
+            return shapely.from_wkb(hex_ewkb).wkt
+        except (shapely.errors.ShapelyError, NotImplementedError):  # curves, triangles: GEOS cannot write them
+            return hex_ewkb
 
 
 class _AgentSession(Session):
@@ -116,19 +120,22 @@ class _Pool:
         self._slots = threading.BoundedSemaphore(size)
 
     @contextlib.contextmanager
-    def session(self) -> Iterator[Session]:
-        with self._slots:
+    def session(self, wait: float) -> Iterator[Session | None]:
+        """A free session, waiting at most `wait` seconds for one (None if none came free)."""
+        if not self._slots.acquire(timeout=None if math.isinf(wait) else wait):
+            yield None
+            return
+        try:
             try:
                 found = self._idle.get_nowait()
             except queue.Empty:
-                try:
-                    found = _AgentSession(self._login, 1.0, self._admin, self._max_rows, truncate=True)
-                except ServerLost as lost:
-                    raise ToolRefused(f"the database cannot be reached now: {lost}") from None
+                found = _AgentSession(self._login, 1.0, self._admin, self._max_rows, truncate=True)
             try:
                 yield found
             finally:
                 self._idle.put(found)
+        finally:
+            self._slots.release()
 
     def close(self) -> None:
         while True:
@@ -189,32 +196,38 @@ class Tools:
         with self._call(question_id, "query", {"sql": sql}) as call:
             if not isinstance(sql, str) or not sql.strip():
                 raise call.refused("refused: no SQL (expected one query as text)")
-            if len(sql) > gate.MAX_SQL_CHARACTERS:
-                call.arguments = {"sql": f"(not kept: {len(sql):,} characters)"}  # the trajectory stays bounded
-                raise call.refused(f"refused: the SQL is {len(sql):,} characters; at most {gate.MAX_SQL_CHARACTERS:,}")
-            with self._pool.session() as sandbox:
-                sandbox.timeout = max(MIN_TIMEOUT_S, min(self.budget["timeout"], call.seconds_left()))
-                try:
+            if call.oversized:
+                raise call.refused(f"refused: the SQL is {call.oversized:,} characters; at most "
+                                   f"{gate.MAX_SQL_CHARACTERS:,}")
+            try:
+                with self._pool.session(wait=call.seconds_left()) as sandbox:
+                    if sandbox is None or call.seconds_left() < MIN_TIMEOUT_S:
+                        raise call.refused(f"refused: no time left in the episode's budget of "
+                                           f"{self.budget['seconds']:g} s (the calls before waited for a connection)")
+                    sandbox.timeout = max(MIN_TIMEOUT_S, min(self.budget["timeout"], call.seconds_left()))
                     outcome = sandbox.run(sql)
-                except ServerLost as lost:  # its connection was ended and a new one cannot be had now
-                    raise call.refused(f"the database cannot be reached now: {lost}") from None
+            except ServerLost as lost:  # no connection can be had now
+                raise call.refused(f"the database cannot be reached now: {lost}") from None
             return call.answered(outcome)
 
     def submit_answer(self, question_id: str, answer: Any) -> dict[str, Any]:
         """Record the answer (rows like the stored answers, a value, or a list of values; the same as JSON
         text) and end the episode."""
         with self._call(question_id, "submit_answer", {"answer": answer}) as call:
-            if (size := len(json.dumps(answer, default=str))) > gate.MAX_ANSWER_CHARACTERS:
-                call.arguments = {"answer": f"(not kept: {size:,} characters)"}  # the trajectory stays bounded
-                raise call.refused(f"refused: the answer is {size:,} characters as JSON; at most "
+            if call.oversized:
+                raise call.refused(f"refused: the answer is {call.oversized:,} characters as JSON; at most "
                                    f"{gate.MAX_ANSWER_CHARACTERS:,}")
             template_id = self.records[call.question].template_id
             try:
                 rows = answer_rows(template_id, answer)
             except ValueError as error:
                 raise call.refused(f"refused: {error}") from None
+            with self._lock:  # one answer per episode, however many arrive at once
+                if call.episode.stop:
+                    raise call.refused(self._ended(call.question, call.episode))
+                call.episode.stop = "submitted"
             call.done("ok", rows=len(rows), result=rows)
-            self._stop(call.question, "submitted", f"submit_answer with {len(rows)} rows")
+            self._stop(call.question, "submitted", f"submit_answer with {len(rows)} rows", claimed=True)
             reply = {"recorded": True, "question_id": call.question, "rows": len(rows)}
             if why := address_only(template_id, rows):
                 reply["note"] = why
@@ -266,6 +279,7 @@ class Tools:
                 call.episode = episode
                 blocked = self._blocked(question, episode)
                 episode.calls += 1
+                call.number = episode.calls
                 if episode.started is None:
                     episode.started = time.monotonic()
         try:
@@ -276,6 +290,11 @@ class Tools:
             if not call.written:
                 call.done(call.outcome or "error", error=call.error or str(refused))
             raise
+        except Exception as failed:  # noqa: BLE001 - whatever it was, the agent gets one line and the call is kept
+            why = f"the call failed: {type(failed).__name__}: {' '.join(str(failed).split())[:300]}"
+            if not call.written:
+                call.done("error", error=why)
+            raise call.refused(why) from None
         finally:
             if episode is not None and not episode.stop and episode.calls >= self.budget["calls"]:
                 self._stop(question, "budget", f"all {self.budget['calls']} calls used")
@@ -286,16 +305,19 @@ class Tools:
             self._stop(question, "budget", f"all {self.budget['calls']} calls used", locked=True)
         elif not episode.stop and episode.elapsed() >= self.budget["seconds"]:
             self._stop(question, "budget", f"{self.budget['seconds']:g} s used", locked=True)
+        return self._ended(question, episode) if episode.stop else ""
+
+    @staticmethod
+    def _ended(question: str, episode: _Episode) -> str:
         if episode.stop == "submitted":
             return f"refused: {question}: the answer was submitted; the episode is over"
-        if episode.stop:
-            return f"refused: {question}: the episode's budget is spent ({episode.why}); it is over"
-        return ""
+        return f"refused: {question}: the episode's budget is spent ({episode.why}); it is over"
 
-    def _stop(self, question: str, reason: str, why: str, locked: bool = False) -> None:
+    def _stop(self, question: str, reason: str, why: str, locked: bool = False, claimed: bool = False) -> None:
+        """End the episode (once) and write its stop line; `claimed`: submit_answer set it already."""
         with contextlib.nullcontext() if locked else self._lock:
             episode = self._episodes[question]
-            if episode.stop:
+            if episode.stop and not claimed:
                 return
             episode.stop, episode.why = reason, why
         self._write({"type": "stop", "question_id": question, "reason": reason, "why": why,
@@ -310,8 +332,10 @@ class _Call:
     """One tool call in progress: what it charged, and the line it writes when it ends."""
 
     def __init__(self, tools: Tools, question: str | None, tool: str, arguments: dict[str, Any]) -> None:
-        self.tools, self.question, self.tool, self.arguments = tools, question, tool, arguments
+        self.tools, self.question, self.tool = tools, question, tool
+        self.arguments, self.oversized = _bounded(arguments)
         self.episode: _Episode | None = None
+        self.number = 0  # the call's own number in its episode
         self.began = time.perf_counter()
         self.outcome = self.error = ""
         self.written = False
@@ -366,10 +390,25 @@ class _Call:
             line["error"] = error
         line["seconds"] = round(time.perf_counter() - self.began, 4)
         if self.episode is not None:
-            line.update(call=self.episode.calls, elapsed=round(self.episode.elapsed(), 3),
-                        budget_left=self.budget_left)
+            line.update(call=self.number, elapsed=round(self.episode.elapsed(), 3), budget_left=self.budget_left)
         line["at"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
         self.tools._write(line)
+
+
+def _bounded(arguments: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """The arguments as the trajectory keeps them, and the size of one past its limit (0 if none is): SQL past
+    gate.MAX_SQL_CHARACTERS, an answer past gate.MAX_ANSWER_CHARACTERS of JSON are not kept, whatever the call."""
+    sql, answer = arguments.get("sql"), arguments.get("answer")
+    if isinstance(sql, str) and len(sql) > gate.MAX_SQL_CHARACTERS:
+        return {"sql": f"(not kept: {len(sql):,} characters)"}, len(sql)
+    if "answer" in arguments:
+        try:
+            size = len(json.dumps(answer, default=str))
+        except (ValueError, RecursionError):  # nested past what JSON can write: no answer anyway
+            size = gate.MAX_ANSWER_CHARACTERS + 1
+        if size > gate.MAX_ANSWER_CHARACTERS:
+            return {"answer": f"(not kept: {size:,} characters)"}, size
+    return arguments, 0
 
 
 def expected_answer(template_id: str) -> dict[str, Any]:
@@ -428,6 +467,9 @@ def _continued(request: ServeRequest, checksum: str) -> trajectory.Trajectory | 
     if path is None or not path.exists() or not path.stat().st_size:
         return None
     found = trajectory.read(path)
+    if found.problems:  # a lost line would give back calls the agent already spent
+        where, why = found.problems[0]
+        raise GsqaError(f"--trajectory {where}: {why}; mend the file or give a new one")
     if not found.header:
         raise GsqaError(f"--trajectory {path}: not a trajectory (its first line is not a {trajectory.FORMAT} "
                         "run line); give a new file")

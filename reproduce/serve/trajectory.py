@@ -16,6 +16,7 @@ Lines, each with a `type`:
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import threading
@@ -97,6 +98,8 @@ def _take(found: Trajectory, line: dict[str, Any], where: str) -> None:
         episode.elapsed = max(episode.elapsed, float(line.get("elapsed", 0.0)))
         if line["tool"] == "submit_answer" and line.get("outcome") == "ok":
             episode.answer, episode.where = line["arguments"]["answer"], where
+            # Submitted, even if a kill came before the stop line that follows it.
+            episode.stop, episode.why = "submitted", episode.why or "submit_answer"
     else:
         episode.stop, episode.why = line["reason"], line.get("why", "")
 
@@ -104,21 +107,29 @@ def _take(found: Trajectory, line: dict[str, Any], where: str) -> None:
 class Writer:
     """Appends lines to the file, one write each, flushed to the kernel before the call returns (a kill -9
     loses nothing written; a power cut may lose the last lines: no fsync, which would cost each call a
-    disk round trip). Safe for several threads."""
+    disk round trip). Safe for several threads; one server per file (an exclusive lock: two servers on one
+    file would each spend the budgets again)."""
 
     def __init__(self, path: Path) -> None:
-        if path.exists():
-            drop_cut_line(path)
         try:
             self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as error:
             raise GsqaError(f"--trajectory {path}: cannot be written ({error.strerror})") from None
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            raise GsqaError(f"--trajectory {path}: another server writes it now; give each server its own file"
+                            ) from None
+        drop_cut_line(path)  # only now: the file is ours
         self.path = path
         self._lock = threading.Lock()
 
     def write(self, line: dict[str, Any]) -> None:
-        data = (json.dumps(line, ensure_ascii=False, default=str) + "\n").encode()
+        data = (json.dumps(line, default=str) + "\n").encode()  # ASCII: any text, lone surrogates too
         with self._lock:
+            if self._fd < 0:
+                return  # a call that ended after the server closed: nothing left to keep it in
             view = memoryview(data)
             while view:
                 view = view[os.write(self._fd, view):]
@@ -126,3 +137,4 @@ class Writer:
     def close(self) -> None:
         with self._lock:
             os.close(self._fd)
+            self._fd = -1
