@@ -335,7 +335,9 @@ def identity(row: dict[str, Any]) -> tuple[str, Any] | None:
     if row.get("osm_id") is not None:
         return ("osm_id", str(row["osm_id"]))
     name = next((row[key] for key in NAME_KEYS if row.get(key) is not None), None)
-    return ("name", name) if name is not None else None
+    if name is None:
+        return None
+    return ("name", name if isinstance(name, str | int | float) else json.dumps(name, sort_keys=True, default=str))
 
 
 # --- verdict --------------------------------------------------------------------------------------------
@@ -509,9 +511,9 @@ def _row_count_check(gold: list[dict[str, Any]], actual: list[dict[str, Any]]) -
 
 
 def _pair_by_identity(gold: list[dict[str, Any]], actual: list[dict[str, Any]], components: list[Component]):
-    """Rows with the same identity are paired, duplicates in the order of their component values; returned rows
-    that carry only a location (no osm_id, no name) are paired with the stored rows left by nearest location
-    within the tolerance. Also how many rows stayed unpaired."""
+    """Rows with the same identity are paired, duplicates in the order of their component values; for a
+    location, the rows of either side left over (a returned row that carries only a location, or another
+    identity) are then paired by nearest location. Also how many rows stayed unpaired."""
     def sort_key(row: dict[str, Any]) -> str:
         return repr([lookup(row, c.keys, False) for c in components])
     located = next((c for c in components if c.metric is LOCATION), None)
@@ -520,38 +522,65 @@ def _pair_by_identity(gold: list[dict[str, Any]], actual: list[dict[str, Any]], 
         groups[identity(row)][0].append(row)
     for row in actual:
         groups[identity(row)][1].append(row)
-    gold_left, anonymous = groups.pop(None, ([], [])) if located else ([], [])
-    pairs, unpaired = [], 0
+    gold_left, actual_left = groups.pop(None, ([], [])) if located else ([], [])
+    pairs = []
     for gold_rows, actual_rows in groups.values():
         gold_rows.sort(key=sort_key)
         actual_rows.sort(key=sort_key)
         pairs += list(zip(gold_rows, actual_rows, strict=False))
         gold_left += gold_rows[len(actual_rows):]
-        unpaired += max(0, len(actual_rows) - len(gold_rows))
-    if located:
-        nearest = _pair_by_location(located, gold_left, anonymous)
-        pairs += nearest
-        unpaired += len(gold_left) + len(anonymous) - 2 * len(nearest)
-    else:
-        unpaired += len(gold_left)
-    return pairs, unpaired
+        actual_left += actual_rows[len(gold_rows):]
+    nearest = _pair_by_location(located, gold_left, actual_left) if located else []
+    return pairs + nearest, len(gold_left) + len(actual_left) - 2 * len(nearest)
+
+
+PAIRED_BEYOND_TOLERANCE_UP_TO = 250_000  # (stored x returned rows left): past it, only pairs within the tolerance
 
 
 def _pair_by_location(component: Component, gold: list[dict[str, Any]], actual: list[dict[str, Any]]
                       ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """Returned rows with stored rows by location, nearest pairs first, each row once: those within the tolerance
-    first, then the rest (so that a row too far away is judged, and named, by its distance)."""
+    """Returned rows with stored rows by location, nearest pairs first, each row once: those within the
+    tolerance (found through an index), then, for answers of a size to afford it, the rest (so that a row too
+    far away is judged, and named, by its distance)."""
     gold_points = [point_of(lookup(row, component.keys, True)) for row in gold]
     actual_points = [point_of(lookup(row, component.keys, True)) for row in actual]
-    candidates = sorted((great_circle_m(g, a), i, j) for i, g in enumerate(gold_points) if g is not None
-                        for j, a in enumerate(actual_points) if a is not None)
-    used_gold, used_actual, pairs = set(), set(), []
-    for _, i, j in candidates:  # nearest first: the pairs within the tolerance come before the others
+    within = [(great_circle_m(gold_points[i], actual_points[j]), i, j)
+              for i, j in _near(gold_points, actual_points, component.metric.threshold)]
+    pairs, used_gold, used_actual = _greedy(sorted(within), gold, actual, set(), set())
+    if (len(gold) - len(used_gold)) * (len(actual) - len(used_actual)) <= PAIRED_BEYOND_TOLERANCE_UP_TO:
+        rest = sorted((great_circle_m(g, a), i, j) for i, g in enumerate(gold_points)
+                      if g is not None and i not in used_gold
+                      for j, a in enumerate(actual_points) if a is not None and j not in used_actual)
+        pairs += _greedy(rest, gold, actual, used_gold, used_actual)[0]
+    return pairs
+
+
+def _near(gold: list[tuple[float, float] | None], actual: list[tuple[float, float] | None], metres: float
+          ) -> list[tuple[int, int]]:
+    """(stored, returned) index pairs whose points may lie within `metres`: boxes around the returned points
+    queried in an index of the stored ones."""
+    known = [i for i, point in enumerate(gold) if point is not None]
+    asked = [j for j, point in enumerate(actual) if point is not None]
+    if not known or not asked:
+        return []
+    tree = shapely.STRtree(shapely.points([gold[i] for i in known]))
+    margin = math.degrees(metres / EARTH_RADIUS_M) * 1.01
+    boxes = [shapely.box(x - margin / max(math.cos(math.radians(y)), 1e-6), y - margin,
+                         x + margin / max(math.cos(math.radians(y)), 1e-6), y + margin)
+             for x, y in (actual[j] for j in asked)]
+    found = tree.query(boxes)
+    return [(known[i], asked[j]) for j, i in zip(*found, strict=True)]
+
+
+def _greedy(candidates: list[tuple[float, int, int]], gold: list, actual: list, used_gold: set[int],
+            used_actual: set[int]) -> tuple[list[tuple[dict, dict]], set[int], set[int]]:
+    pairs = []
+    for _, i, j in candidates:  # nearest first
         if i not in used_gold and j not in used_actual:
             used_gold.add(i)
             used_actual.add(j)
             pairs.append((gold[i], actual[j]))
-    return pairs
+    return pairs, used_gold, used_actual
 
 
 # --- strict row-level comparison ------------------------------------------------------------------------

@@ -242,3 +242,24 @@ def test_rows_that_carry_only_a_location_pair_by_nearest_geometry(records: list[
     assert (failure.component, failure.expected, round(failure.value, 3)) == (
         "geometry", record.answers[0]["geometry"], 10.0)
     assert compare.judge("VR2", record.answers, moved[1:]).first_failure.component == "rows"
+
+
+def test_returned_rows_with_another_identity_pair_by_location_too(records: list[dataset.Record]) -> None:
+    """Stored rows keyed by osm_id, returned rows with the same points and a name of their own: paired by
+    location; a list given as a name is a name like any other."""
+    record = next(record for record in records if record.template_id == "VR2" and len(record.answers) == 3)
+    named = [{"geometry": row["geometry"], "name": f"somewhere {n}"} for n, row in enumerate(record.answers)]
+    assert compare.judge("VR2", record.answers, named).status == "pass"
+    listed = [{"geometry": row["geometry"], "name": [f"somewhere {n}"]} for n, row in enumerate(record.answers)]
+    assert compare.judge("VR2", record.answers, listed).status == "pass"
+
+
+def test_many_returned_points_are_paired_through_an_index(records: list[dataset.Record]) -> None:
+    """20,000 returned points against a stored answer: the pairs within the tolerance come from an index, so
+    the verdict (a row count) is reached without pairing every stored row with every returned one."""
+    record = next(record for record in records if record.template_id == "VR2" and len(record.answers) == 26)
+    points = [{"geometry": row["geometry"]} for row in record.answers]
+    far = [{"geometry": f"POINT ({-60 - n / 1000} 10)"} for n in range(20_000)]
+    verdict = compare.judge("VR2", record.answers, points + far)
+    assert verdict.status == "mismatch" and verdict.first_failure.component == "rows"
+    assert all(check.passed for check in verdict.checks[1:])  # every stored point found its own
