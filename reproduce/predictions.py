@@ -34,6 +34,7 @@ _JSON_BLOCK = re.compile(r"```[ \t]*json\b(.*?)```", re.S | re.I)
 # The authors' parsed vector answers name some fields their own way; the stored answers' names are on the right.
 AUTHORS_FIELDS = {"azimuth_angle": "angle"}
 RUNNER_FILES_SKIPPED = {"summary.json", "run_summary.json"}
+PREDICTION_KEYS = ("id", "sql", "answer", "predicted_sql", "source_stem", "content")  # a file with none holds none
 NON_PREDICTION_STEPS = {  # the vector runs' other steps: what they hold, and what to score instead
     "sql_exec": "rows the authors' runner got from the model's SQL; score sql_generate.json (the SQL itself)",
     "sql_answer": "free text written from rows; score sql_json_parse.json",
@@ -95,6 +96,11 @@ class PredictionRun:
             self.outside += 1
             return
         if earlier := self._seen.get(prediction.id):
+            if _file_of(earlier) != _file_of(prediction.where):  # two files: two methods, or two runs mixed
+                self.refuse(prediction.where, f"{prediction.id} is predicted in another file too ({earlier}): a "
+                                              "run is one model and method; the first is scored, give the other "
+                                              "its own PRED", prediction.id)
+                return
             self.warn(prediction.where, f"{prediction.id} is predicted again (also at {earlier}): the last "
                                         "prediction is scored")
         self._seen[prediction.id] = prediction.where
@@ -107,6 +113,11 @@ class PredictionRun:
 
     def warn(self, where: str, why: str) -> None:
         self.warnings.append(Problem(where, why))
+
+def _file_of(where: str) -> str:
+    """The file of a prediction's place: `file:line`, `file[entry]` or the file itself."""
+    return re.sub(r"(:\d+|\[\d+\])$", "", where)
+
 
 def read_run(path: Path, name: str, selected: set[str] | frozenset[str],
              keep: Callable[[Prediction], Prediction] | None = None) -> PredictionRun:
@@ -133,14 +144,15 @@ def _holds_predictions(content: bytes) -> bool:
     """Whether a file of a run folder is predictions in any layout: a trajectory, a runner's file, or JSON (Lines)
     whose objects name a question `id` (a config.json beside the predictions does not)."""
     head = content.lstrip()
-    if trajectory.is_trajectory(head.split(b"\n", 1)[0]):
-        return True
+    if not head or trajectory.is_trajectory(head.split(b"\n", 1)[0]):
+        return True  # an empty file is an empty run: said so, not skipped
     whole = _whole_json(content) if head[:1] in (b"[", b"{") else None
     if isinstance(whole, dict):
-        return any(key in whole for key in ("id", "predicted_sql", "source_stem"))
+        return any(key in whole for key in PREDICTION_KEYS)
     if isinstance(whole, list):
-        return any(isinstance(entry, dict) and "id" in entry for entry in whole)
-    return any(b'"id"' in line for line in content.split(b"\n"))
+        return any(isinstance(entry, dict) and any(key in entry for key in PREDICTION_KEYS) for entry in whole)
+    # JSON Lines, or a file a kill cut short: a key of a prediction anywhere makes it one (and its lines are read)
+    return any(f'"{key}"'.encode() in content for key in PREDICTION_KEYS)
 
 
 def _prediction_files(path: Path, run: PredictionRun) -> list[Path]:

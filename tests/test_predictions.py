@@ -218,3 +218,20 @@ def test_chess_runner_files_are_read_with_their_group_wide_numbers(tmp_path: Pat
     assert run.problems == []
     assert {question: prediction.statements for question, prediction in run.predictions.items()} == {
         f"{R1}/0": ("SELECT 0 AS elevation",), f"{R1}/19": ("SELECT 19 AS elevation",)}
+
+
+def test_a_run_folder_names_a_cut_or_empty_prediction_file_and_refuses_two_methods(tmp_path: Path) -> None:
+    """A runner file a kill cut short and an empty JSON Lines file are not read (listed), not skipped; the same
+    question in two files of one folder (two methods mixed) is refused, the first file's prediction kept."""
+    folder = tmp_path / "run"
+    (folder / "elevation+poi").mkdir(parents=True)
+    (folder / "elevation+poi" / "elevation+poi-3.json").write_text(
+        '{"source_stem": "elevation+poi", "predicted_sql": "SELECT 1 AS elev')
+    (folder / "empty.jsonl").write_text("")
+    write_lines(folder / "a.jsonl", {"id": f"{R1}/0", "answer": 1})
+    write_lines(folder / "b.jsonl", {"id": f"{R1}/0", "answer": 2})
+    run = read_run(folder, "run", SELECTED)
+    assert run.skipped == []
+    assert sorted(Path(problem.where.split(":")[0]).name for problem in run.problems) == [
+        "b.jsonl", "elevation+poi-3.json", "empty.jsonl"]
+    assert run.predictions[f"{R1}/0"].answer == [{"elevation": 1}]
