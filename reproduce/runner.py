@@ -34,12 +34,12 @@ from __future__ import annotations
 import collections
 import datetime
 import decimal
+import math
 import queue
 import re
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -104,14 +104,33 @@ class Server:
 
 
 def _json_value(value: Any) -> Any:
-    """Database values as the answers store them: numerics as floats, geometry as hex EWKB text."""
+    """Database values as the answers store them, and as JSON can carry them: numerics as floats, geometry as
+    hex EWKB text, arrays and records as lists, NaN and infinities and any other type (ranges, addresses,
+    dates) as their text."""
     if isinstance(value, decimal.Decimal):
-        return float(value)
+        value = float(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, str | int | float):  # bool is an int
+        return value
     if isinstance(value, (bytes, memoryview)):
         return bytes(value).hex()
-    if isinstance(value, (datetime.date, datetime.time, datetime.timedelta, uuid.UUID)):
-        return str(value)
-    return value
+    if isinstance(value, list | tuple):
+        return [_json_value(item) for item in value]
+    if isinstance(value, dict):  # json and jsonb
+        return {str(key): _json_value(item) for key, item in value.items()}
+    return str(value)
+
+
+def _size(value: Any) -> int:
+    """What a value costs to hold, about: its characters, 8 for a number, the sum for a list or an object."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list):
+        return 8 + sum(_size(item) for item in value)
+    if isinstance(value, dict):
+        return 8 + sum(len(key) + _size(item) for key, item in value.items())
+    return 8
 
 
 class Session:
@@ -238,7 +257,7 @@ class Session:
                       if value is not None}
             if len(rows) == self.max_rows and self.truncate:
                 return rows, True  # closing the stream cancels the rest on the server
-            size += sum(len(value) if isinstance(value, str) else 8 for value in values.values())
+            size += 8 + sum(_size(value) for value in values.values())  # a row of NULLs costs something too
             rows.append(values)
             if len(rows) > self.max_rows or size > self.max_bytes:
                 raise ResultTooLarge(

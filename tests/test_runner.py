@@ -276,3 +276,15 @@ def test_long_values_are_cut_in_reports() -> None:
     value = clipped({"expected": ["x" * 5_000_000, 1.5], "actual": "short"})
     assert value["actual"] == "short" and value["expected"][1] == 1.5
     assert len(value["expected"][0]) < REPORTED_CHARACTERS + 60 and "5,000,000 characters" in value["expected"][0]
+
+
+def test_arrays_records_and_other_types_come_back_as_json_and_count_against_the_byte_cap(reader: str) -> None:
+    session = Session(reader, timeout=5.0, max_bytes=1_000_000)
+    try:
+        typed = session.run("SELECT int4range(1, 5) AS r, ARRAY[1, 2] AS a, ROW(1, 'x') AS t, "
+                            "'NaN'::float8 AS nan, '{\"k\": [1]}'::jsonb AS j")
+        assert typed.rows == [{"r": "[1, 5)", "a": [1, 2], "t": ["1", "x"], "nan": "nan", "j": {"k": [1]}}]
+        big = session.run("SELECT ARRAY[repeat('x', 400000)] AS a FROM generate_series(1, 5)")
+        assert big.kind == "error" and big.error.startswith("the result is too large: stopped after 3 rows")
+    finally:
+        session.close()
