@@ -145,7 +145,11 @@ def question_id(raw: Any) -> QuestionId:
     canonical `<group>/<template>/<n>`, a GS-QA vector integer id (2100), the raster runner's `<stem>-<n>`,
     `<group>:<stem>:<n>`. GsqaError, naming the id and the schemes, for anything else or a number past the
     template's questions. The one parser of ids: every command, prediction file and report reads them here."""
+    if isinstance(raw, int) and not -10**9 < raw < 10**9:  # str() of thousands of digits would raise
+        raise GsqaError("unknown question id: a number past 0-2799 (GS-QA vector ids)")
     text = str(raw).strip()
+    if len(text) > 200:  # no id is this long (int() of thousands of digits would raise)
+        raise GsqaError(f"unknown question id {text[:40]!r}...: {len(text):,} characters, no id is so long")
     if isinstance(raw, int) and not isinstance(raw, bool) or text.isdigit():
         found = by_raw_vector_id(int(text))
         if found is None:

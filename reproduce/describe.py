@@ -12,6 +12,7 @@ Plain psycopg, no SQLAlchemy: the command starts as fast as the others.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -142,6 +143,7 @@ def _statistics(conn: psycopg.Connection, table: schema.Table) -> dict[str, dict
         "SELECT s.attname, s.null_frac, s.n_distinct, s.most_common_vals::text::text[], s.most_common_freqs, "
         "coalesce(c.reltuples, 0) FROM pg_stats s JOIN pg_class c ON c.oid = %s::regclass "
         "WHERE s.schemaname = %s AND s.tablename = %s", [table.fullname, table.schema, table.name]).fetchall()
+    text_columns = {column.name for column in table.columns if column.type in (schema.TEXT, schema.VARCHAR_255)}
     found = {}
     for name, null_share, distinct, values, shares, rows_estimated in rows:
         distinct_values = distinct if distinct >= 0 else -distinct * rows_estimated
@@ -150,17 +152,13 @@ def _statistics(conn: psycopg.Connection, table: schema.Table) -> dict[str, dict
             "null_share": round(null_share, 4),
             "frequent": tuple((value, round(share, 4)) for value, share in zip(texts, shares or [], strict=False)
                               )[:FREQUENT_SHOWN] if 0 < distinct_values <= TAG_DISTINCT_AT_MOST else (),
-            "numbers_as_text": bool(texts) and all(_is_number(value) for value in texts),
+            "numbers_as_text": name in text_columns and bool(texts)
+                               and all(_NUMBER.fullmatch(value) for value in texts),
         }
     return found
 
 
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")  # what `::numeric` reads (no nan, inf, 1_000)
 
 
 def _indexes(conn: psycopg.Connection, table: schema.Table) -> list[str]:
@@ -324,8 +322,8 @@ def _column_notes(column: Column) -> str:
 def _column_statistics(column: Column) -> str:
     """"62% NULL; values: museum 62%, hotel 38%; numbers stored as text (cast: ele::numeric)", or ""."""
     notes = []
-    if column.null_share is not None and column.null_share >= 0.995:
-        notes.append("always NULL")
+    if column.null_share == 1:
+        notes.append("NULL in every row sampled")
     elif column.null_share:
         notes.append(f"{_percent(column.null_share)} NULL")
     if column.frequent:
@@ -336,7 +334,9 @@ def _column_statistics(column: Column) -> str:
 
 
 def _percent(share: float) -> str:
-    return f"{share:.0%}" if share >= 0.01 else "<1%"
+    if share < 0.01:
+        return "<1%"
+    return f"{share:.1%}" if share > 0.99 else f"{share:.0%}"  # 99.9% NULL is not always NULL
 
 
 def _facts(table: Table) -> list[str]:
