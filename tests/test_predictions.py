@@ -46,7 +46,8 @@ def test_the_chess_runners_numbering_across_the_group_folder(raw: str, expected:
 
 @pytest.mark.parametrize("raw", [2800, "aspect+poi-20", "raster_only/aspect+poi/x", "nothing", True,
                                  "vector/elevation+poi/0", "elevation+poi-59", "elevation+poi-80", "slope+route-380",
-                                 "9" * 5000, 10**5000, "elevation+poi-" + "9" * 5000])
+                                 pytest.param("9" * 5000, id="5000 digits"), pytest.param(10**5000, id="a huge int"),
+                                 pytest.param("elevation+poi-" + "9" * 5000, id="a stem and 5000 digits")])
 def test_ids_that_name_no_question(raw: object) -> None:
     with pytest.raises(GsqaError):
         question_id(raw)
