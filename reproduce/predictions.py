@@ -312,7 +312,10 @@ def sql_blocks(text: str) -> tuple[str, ...]:
 def _read_runner_file(run: PredictionRun, file: Path, record: dict[str, Any]) -> None:
     where = str(file)
     try:
-        raw = record.get("id") or f"{record.get('source_stem')}-{file.stem.rsplit('-', 1)[-1]}"
+        if isinstance(record.get("source_index"), int) and record.get("source_stem"):  # CHESS's own index
+            raw = f"{record['source_stem']}-{record['source_index']}"
+        else:
+            raw = record.get("id") or f"{record.get('source_stem')}-{file.stem.rsplit('-', 1)[-1]}"
         question = str(configs.question_id(raw))
     except GsqaError as error:
         run.refuse(where, f"{error}; not scored")
