@@ -398,15 +398,17 @@ def serve(
     question's episode); SQL past ${sql_limit} characters and answers past ${answer_limit} characters of JSON
     are refused. Each selected question is an episode with its own budget: --max-calls calls (every
     call counts, refused or not) and --max-seconds from its first call (each statement's timeout is the
-    smaller of --timeout and the time left); past either, or after submit_answer, its tools answer with an
-    error saying why. An unknown question id is an error naming it; the other questions go on. An MCP
-    client gets each error as the tool's error result, the SDK's "Error executing tool NAME: " before the
-    line. The open question ids are the resource gsqa://questions. All agents of one server share its
+    smaller of --timeout and the time left; waiting for a free connection spends it too); past either, or
+    after submit_answer (one per question, however many arrive at once), its tools answer with an error
+    saying why. An unknown question id is an error naming it; the other questions go on. An MCP client gets
+    each error as the tool's error result, the SDK's "Error executing tool NAME: " before the line. The open
+    question ids are the resource gsqa://questions. All agents of one server share its
     questions, so one server is one run (one --model and --method); start another server (or --port) for
     another run.
 
-    --trajectory FILE keeps every call as a JSON line, written when the call ends: question id, tool,
-    arguments, outcome, rows, the sha256 of the result, seconds, budget left; the submitted answer; each
+    --trajectory FILE (one server per file) keeps every call as a JSON line, written when the call ends:
+    question id, tool, arguments, outcome, rows, the sha256 of the result, seconds, budget left; the
+    submitted answer; each
     episode's stop (submitted, budget; none when the server ended first). A server killed mid-episode loses
     only the calls still running; the same command on the same file continues: submitted and spent episodes
     stay over, open ones keep the calls and seconds they used (the time the server was down not counted); a
