@@ -39,14 +39,12 @@ import contextlib
 import os
 import resource
 import shutil
-import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,9 +58,9 @@ from gsqa_core.sandbox import MODEL
 from reproduce import configs, dataset
 from reproduce.serve.protocol import mcp_server
 from reproduce.serve.tools import ServeRequest, Tools, open_tools
+from testkit.serve import BIN, HttpServer, http_server
 
 DATABASE = "gsqa_bench_serve"
-BIN = Path(sys.executable).parent
 CONFIG = "raster_only"
 SERVE_APPLICATION = "gsqa-serve"  # reproduce/serve/tools.py APPLICATION_NAME
 DIRECT_APPLICATION = "gsqa-bench-direct"
@@ -126,45 +124,11 @@ def peak_mb(pid: int | str = "self") -> float:
 # --- the HTTP server ------------------------------------------------------------------------------------------
 
 
-@dataclass
-class HttpServer:
-    process: subprocess.Popen
-    url: str
-
-
-@contextlib.contextmanager
-def http_server(dsn: str, data: Path, folder: Path, connections: int) -> Iterator[HttpServer]:
-    """`reproduce serve --transport http` as a subprocess, yielded once it takes connections."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    log = folder / "serve.log"
-    command = [str(BIN / "reproduce"), "serve", "--transport", "http", "--host", "127.0.0.1", "--port", str(port),
-               "--config", CONFIG, "--data", str(data), "--dsn", dsn, "--max-calls", str(HUGE), "--max-seconds",
-               str(HUGE), "--connections", str(connections), "--trajectory", str(folder / "http.jsonl")]
-    with open(log, "w") as stderr:
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
-    try:
-        wait_for_port(process, port, log)
-        yield HttpServer(process, f"http://127.0.0.1:{port}/mcp")
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def wait_for_port(process: subprocess.Popen, port: int, log: Path, seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"reproduce serve exited {process.returncode}:\n{log.read_text()[-2000:]}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-            return
-        time.sleep(0.05)
-    raise SystemExit(f"reproduce serve did not listen on port {port} within {seconds:g} s:\n{log.read_text()[-2000:]}")
+def serving(dsn: str, data: Path, folder: Path, connections: int) -> contextlib.AbstractContextManager[HttpServer]:
+    """`reproduce serve --transport http` on the bench's questions, budgets too large to stop anything."""
+    return http_server(["serve", "--host", "127.0.0.1", "--config", CONFIG, "--data", str(data), "--dsn", dsn,
+                        "--max-calls", str(HUGE), "--max-seconds", str(HUGE), "--connections", str(connections),
+                        "--trajectory", str(folder / "http.jsonl")], folder / "serve.log")
 
 
 # --- the four paths -------------------------------------------------------------------------------------------
@@ -394,7 +358,7 @@ def workloads(records: list[dataset.Record], calls: int) -> dict[str, Work]:
 
 async def bench(args: argparse.Namespace, dsn: str, data: Path, folder: Path) -> bool:
     records = dataset.load(data, [configs.template("R1")]).records
-    with http_server(dsn, data, folder, args.connections) as server:
+    with serving(dsn, data, folder, args.connections) as server:
         found = await overhead(dsn, data, folder, server, workloads(records, args.calls), args.runs)
         print_overhead(found, args.runs)
         return await throughput(args.dsn, server, records, args.clients, args.http_calls, args.runs,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from gsqa_core.roles import login_dsn
 from gsqa_core.sandbox import MODEL
 from ingest import fetch
 from testkit.fake_hub import FakeHub, repository_files
+from testkit.local_server import free_port
 from testkit.make_db_server import malloc_environment, server_malloc_variables
 
 pytestmark = pytest.mark.docker
@@ -43,12 +43,6 @@ def compose_binary() -> str:
     import compose
 
     return str(Path(compose.__file__).parent / "docker-compose")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def r1_records(tiles: Path, target: Path) -> Path:

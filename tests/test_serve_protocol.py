@@ -9,16 +9,12 @@ import contextlib
 import json
 import os
 import signal
-import socket
-import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
-from load_helpers import BIN
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -27,6 +23,7 @@ from reproduce.serve import trajectory
 from reproduce.serve.protocol import mcp_server
 from reproduce.serve.tools import APPLICATION_NAME, ServeRequest, open_tools
 from testkit.cli import reproduce
+from testkit.serve import BIN, http_server
 
 R1 = "raster_only/elevation+poi"
 
@@ -107,35 +104,6 @@ def verdicts(demo: tuple[str, Path], path: Path, folder: Path) -> dict[str, str]
     return {result["id"]: result["paper"] for result in json.loads((folder / "scores.json").read_text())["results"]}
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@contextlib.contextmanager
-def http_server(args: list[str]) -> Iterator[tuple[subprocess.Popen, str]]:
-    """`reproduce ARGS --transport http` on a free port, until it listens: (the process, its URL)."""
-    port = free_port()
-    process = subprocess.Popen([str(BIN / "reproduce"), *args, "--transport", "http", "--port", str(port)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, process.stderr.read()
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-            assert time.monotonic() < deadline, "the server did not listen within 60 s"
-            time.sleep(0.1)
-        yield process, f"http://127.0.0.1:{port}/mcp"
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            process.wait(timeout=30)
-        process.stdout.close()
-        process.stderr.close()
-
-
 def sandbox_connections(dsn: str) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
@@ -159,7 +127,8 @@ def test_eight_agents_at_once_over_http_each_see_only_their_own_questions(demo, 
     async def agents(url: str) -> list:
         return await asyncio.gather(*(agent(url, range(k, 20, 8)) for k in range(8)))
 
-    with http_server(serve_args(demo, path, "--connections", "3")) as (process, url):
+    with http_server(serve_args(demo, path, "--connections", "3"), tmp_path / "serve.log") as server:
+        process, url = server.process, server.url
         watcher = threading.Thread(target=watch)
         watcher.start()
         try:
@@ -169,7 +138,7 @@ def test_eight_agents_at_once_over_http_each_see_only_their_own_questions(demo, 
             watcher.join()
         process.send_signal(signal.SIGTERM)  # as a service manager stops it
         assert process.wait(timeout=30) == 0
-        assert "questions open, on http://127.0.0.1:" in process.stderr.read()
+        assert "questions open, on http://127.0.0.1:" in server.log.read_text()
     for k, rows in enumerate(answers):  # each agent got its own questions' rows
         assert rows == [gold[f"{R1}/{n}"].answers for n in range(k, 20, 8)]
     assert 1 <= max(seen) <= 3  # the pool is bounded by --connections
@@ -193,7 +162,8 @@ def test_kill_9_mid_episode_keeps_every_finished_call_and_the_rerun_continues(de
         with contextlib.suppress(BaseException):  # the server is killed under the third call
             asyncio.run(calls(url))
 
-    with http_server(args) as (process, url):
+    with http_server(args, tmp_path / "killed.log") as server:
+        process, url = server.process, server.url
         threading.Thread(target=until_killed, args=[url], daemon=True).start()
         deadline = time.monotonic() + 30
         while sandbox_sleeping(demo[0]) == 0:  # the third call is on the server
@@ -211,7 +181,8 @@ def test_kill_9_mid_episode_keeps_every_finished_call_and_the_rerun_continues(de
             going = await client.call_tool("question", {"question_id": f"{R1}/1"})
             return done, json.loads(going.content[0].text)
 
-    with http_server(args) as (process, url):
+    with http_server(args, tmp_path / "again.log") as server:
+        process, url = server.process, server.url
         done, going = asyncio.run(again(url))
         process.send_signal(signal.SIGINT)  # Ctrl-C
         assert process.wait(timeout=30) == 0
