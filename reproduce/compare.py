@@ -546,12 +546,14 @@ def _pair_by_location(component: Component, gold: list[dict[str, Any]], actual: 
     actual_points = [point_of(lookup(row, component.keys, True)) for row in actual]
     within = [(great_circle_m(gold_points[i], actual_points[j]), i, j)
               for i, j in _near(gold_points, actual_points, component.metric.threshold)]
-    pairs, used_gold, used_actual = _greedy(sorted(within), gold, actual, set(), set())
+    used_gold: set[int] = set()
+    used_actual: set[int] = set()
+    pairs = _greedy(sorted(within), gold, actual, used_gold, used_actual)
     if (len(gold) - len(used_gold)) * (len(actual) - len(used_actual)) <= PAIRED_BEYOND_TOLERANCE_UP_TO:
         rest = sorted((great_circle_m(g, a), i, j) for i, g in enumerate(gold_points)
                       if g is not None and i not in used_gold
                       for j, a in enumerate(actual_points) if a is not None and j not in used_actual)
-        pairs += _greedy(rest, gold, actual, used_gold, used_actual)[0]
+        pairs += _greedy(rest, gold, actual, used_gold, used_actual)
     return pairs
 
 
@@ -573,14 +575,15 @@ def _near(gold: list[tuple[float, float] | None], actual: list[tuple[float, floa
 
 
 def _greedy(candidates: list[tuple[float, int, int]], gold: list, actual: list, used_gold: set[int],
-            used_actual: set[int]) -> tuple[list[tuple[dict, dict]], set[int], set[int]]:
+            used_actual: set[int]) -> list[tuple[dict, dict]]:
+    """The candidate pairs in their order (nearest first), each row once; the rows taken join `used_*`."""
     pairs = []
-    for _, i, j in candidates:  # nearest first
+    for _, i, j in candidates:
         if i not in used_gold and j not in used_actual:
             used_gold.add(i)
             used_actual.add(j)
             pairs.append((gold[i], actual[j]))
-    return pairs, used_gold, used_actual
+    return pairs
 
 
 # --- strict row-level comparison ------------------------------------------------------------------------

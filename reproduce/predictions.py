@@ -144,7 +144,7 @@ def _holds_predictions(content: bytes) -> bool:
     """Whether a file of a run folder is predictions in any layout: a trajectory, a runner's file, or JSON (Lines)
     whose objects name a question `id` (a config.json beside the predictions does not)."""
     head = content.lstrip()
-    if not head or trajectory.is_trajectory(head.split(b"\n", 1)[0]):
+    if not head or trajectory.is_trajectory(head):
         return True  # an empty file is an empty run: said so, not skipped
     whole = _whole_json(content) if head[:1] in (b"[", b"{") else None
     if isinstance(whole, dict):
@@ -175,7 +175,7 @@ def _read_file(run: PredictionRun, file: Path, content: bytes) -> None:
     if not content.strip():
         run.refuse(str(file), "an empty file (expected one prediction per line)")
         return
-    if trajectory.is_trajectory(content.lstrip().split(b"\n", 1)[0]):
+    if trajectory.is_trajectory(content):
         _read_trajectory(run, file, content)
         return
     head = content.lstrip()[:1]

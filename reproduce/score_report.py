@@ -119,8 +119,8 @@ def repeated(scoring: Scoring) -> list[dict[str, Any]]:
                           "pass_k": round(100 * sum(n == k for n in passes.values()) / questions, 2),
                           "flip": round(100 * sum(0 < n < k for n in passes.values()) / questions, 2),
                           "rates": [round(rate, 2) for rate in rates], "spread": round(max(rates) - min(rates), 2)})
-        total = {question: n for question, n in passes.items()}  # the last line is the total: every question
-        found.append({"model": model, "method": method, "runs": names, "lines": lines, "passed": total})
+        # `passes` is left from the last line, the total: every question
+        found.append({"model": model, "method": method, "runs": names, "lines": lines, "passed": dict(passes)})
     return found
 
 

@@ -52,5 +52,5 @@ def test_the_writer_drops_a_cut_line_before_appending(tmp_path: Path) -> None:
     writer.write(call("q/a/0", "question", 1))
     writer.close()
     assert [json.loads(line)["type"] for line in path.read_text().splitlines()] == ["run", "call"]
-    assert trajectory.is_trajectory(path.read_bytes().split(b"\n")[0])
+    assert trajectory.is_trajectory(path.read_bytes())
     assert not trajectory.is_trajectory(b'{"id": "x", "sql": "SELECT 1"}')

@@ -223,11 +223,10 @@ class Tools:
             except ValueError as error:
                 raise call.refused(f"refused: {error}") from None
             with self._lock:  # one answer per episode, however many arrive at once
-                if call.episode.stop:
+                if not self._claim(call.episode, "submitted", f"submit_answer with {len(rows)} rows"):
                     raise call.refused(self._ended(call.question, call.episode))
-                call.episode.stop = "submitted"
             call.done("ok", rows=len(rows), result=rows)
-            self._stop(call.question, "submitted", f"submit_answer with {len(rows)} rows", claimed=True)
+            self._write_stop(call.question, call.episode)  # after the call line it ends
             reply = {"recorded": True, "question_id": call.question, "rows": len(rows)}
             if why := address_only(template_id, rows):
                 reply["note"] = why
@@ -313,14 +312,24 @@ class Tools:
             return f"refused: {question}: the answer was submitted; the episode is over"
         return f"refused: {question}: the episode's budget is spent ({episode.why}); it is over"
 
-    def _stop(self, question: str, reason: str, why: str, locked: bool = False, claimed: bool = False) -> None:
-        """End the episode (once) and write its stop line; `claimed`: submit_answer set it already."""
+    def _stop(self, question: str, reason: str, why: str, locked: bool = False) -> None:
+        """End the episode (once) and write its stop line."""
+        episode = self._episodes[question]
         with contextlib.nullcontext() if locked else self._lock:
-            episode = self._episodes[question]
-            if episode.stop and not claimed:
-                return
-            episode.stop, episode.why = reason, why
-        self._write({"type": "stop", "question_id": question, "reason": reason, "why": why,
+            claimed = self._claim(episode, reason, why)
+        if claimed:
+            self._write_stop(question, episode)
+
+    @staticmethod
+    def _claim(episode: _Episode, reason: str, why: str) -> bool:
+        """Stop an open episode (the caller holds the lock); False if it had stopped already."""
+        if episode.stop:
+            return False
+        episode.stop, episode.why = reason, why
+        return True
+
+    def _write_stop(self, question: str, episode: _Episode) -> None:
+        self._write({"type": "stop", "question_id": question, "reason": episode.stop, "why": episode.why,
                      "calls": episode.calls, "elapsed": round(episode.elapsed(), 3)})
 
     def _write(self, line: dict[str, Any]) -> None:

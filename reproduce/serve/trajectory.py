@@ -53,9 +53,10 @@ class Trajectory:
     problems: list[tuple[str, str]] = field(default_factory=list)  # (file:line, why)
 
 
-def is_trajectory(first_line: bytes) -> bool:
+def is_trajectory(content: bytes) -> bool:
+    """Whether a file's content (its first line is enough) is a trajectory: its first line a run line."""
     try:
-        line = json.loads(first_line)
+        line = json.loads(content.lstrip().split(b"\n", 1)[0])
     except ValueError:
         return False
     return isinstance(line, dict) and line.get("format") == FORMAT
