@@ -130,23 +130,19 @@ def read_run(path: Path, name: str, selected: set[str] | frozenset[str],
     for file in _prediction_files(path, run):
         content = file.read_bytes()
         run.digests[str(file)] = hashlib.sha256(content).hexdigest()
-        if path.is_dir() and not _holds_predictions(content):
+        if _read_file(run, file, content, beside_others=path.is_dir()):
+            read += 1
+        else:
             run.skipped.append(Problem(str(file), "not predictions (no line or entry names a question id)"))
-            continue
-        _read_file(run, file, content)
-        read += 1
     if not read:
         run.refuse(str(path), "a folder with no predictions (*.jsonl, or the GS-QA2 runs' *.json)")
     return run
 
 
-def _holds_predictions(content: bytes) -> bool:
-    """Whether a file of a run folder is predictions in any layout: a trajectory, a runner's file, or JSON (Lines)
-    whose objects name a question `id` (a config.json beside the predictions does not)."""
-    head = content.lstrip()
-    if not head or trajectory.is_trajectory(head):
-        return True  # an empty file is an empty run: said so, not skipped
-    whole = _whole_json(content) if head[:1] in (b"[", b"{") else None
+def _holds_predictions(content: bytes, whole: Any) -> bool:
+    """Whether a file (`whole`: its content as one JSON value, if it is one) is predictions in a layout other
+    than a trajectory: a runner's file, or JSON (Lines) whose objects carry a key of a prediction (a config.json
+    beside the predictions does not)."""
     if isinstance(whole, dict):
         return any(key in whole for key in PREDICTION_KEYS)
     if isinstance(whole, list):
@@ -171,21 +167,26 @@ def _prediction_files(path: Path, run: PredictionRun) -> list[Path]:
     return found
 
 
-def _read_file(run: PredictionRun, file: Path, content: bytes) -> None:
+def _read_file(run: PredictionRun, file: Path, content: bytes, beside_others: bool = False) -> bool:
+    """Read one file of predictions in whichever layout it has; in a run folder (`beside_others`), a file
+    that holds no prediction is left unread: False. An empty file is an empty run, said so."""
     if not content.strip():
         run.refuse(str(file), "an empty file (expected one prediction per line)")
-        return
+        return True
     if trajectory.is_trajectory(content):
         _read_trajectory(run, file, content)
-        return
+        return True
     head = content.lstrip()[:1]
     whole = _whole_json(content) if head in (b"[", b"{") else None
+    if beside_others and not _holds_predictions(content, whole):
+        return False
     if isinstance(whole, dict) and ("predicted_sql" in whole or "source_stem" in whole):
         _read_runner_file(run, file, whole)
     elif isinstance(whole, list):
         _read_vector_array(run, file, whole)
     else:
         _read_lines(run, file, content)
+    return True
 
 
 def _whole_json(content: bytes) -> Any:
