@@ -317,14 +317,14 @@ def html_page(scoring: Scoring) -> str:
 def _summary_table(scoring: Scoring) -> str:
     runs = _by_run(scoring.results)
     per_run = {name: rows_of_table(found) for name, found in runs.items()}
-    headers = ["config", "template", "questions"] + [f"{name}: {column}" for name in runs
-                                                     for column in ("paper %", "95% CI", "strict %", "predicted %")]
+    shown = ("paper %", "95% CI", "strict %", "predicted %")  # of RUN_COLUMNS
+    headers = ["config", "template", "questions"] + [f"{name}: {column}" for name in runs for column in shown]
     lines = []
     for index, (config, template, found) in enumerate(next(iter(per_run.values()))):
         cells = [config, template or "all", len(found)]
         for name in runs:
-            predicted, _, paper, interval, strict, *_ = run_cells(per_run[name][index][2])
-            cells += [paper, interval, strict, predicted]
+            of_run = dict(zip(RUN_COLUMNS, run_cells(per_run[name][index][2]), strict=True))
+            cells += [of_run[column] for column in shown]
         lines.append(cells)
     return "<h2>Runs</h2>" + sortable_table(headers, lines)
 
