@@ -5,7 +5,7 @@ metric a small function with its threshold (docs/BENCHMARK-FORMAT.md, Tolerances
 is the strict row-level comparison: multisets of rows keyed on osm_id or name, numbers within 1e-6
 relative, geometries within 1e-6 degrees, the serial id and V7's Wikipedia keys ignored.
 
-Judging (the verdict and the strict diff) costs 3.25 ms per question on average over the 3,085 records of a full
+Judging (the verdict and the strict diff) costs 2.67 ms per question on average over the 3,085 records of a full
 copy of the benchmark, each against its own stored answer (`bench/reproduce_bench.py --data DIR`): the multi-row
 vector answers decide (mean per question: V4 31 ms, V16 25 ms, V25 16 ms). The largest answers take the longest:
 vector/range+distance/21, 6,885 rows, 0.22 s (verdict 0.07 s, strict diff 0.15 s); vector/range+angle/31 (V21,

@@ -10,7 +10,7 @@ watchdog cancels on the server if the server-side timeout did not fire (statemen
 the backend checks for interrupts), and ends the backend if the SQL catches that cancel too. N workers pull
 from one queue; closing the iterator early (Ctrl-C) cancels whatever is still running, the same way. The
 workers do not serialise: each has its own connection, and psycopg releases the GIL while the server works
-(12 CPU-bound questions of about 0.35 s: 3.78 s with 1 worker, 2.15 s with 2 on 2 cores; `bench/reproduce_bench.py`).
+(12 CPU-bound questions of about 0.3 s: 3.49 s with 1 worker, 1.78 s with 2 on 2 cores; `bench/reproduce_bench.py`).
 
 Untrusted SQL must not exhaust the client or spoil other questions: rows are streamed and capped
 (MAX_ROWS, MAX_BYTES: beyond them the question stops at once as an error saying how much was read); one
