@@ -420,8 +420,8 @@ def serve(
 
     Exit codes: 0 the client closed stdio, or Ctrl-C or SIGTERM stopped the server (over HTTP once the calls
     under way have ended); 2 nothing
-    started (usage error, unreadable data, an unknown --id, a trajectory of another run, unreachable
-    database, failed preflight).
+    started (usage error, unreadable data, an unknown --id, a trajectory of another run or in use, an
+    address that cannot be listened at, unreachable database, failed preflight).
     """
     from reproduce.serve.tools import ServeRequest, open_tools
 
@@ -436,6 +436,8 @@ def serve(
         except ModuleNotFoundError as missing:
             raise GsqaError(str(missing)) from None
         report.check_writable([trajectory])
+        if transport == "http":
+            protocol.refuse_taken_address(host, port)
         tools = open_tools(request)
     with tools:
         where = "stdio" if transport == "stdio" else f"http://{host}:{port}/mcp"

@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -218,3 +219,14 @@ def test_a_trajectory_of_another_run_is_refused(demo, tmp_path: Path) -> None:
     assert served.returncode == 2
     assert served.stderr == (f"error: --trajectory {path} holds a run with another model (model: 'a' now 'b'); "
                              "give a new file\n")
+
+
+def test_an_address_in_use_is_one_line_and_starts_nothing(demo, tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        served = reproduce(*serve_args(demo, path, "--transport", "http", "--port", str(port)))
+    assert served.returncode == 2
+    assert served.stderr == (f"error: --host 127.0.0.1 --port {port}: cannot listen there (Address already in use); "
+                             "give another --port\n")
+    assert not path.exists()

@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import signal
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +24,7 @@ except ModuleNotFoundError as missing:
     raise ModuleNotFoundError(f"reproduce serve needs {missing.name}: pip install 'gsqa-refdb[baseline]'",
                               name=missing.name) from None
 
+from gsqa_core.errors import GsqaError
 from reproduce.serve.tools import ToolRefused, Tools
 
 INSTRUCTIONS = """GS-QA2's reference database (PostgreSQL with PostGIS) for answering geospatial questions.
@@ -57,6 +60,17 @@ def _refusals_as_tool_errors(method: Callable[..., Any]) -> Callable[..., Any]:
         except ToolRefused as refused:
             raise ToolError(str(refused)) from None
     return call
+
+
+def refuse_taken_address(host: str, port: int) -> None:
+    """GsqaError, one line, when --transport http could not listen at host:port (in use, or no such address):
+    said before anything starts, not by the HTTP server after the tools are open."""
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as error:
+        raise GsqaError(f"--host {host} --port {port}: cannot listen there ({os.strerror(error.errno)}); give another "
+                        "--port") from None
 
 
 def serve(tools: Tools, transport: str, host: str, port: int) -> None:
