@@ -7,8 +7,10 @@
 # With GSQA_STANDBY_OF=HOST (the `replica` service) the first start copies HOST's cluster instead, with
 # pg_basebackup -R, and the server runs as its hot standby (streaming replication); the reader role, the
 # data and the settings come along.
+# Every backend may take at most GSQA_BACKEND_MEMORY_MB of its own memory (RLIMIT_DATA; default: as
+# backend-memory.sh sizes it for this container), so that one statement cannot take the server's memory.
 # Environment: POSTGRES_PASSWORD (required on first start), POSTGRES_USER (postgres), POSTGRES_DB (gsqa),
-# GSQA_STANDBY_OF.
+# GSQA_STANDBY_OF, GSQA_BACKEND_MEMORY_MB.
 set -euo pipefail
 : "${POSTGRES_USER:=postgres}" "${POSTGRES_DB:=gsqa}" "${PGDATA:=/var/lib/postgresql/data/pgdata}"
 export POSTGRES_USER POSTGRES_DB PGDATA
@@ -63,4 +65,7 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
     echo "init: database $POSTGRES_DB ready" >&2
 fi
 
+# A statement past its backend's memory fails with "out of memory", and every other session goes on
+# (docs/SANDBOX.md, "Memory").
+ulimit -d $(( ${GSQA_BACKEND_MEMORY_MB:-$(backend-memory.sh)} * 1024 ))
 exec postgres -D "$PGDATA" -c listen_addresses='*' "$@"

@@ -40,7 +40,10 @@ def login_dsn(dsn: str | None, role: Role, explicit: str | None = None) -> str:
     if not password or not _on_socket(login) or _logs_in(login):
         return login
     over_tcp = make_conninfo(login, host="127.0.0.1")
-    return over_tcp if _logs_in(over_tcp) else login
+    # Where the server answers over TCP, its answer is the cause to report (too many connections, a password
+    # the role changed), not the socket's refusal of a user the OS does not have.
+    error = _login_error(over_tcp)
+    return over_tcp if error is None or _server_answered(error) else login
 
 
 def _with_settings(dsn: str) -> str:
@@ -68,11 +71,21 @@ def _on_socket(dsn: str) -> bool:
 
 
 def _logs_in(dsn: str) -> bool:
+    return _login_error(dsn) is None
+
+
+def _server_answered(error: psycopg.OperationalError) -> bool:
+    """Whether a failed login reached the server, which refused it (libpq's message carries the server's
+    FATAL; psycopg gives such an error no SQLSTATE)."""
+    return "FATAL:" in str(error)
+
+
+def _login_error(dsn: str) -> psycopg.OperationalError | None:
     try:
         psycopg.connect(dsn, connect_timeout=LOGIN_TIMEOUT).close()
-    except psycopg.OperationalError:
-        return False
-    return True
+    except psycopg.OperationalError as error:
+        return error
+    return None
 
 
 @dataclass(frozen=True)
@@ -123,6 +136,9 @@ def audit(login: str, role: Role) -> Audit:
 
 def _login_advice(cause: str, role: Role) -> str:
     lowered = cause.lower()
+    if "password authentication failed" in lowered:
+        return (f"{role.name}'s password is not the one kept for it (a login may change its own): `ingest init` "
+                "restores it.")
     if "authentication failed" in lowered or "no password supplied" in lowered:
         return (f"`ingest init` gives {role.name} a password (${role.password_env}, or one it generates and keeps "
                 "in the database), with which it logs in over TCP where the socket refuses it.")
@@ -259,6 +275,8 @@ def privilege_differences(conn: psycopg.Connection, role: Role) -> list[str]:
     found += [f"it may create schemas and extensions in database {database}"] if create else []
     found += [f"it may create temporary tables in database {database}"] if temp else []
     found += [f"it may read schema {schema.BOOKKEEPING_SCHEMA}, where the passwords are kept"] if bookkeeping else []
+    found += [f"it holds {privileges} on {name} (in {schema.BOOKKEEPING_SCHEMA}, where the passwords are kept)"
+              for name, privileges in bookkeeping_grants(conn, role)]
     unreadable = [table.fullname for table in schema.REFERENCE_TABLES
                   if conn.execute("SELECT to_regclass(%s) IS NOT NULL AND NOT has_table_privilege(%s, %s, 'SELECT')",
                                   [table.fullname, role.name, table.fullname]).fetchone()[0]]
@@ -266,6 +284,18 @@ def privilege_differences(conn: psycopg.Connection, role: Role) -> list[str]:
 
 
 TABLE_WRITES = "INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER"
+
+
+def bookkeeping_grants(conn: psycopg.Connection, role: Role) -> list[tuple[str, str]]:
+    """(qualified name, "SELECT") of each table or sequence of the bookkeeping schema the role may read,
+    through a grant to it or to PUBLIC: useless without USAGE on the schema, until someone grants that too.
+    (Writes there are `writable`'s, as anywhere.)"""
+    return conn.execute(
+        "SELECT format('%%I.%%I', n.nspname, c.relname), 'SELECT' FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %(schema)s "
+        "AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S') AND CASE WHEN c.relkind = 'S' "
+        "THEN has_sequence_privilege(%(role)s, c.oid, 'SELECT') ELSE has_table_privilege(%(role)s, c.oid, 'SELECT') "
+        "END ORDER BY 1", {"schema": schema.BOOKKEEPING_SCHEMA, "role": role.name}).fetchall()
 
 
 def writable(conn: psycopg.Connection, role: Role) -> list[tuple[str, str]]:
@@ -288,4 +318,38 @@ def server_differences(conn: psycopg.Connection) -> list[str]:
         value, source = conn.execute("SELECT setting, source FROM pg_settings WHERE name = %s", [name]).fetchone()
         if value != wanted:
             found.append(f"the server has {name} = {value} (set by: {source}), where {why}: set it to {wanted} there")
-    return found
+    return found + [f"function {function} in the reference schema is not PostGIS's: it can shadow a function the "
+                    "benchmark's SQL calls, or make the call ambiguous; drop it or move it to another schema"
+                    for function in foreign_functions(conn)]
+
+
+def foreign_functions(conn: psycopg.Connection) -> list[str]:
+    """The functions of the schemas the sandbox's SQL reads by name (search_path) that no extension installed."""
+    return [function for (function,) in conn.execute(
+        "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+        "WHERE n.nspname = ANY(%s) AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass "
+        "AND d.objid = p.oid AND d.deptype = 'e') ORDER BY 1", [sandbox.SETTINGS["search_path"].split(", ")])]
+
+
+def memory_note(conn: psycopg.Connection) -> str:
+    """How much memory each backend of the server may take for itself (its RLIMIT_DATA) against what the sandbox
+    needs (sandbox.backend_memory_mb), in one line; read through the admin connection, which may read the
+    backend's /proc files only as a superuser or with pg_read_server_files."""
+    try:
+        with conn.transaction():
+            limits, meminfo = conn.execute("SELECT pg_read_file('/proc/self/limits'), "
+                                           "pg_read_file('/proc/meminfo')").fetchone()
+    except psycopg.Error:
+        return ("the memory each backend of the server may take is unknown (reading it needs a superuser or "
+                "pg_read_server_files): docs/SANDBOX.md, \"Memory\", says what make db's server sets")
+    soft = next(line.split()[3] for line in limits.splitlines() if line.startswith("Max data size"))
+    total_mb = next(int(line.split()[1]) // 1024 for line in meminfo.splitlines() if line.startswith("MemTotal:"))
+    models = sandbox.MODEL.connection_limit
+    if soft == "unlimited":
+        return (f"each backend of the server may take all of its memory ({total_mb:,} MB): one model statement "
+                f"(an array of 100 million elements) can exhaust it; start the server with a data-size limit of "
+                f"{sandbox.backend_memory_mb(total_mb):,} MB per process (docs/SANDBOX.md, \"Memory\")")
+    each_mb = int(soft) // 1024**2
+    share = models * each_mb / total_mb
+    return (f"each backend of the server may take {each_mb:,} MB of its own memory; {sandbox.MODEL.name}'s "
+            f"{models} connections together {models * each_mb:,} MB, {share:.0%} of the server's {total_mb:,} MB")

@@ -24,9 +24,10 @@ class Role:
 
 
 READER = Role("gsqa_reader", "gold SQL: reproduce verify, show, rebase; score's gold run", "GSQA_READER_PASSWORD", -1)
-# A bound on a model's connections keeps the server's other slots for gold runs and administrators.
-MODEL = Role("gsqa_model", "model SQL: reproduce score, reproduce.baseline.engine()",
-             "GSQA_MODEL_PASSWORD", 50)
+# A bound on a model's connections keeps the server's other slots for gold runs and administrators, and with
+# the memory each backend may take (backend_memory_mb), the model role's share of the server's memory.
+MODEL = Role("gsqa_model", "model SQL: reproduce score, reproduce serve, reproduce.baseline.engine()",
+             "GSQA_MODEL_PASSWORD", 8)
 ROLES = (READER, MODEL)
 
 # Role attributes: keyword for ALTER ROLE, the pg_roles column, its declared value. NOINHERIT: a membership
@@ -52,6 +53,9 @@ SETTINGS = {
     "temp_file_limit": "2GB",  # a bad join on 18 M roads cannot fill the disk; superusers only may change it
     "search_path": "public",  # the benchmark's unqualified table and PostGIS function names
     "extra_float_digits": "1",  # floats as the stored answers were read: shortest exact text
+    # How a backslash in a string reads: the gate's parser reads it so (off, `'a\' ; NOTIFY x; --'` would be
+    # one statement to the gate and two to the server).
+    "standard_conforming_strings": "on",
 }
 SUPERUSER_ONLY = frozenset({"temp_file_limit"})  # stored only: a login may not send it, nor change it
 # Sent at login, not stored: a library the role told the server to load for itself would make every login
@@ -80,7 +84,8 @@ class Closed:
 
 _LARGE_OBJECT = "creates a large object, which outlives the session"
 _LARGE_OBJECT_CHANGE = "changes or deletes a large object"
-_ADVISORY = "takes a session-level advisory lock, held across calls until the session ends"
+_ADVISORY = ("takes an advisory lock: the locks `ingest` takes for a build or a load are advisory, so a model "
+             "could stop a build")
 _SIGNAL = "signals backends of the same role: one question could end another"
 CLOSED_FUNCTIONS = (
     Closed("pg_catalog.lo_create(oid)", _LARGE_OBJECT),
@@ -93,14 +98,9 @@ CLOSED_FUNCTIONS = (
     Closed("pg_catalog.lo_truncate(integer, integer)", _LARGE_OBJECT_CHANGE),
     Closed("pg_catalog.lo_truncate64(integer, bigint)", _LARGE_OBJECT_CHANGE),
     Closed("pg_catalog.lo_unlink(oid)", _LARGE_OBJECT_CHANGE),
-    Closed("pg_catalog.pg_advisory_lock(bigint)", _ADVISORY),
-    Closed("pg_catalog.pg_advisory_lock(integer, integer)", _ADVISORY),
-    Closed("pg_catalog.pg_advisory_lock_shared(bigint)", _ADVISORY),
-    Closed("pg_catalog.pg_advisory_lock_shared(integer, integer)", _ADVISORY),
-    Closed("pg_catalog.pg_try_advisory_lock(bigint)", _ADVISORY),
-    Closed("pg_catalog.pg_try_advisory_lock(integer, integer)", _ADVISORY),
-    Closed("pg_catalog.pg_try_advisory_lock_shared(bigint)", _ADVISORY),
-    Closed("pg_catalog.pg_try_advisory_lock_shared(integer, integer)", _ADVISORY),
+    *(Closed(f"pg_catalog.pg_{attempt}advisory_{scope}lock{shared}({arguments})", _ADVISORY)
+      for attempt in ("", "try_") for scope in ("", "xact_") for shared in ("", "_shared")
+      for arguments in ("bigint", "integer, integer")),
     Closed("pg_catalog.pg_notify(text, text)", "sends a notification to every listening session"),
     Closed("pg_catalog.pg_logical_emit_message(boolean, text, text)", "writes to the server's WAL"),
     Closed("pg_catalog.pg_logical_emit_message(boolean, text, bytea)", "writes to the server's WAL"),
@@ -110,6 +110,22 @@ CLOSED_FUNCTIONS = (
 # USAGE revoked from PUBLIC: DO blocks, whose loops can catch a cancel (functions already defined in the
 # language still run: calling one needs no USAGE).
 CLOSED_LANGUAGES = {"plpgsql": "runs DO blocks, which can catch a cancel and loop on"}
+
+# The memory a backend of the server may take for itself (RLIMIT_DATA of the server's processes: what it
+# allocates, not the shared buffers it maps). Past it a statement fails with "out of memory" and every other
+# session goes on; work_mem, which any session may raise, is bounded by it too. make db's server sizes it so
+# that the model role's connections together hold at most this share of the memory the server may use, each
+# at least the floor (an index build's maintenance_work_mem of 1 GB, and room beside it):
+# docker/backend-memory.sh computes the same (tests/test_sandbox_memory.py holds them equal).
+MODEL_MEMORY_SHARE = (2, 3)
+BACKEND_MEMORY_FLOOR_MB = 1536
+
+
+def backend_memory_mb(server_memory_mb: int) -> int:
+    """The memory each backend may take (MB) on a server that may use `server_memory_mb`."""
+    numerator, denominator = MODEL_MEMORY_SHARE
+    return max(BACKEND_MEMORY_FLOOR_MB, server_memory_mb * numerator // denominator // MODEL.connection_limit)
+
 
 # Server settings the sandbox needs; only the server's administrator can change them (postgresql.conf).
 SERVER = {

@@ -230,7 +230,8 @@ def _move_legacy_password(conn: psycopg.Connection) -> None:
 def _close(conn: psycopg.Connection) -> None:
     """What no sandbox role may do in this database, closed for PUBLIC (privileges granted to PUBLIC cannot be
     revoked from one role) and for the roles themselves: CREATE in any schema, TEMP, writing to any table or
-    advancing any sequence someone granted, the declared functions and languages. The owner and superusers
+    advancing any sequence someone granted, any grant on the bookkeeping schema's tables and sequences, the
+    declared functions and languages. The owner and superusers
     keep them."""
     everyone = sql.SQL(", ").join([sql.SQL("PUBLIC"), *(sql.Identifier(role.name) for role in sandbox.ROLES)])
     database = sql.Identifier(conn.info.dbname)
@@ -245,6 +246,9 @@ def _close(conn: psycopg.Connection) -> None:
     for closed in sandbox.CLOSED_FUNCTIONS:
         if conn.execute("SELECT to_regprocedure(%s)", [closed.function]).fetchone()[0]:
             conn.execute(sql.SQL("REVOKE EXECUTE ON FUNCTION " + closed.function + " FROM {}").format(everyone))
+    bookkeeping = sql.Identifier(schema.BOOKKEEPING_SCHEMA)
+    for kind in ("TABLES", "SEQUENCES"):
+        conn.execute(sql.SQL("REVOKE ALL ON ALL " + kind + " IN SCHEMA {} FROM {}").format(bookkeeping, everyone))
     for language in sandbox.CLOSED_LANGUAGES:
         conn.execute(sql.SQL("REVOKE USAGE ON LANGUAGE {} FROM {}").format(sql.Identifier(language), everyone))
 

@@ -12,10 +12,15 @@ model's SQL to (reproduce/runner.py), in the same sandbox (gsqa_core/sandbox.py)
   hand the line to the model;
 - every statement goes through the extended protocol (psycopg prepares every query: prepare_threshold=0),
   which refuses a second statement, so "SELECT 1; DELETE ..." runs nothing;
+- every transaction begins READ ONLY by the client (psycopg's read_only: `BEGIN READ ONLY`), whatever the
+  session's defaults say; under `isolation_level="AUTOCOMMIT"` each statement still runs in a transaction of
+  its own that begins READ ONLY (emulated: the client begins it and ends it after the statement), and a
+  framework's COMMIT is a ROLLBACK, so nothing a statement did (a NOTIFY) is ever committed;
 - the declared session settings and statement_timeout are set again before every statement, so a statement
-  that switched one off cannot make the next one unbounded;
-- a connection going back to the pool is rolled back and its session reset (DISCARD ALL: advisory locks,
-  settings), as `reproduce` resets it after each question.
+  that switched one off cannot make the next one unbounded; the runner's watchdog (reproduce/runner.py)
+  cancels a statement the server's timeout missed, and ends its backend if it catches the cancel;
+- a connection going back to the pool is rolled back and its session reset (DISCARD ALL: settings),
+  as `reproduce` resets it after each question.
 
 GeoAlchemy2 is imported with it, so that the inspector reports geography, geometry and raster columns as
 Geography, Geometry and Raster instead of warning and giving NullType. Results are not capped here (the
@@ -42,13 +47,15 @@ except ModuleNotFoundError as missing:
     raise ModuleNotFoundError(f"reproduce.baseline needs {missing.name}: pip install 'gsqa-refdb[baseline]'",
                               name=missing.name) from None
 import psycopg
+from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
 from gsqa_core import sandbox
+from gsqa_core.db import resolve_dsn
 from gsqa_core.errors import GsqaError
 from gsqa_core.roles import audit, login_dsn, refuse_tampered
 from reproduce import gate
-from reproduce.runner import MAX_TIMEOUT_S, MIN_TIMEOUT_S
+from reproduce.runner import MAX_TIMEOUT_S, MIN_TIMEOUT_S, Watchdog
 
 APPLICATION_NAME = "gsqa-baseline"  # what pg_stat_activity shows for the engine's connections
 
@@ -75,46 +82,92 @@ def engine(dsn: str | None = None, timeout: float = 120.0, login: str | None = N
             MIN_TIMEOUT_S <= timeout <= MAX_TIMEOUT_S):  # NaN fails the comparison too
         raise GsqaError(f"timeout={timeout!r}: give seconds from {MIN_TIMEOUT_S} to {MAX_TIMEOUT_S:,}, the "
                         "server-side limit of each statement")
+    admin = None if login else resolve_dsn(dsn)  # the watchdog ends a backend that catches its cancel through it
     login = login_dsn(dsn, sandbox.MODEL, login)  # the explicit one, or the main DSN as gsqa_model
     found = audit(login, sandbox.MODEL)
     if found.problems:
         raise GsqaError(f"no engine for baselines: {'; '.join(found.problems)}")
-    limit = f"{round(timeout * 1000)}ms"
-    options = f"{conninfo_to_dict(login).get('options', '')} -c statement_timeout={limit}".strip()
-    settings = {**{name: value for name, value in sandbox.SETTINGS.items() if name not in sandbox.SUPERUSER_ONLY},
-                "statement_timeout": limit}
-    again = "SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(settings))
     made = sqlalchemy.create_engine("postgresql+psycopg://", **engine_options)
+    doors = _Doors(login, admin, timeout)
+    for event in ("do_connect", "connect", "before_cursor_execute", "after_cursor_execute", "handle_error",
+                  "commit"):
+        sqlalchemy.event.listen(made, event, getattr(doors, event))
+    sqlalchemy.event.listen(made.pool, "reset", _discard_session)
+    return made
 
-    @sqlalchemy.event.listens_for(made, "do_connect")
-    def _log_in(dialect: Any, record: Any, cargs: list, cparams: dict) -> None:
+
+_WATCHDOG = "gsqa_watchdog"  # the connection's Watchdog, in its pool record's info
+_EMULATED = "gsqa_emulated"  # True while a transaction engine() began for an AUTOCOMMIT statement is open
+
+
+class _Doors:
+    """engine()'s listeners: the login, the gate, a READ ONLY transaction for every statement, the settings and
+    the watchdog before it, one-line refusals, no commit."""
+
+    def __init__(self, login: str, admin: str | None, timeout: float) -> None:
+        self.login, self.admin, self.timeout = login, admin, timeout
+        limit = f"{round(timeout * 1000)}ms"
+        self.options = f"{conninfo_to_dict(login).get('options', '')} -c statement_timeout={limit}".strip()
+        settings = {**{name: value for name, value in sandbox.SETTINGS.items() if name not in sandbox.SUPERUSER_ONLY},
+                    "statement_timeout": limit}
+        self.again = "SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(settings))
+        self.values = [part for pair in settings.items() for part in pair]
+
+    def do_connect(self, dialect: Any, record: Any, cargs: list, cparams: dict) -> None:
         # The DSN as a libpq string (a URL would have to carry a key=value DSN's password in its query).
-        cargs[:] = [login]
-        cparams.update(application_name=APPLICATION_NAME, options=options, prepare_threshold=0)
+        cargs[:] = [self.login]
+        cparams.update(application_name=APPLICATION_NAME, options=self.options, prepare_threshold=0)
 
-    @sqlalchemy.event.listens_for(made, "connect")
-    def _check_role(dbapi_connection: Any, record: Any) -> None:
+    def connect(self, dbapi_connection: Any, record: Any) -> None:
         # The role may have stored a setting for itself since the audit: refuse a connection it would reach.
         refuse_tampered(dbapi_connection)
         dbapi_connection.rollback()
+        dbapi_connection.read_only = True  # psycopg begins every transaction with BEGIN READ ONLY
+        record.info[_WATCHDOG] = Watchdog(dbapi_connection, self.admin)
 
-    @sqlalchemy.event.listens_for(made, "before_cursor_execute")
-    def _gate_then_settings(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any,
-                            many: bool) -> None:
-        if gate.first_word(statement) in gate.SAVEPOINTS:
+    def before_cursor_execute(self, conn: Any, cursor: Any, statement: str, parameters: Any, context: Any,
+                              many: bool) -> None:
+        if gate.is_savepoint(statement):
             return  # a nested transaction's own statement, which must also run in an aborted transaction
         if refused := gate.refusal(statement):
             raise Refused(refused, statement, parameters, None)
-        cursor.connection.execute(again, [part for pair in settings.items() for part in pair])
+        dbapi_connection = cursor.connection
+        if conn.info.get(_EMULATED):  # the last statement's rows came through a server-side cursor: read now
+            _end_emulated(dbapi_connection, conn.info)
+        if dbapi_connection.autocommit:  # AUTOCOMMIT: this statement gets a transaction of its own, ended after
+            dbapi_connection.autocommit = False
+            conn.info[_EMULATED] = True
+        if dbapi_connection.info.transaction_status == pq.TransactionStatus.IDLE:
+            dbapi_connection.read_only = True
+        dbapi_connection.execute(self.again, self.values)
+        conn.info[_WATCHDOG].start(self.timeout)
 
-    @sqlalchemy.event.listens_for(made, "handle_error")
-    def _one_line(context: Any) -> None:
+    def after_cursor_execute(self, conn: Any, cursor: Any, statement: str, parameters: Any, context: Any,
+                             many: bool) -> None:
+        conn.info[_WATCHDOG].stop()
+        if conn.info.get(_EMULATED) and not getattr(cursor, "name", None):  # a client cursor holds its rows
+            _end_emulated(cursor.connection, conn.info)
+
+    def handle_error(self, context: Any) -> None:
+        if context.connection is not None and _WATCHDOG in context.connection.info:
+            context.connection.info[_WATCHDOG].stop()
+            if context.connection.info.get(_EMULATED):
+                _end_emulated(context.connection.connection.dbapi_connection, context.connection.info)
         error = context.original_exception
         if isinstance(error, psycopg.Error) and (refused := gate.server_refusal(error)):
             raise Refused(refused, context.statement, context.parameters, error)
 
-    sqlalchemy.event.listen(made.pool, "reset", _discard_session)
-    return made
+    def commit(self, conn: Any) -> None:
+        # A model's transaction only reads; rolled back, not even a NOTIFY that got past the gate goes out.
+        # The dialect's COMMIT that follows finds no transaction.
+        conn.connection.dbapi_connection.rollback()
+
+
+def _end_emulated(dbapi_connection: psycopg.Connection, info: dict) -> None:
+    """End the transaction begun for an AUTOCOMMIT statement, and give the connection its AUTOCOMMIT back."""
+    info[_EMULATED] = False
+    dbapi_connection.rollback()
+    dbapi_connection.autocommit = True
 
 
 def _discard_session(dbapi_connection: Any, record: Any, reset_state: Any) -> None:

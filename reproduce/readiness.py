@@ -15,7 +15,7 @@ from psycopg import sql
 from gsqa_core import sandbox, schema
 from gsqa_core.db import connect, identifier, relation_exists, where
 from gsqa_core.errors import GsqaError
-from gsqa_core.roles import Audit, audit, login_dsn
+from gsqa_core.roles import Audit, audit, login_dsn, memory_note
 from gsqa_core.sandbox import Role
 
 # Which roles a run logs in as, each with an explicit DSN (--reader-dsn) or None (the main DSN as that role).
@@ -31,6 +31,7 @@ class Readiness:
     # and above the exact-count limit).
     counted: dict[str, str] = field(default_factory=dict)
     audits: dict[str, Audit] = field(default_factory=dict)  # each role's, by name
+    memory: str = ""  # what each backend of the server may take (roles.memory_note)
 
     @property
     def problems(self) -> list[str]:
@@ -41,14 +42,16 @@ class Readiness:
 
     @property
     def notes(self) -> list[str]:
-        """What does not stop a run but an administrator should know: what a role owns in another database."""
-        return [note for audited in self.audits.values() for note in audited.elsewhere]
+        """What does not stop a run but an administrator should know: what a role owns in another database, the
+        memory a backend may take."""
+        return [note for audited in self.audits.values() for note in audited.elsewhere] + (
+            [self.memory] if self.memory else [])
 
 
 def check(dsn: str | None, logins: Logins = BOTH_ROLES, tables: list[str] | None = None) -> Readiness:
     """PostGIS, the reference tables (or only `tables`, by name) and the logins of `logins`."""
     with connect(dsn, autocommit=True) as conn:
-        readiness = Readiness(postgis_version=_postgis_version(conn))
+        readiness = Readiness(postgis_version=_postgis_version(conn), memory=memory_note(conn))
         for table in schema.REFERENCE_TABLES:
             if tables is None or table.name in tables:
                 rows, how = _row_estimate(conn, table.fullname)
@@ -68,11 +71,14 @@ def preflight(dsn: str | None, logins: Logins, tables: list[str]) -> Readiness:
 
 
 def not_ready(readiness: Readiness) -> str:
-    """Why a run cannot start on the database, in one line ("" when it can)."""
+    """Why a run cannot start on the database, in one line ("" when it can): each problem says what to do,
+    and a missing or empty table is loaded by a build."""
     if not readiness.problems:
         return ""
+    tables = any(rows in (None, 0) for rows in readiness.row_estimates.values())
     return ("the database is not ready: " + "; ".join(readiness.problems)
-            + ". Load the missing data (`make db`, `ingest all`; `reproduce check` shows every table)")
+            + (". Load the missing data (`make db`, `ingest all`; `reproduce check` shows every table)" if tables
+               else ""))
 
 
 def database_facts(dsn: str | None) -> dict[str, object]:

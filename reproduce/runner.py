@@ -1,26 +1,28 @@
 """Run SQL we did not write safely: as a sandbox role, one query, one transaction, bounded in time.
 
 Each question runs on a worker connection logged in as a sandbox role (gold SQL as gsqa_reader, a model's as
-gsqa_model: gsqa_core/sandbox.py), in its own transaction that starts with SET LOCAL statement_timeout (so a
+gsqa_model: gsqa_core/sandbox.py), in its own transaction, which the client begins READ ONLY (so a statement
+that switched the session's default off still cannot write), starts with SET LOCAL statement_timeout (so a
 question that changes the setting cannot affect the next one) and always ends in ROLLBACK. A statement that
-is not a query is refused without running, and the server's refusals are worded in one line (gate.py). The
-SQL is sent with the extended protocol, which refuses more than one statement, so "COMMIT; DELETE ..." is an
-error and nothing of it runs. A client
-watchdog cancels on the server if the server-side timeout did not fire (statement_timeout acts only where
-the backend checks for interrupts), and ends the backend if the SQL catches that cancel too. N workers pull
-from one queue; closing the iterator early (Ctrl-C) cancels whatever is still running, the same way. The
-workers do not serialise: each has its own connection, and psycopg releases the GIL while the server works
-(12 CPU-bound questions of about 0.3 s: 3.49 s with 1 worker, 1.78 s with 2 on 2 cores; `bench/reproduce_bench.py`).
+is not one query is refused without running, and the server's refusals are worded in one line (gate.py). The
+SQL is sent with the extended protocol, which refuses more than one statement. A client watchdog
+(`Watchdog`, which engine() uses too) cancels on the server if the server-side timeout did not fire
+(statement_timeout acts only where the backend checks for interrupts), and ends the backend if the SQL catches
+that cancel too. N workers pull from one queue; closing the iterator early (Ctrl-C) cancels whatever is still
+running, the same way. The workers do not serialise: each has its own connection, and psycopg releases the GIL
+while the server works (docs/PERFORMANCE.md, "2 workers").
 
 Untrusted SQL must not exhaust the client or spoil other questions: rows are streamed and capped
-(MAX_ROWS, MAX_BYTES: beyond them the question stops at once as an error saying how much was read); one
-value is capped on the server (MAX_BYTES, by pg_column_size), since the client holds a whole value before it
-can count it: the SQL runs as a subquery whose rows pass a size check (`capped`), unless it cannot be one
-(SHOW, EXPLAIN, ...: then as it is, on a savepoint); after
-each question the session is reset (DISCARD ALL: advisory locks, temp state, settings); the reader may not
-signal other backends (ingest init revokes pg_cancel_backend/pg_terminate_backend from PUBLIC), so the
-watchdog ends a runaway backend through the admin connection; a question whose connection was ended from
-outside is run once more on a fresh connection, and says so.
+(MAX_ROWS, MAX_BYTES: beyond them the question stops at once as an error saying how much was read), and
+reading them counts against the timeout; one row is capped on the server (MAX_BYTES of text, what the client
+will receive: a bit string or an array of NULLs is many times larger as text than stored), since the client
+holds a whole row before it can count it: the SQL runs as a subquery whose rows pass a size check
+(`_capped`), unless it cannot be one (SHOW, EXPLAIN: then as it is, on a savepoint); after each question the
+session is reset (DISCARD ALL: settings, temp state, prepared statements); the roles may not signal other
+backends (ingest init revokes pg_cancel_backend/pg_terminate_backend from PUBLIC), so the watchdog ends a
+runaway backend through the admin connection; a question whose connection was ended from outside is run once
+more on a fresh connection, and says so. A backend's memory is bounded by the server (docs/SANDBOX.md): past
+it the statement fails with "out of memory" and the session goes on.
 
 Several servers (a primary and its hot standbys, `Server`) share one queue: each has its own workers, each
 question runs on exactly one server and its outcome names it. A server that cannot be reached any more
@@ -83,6 +85,10 @@ class ResultTooLarge(Exception):
     """A result past the row or byte cap: reading stops at once."""
 
 
+class LoadTimedOut(Exception):
+    """The rows were still arriving (or being converted) after the statement's timeout."""
+
+
 class ServerLost(GsqaError):
     """The reader cannot connect to a server (any more)."""
 
@@ -133,6 +139,62 @@ def _size(value: Any) -> int:
     return 8
 
 
+class Watchdog:
+    """The client's backstop for one statement on `conn`: past its time plus WATCHDOG_GRACE_S it cancels the
+    statement on the server (statement_timeout acts only where the backend checks for interrupts); if the same
+    statement still runs TERMINATE_AFTER_S later (it caught the cancel) or the cancel cannot be delivered, it
+    ends the backend through `admin` (the sandbox roles may not signal backends, not even their own). The
+    runner's sessions and engine() both use it."""
+
+    def __init__(self, conn: psycopg.Connection, admin: str | None) -> None:
+        self.conn, self.admin = conn, admin
+        self.fired = False
+        self._timer: threading.Timer | None = None
+        self._watching = 0  # the number of the statement watched now, 0 for none
+        self._statements = 0
+
+    def start(self, seconds: float) -> None:
+        self.stop()
+        self.fired = False
+        self._statements += 1
+        self._watching = self._statements
+        self._timer = threading.Timer(seconds + WATCHDOG_GRACE_S, self.cancel)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def stop(self) -> None:
+        self._watching = 0
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def cancel(self) -> None:
+        """Cancel the running statement on the server now (also when the run is interrupted)."""
+        self.fired = True
+        statement = self._watching
+        try:
+            self.conn.cancel_safe(timeout=CANCEL_WAIT_S)
+        except (psycopg.Error, OSError):
+            self._terminate()
+            return
+        if statement:
+            check = threading.Timer(TERMINATE_AFTER_S, self._terminate_if_running, [statement])
+            check.daemon = True
+            check.start()
+
+    def _terminate_if_running(self, statement: int) -> None:
+        if self._watching == statement:
+            self._terminate()
+
+    def _terminate(self) -> None:
+        pid = self.conn.info.backend_pid
+        try:
+            with psycopg.connect(self.admin or self.conn.info.dsn, autocommit=True, connect_timeout=5) as other:
+                other.execute("SELECT pg_terminate_backend(%s)", [pid])
+        except psycopg.Error:
+            pass  # the server is gone too: nothing is left running there
+
+
 class Session:
     """One worker connection as a sandbox role; `admin` (a DSN that may end the role's backends) is used
     only to end a question that catches the cancel. With `truncate`, a result past max_rows gives its first
@@ -145,9 +207,7 @@ class Session:
         self.dsn, self.timeout, self.admin = dsn, timeout, admin
         self.max_rows, self.max_bytes, self.truncate = max_rows, max_bytes, truncate
         self.conn = self._connect()
-        self.watchdog_fired = False
-        self.running: int | None = None  # the number of the question on the server now, if any
-        self._questions = 0
+        self.watchdog = Watchdog(self.conn, admin)
 
     def _connect(self) -> psycopg.Connection:
         try:
@@ -162,6 +222,9 @@ class Session:
             conn.close()
             raise ServerLost(str(error)) from None
         conn.rollback()  # the check's transaction: each question begins its own
+        # Every transaction begins READ ONLY (psycopg sends BEGIN READ ONLY), whatever the session's default
+        # says: a statement may switch default_transaction_read_only off, but not the client's BEGIN.
+        conn.read_only = True
         return conn
 
     def run_first(self, statements: Sequence[str]) -> Outcome:
@@ -182,7 +245,7 @@ class Session:
         if refused := gate.refusal(statement):
             return Outcome("error", 0.0, error=refused)
         outcome = self._run_once(statement)
-        if outcome.kind == "error" and self.conn.closed and not self.watchdog_fired:
+        if outcome.kind == "error" and self.conn.closed and not self.watchdog.fired:
             again = self._run_once(statement)
             return replace(again, retried=f"the first run's connection was ended from outside ({outcome.error})")
         return outcome
@@ -190,64 +253,67 @@ class Session:
     def _run_once(self, statement: str) -> Outcome:
         if self.conn.closed:
             self.conn = self._connect()
+            self.watchdog = Watchdog(self.conn, self.admin)
         start = time.perf_counter()
-        self.watchdog_fired = False
-        self._questions += 1
-        self.running = self._questions
-        watchdog = threading.Timer(self.timeout + WATCHDOG_GRACE_S, self.cancel)
         try:
             with self.conn.cursor() as cur:
                 limit = sql.Literal(f"{round(self.timeout * 1000)}ms")
                 cur.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(limit))
-                watchdog.start()
-                rows, truncated = self._fetch(cur, *self._capped(cur, statement))
+                self.watchdog.start(self.timeout)
+                rows, truncated = self._fetch(cur, *self._capped(cur, statement), deadline=start + self.timeout)
             return Outcome("rows", time.perf_counter() - start, rows, truncated=truncated)
         except ResultTooLarge as error:
             return Outcome("error", time.perf_counter() - start, error=str(error))
+        except LoadTimedOut as error:
+            return Outcome("timeout", time.perf_counter() - start, error=str(error))
         except psycopg.errors.InvalidTextRepresentation as error:
             if VALUE_CAP_MARK not in str(error):
                 return Outcome("error", time.perf_counter() - start, error=_message(error))
             size = int(re.search(re.escape(VALUE_CAP_MARK) + r" (\d+)", str(error)).group(1))
             return Outcome("error", time.perf_counter() - start, error=(
-                f"the result is too large: one value is {size / 1e6:,.1f} MB, past the cap of "
-                f"{self.max_bytes / 1e6:,.0f} MB per value (stopped on the server)"))
+                f"the result is too large: one row is {size / 1e6:,.1f} MB as text, past the cap of "
+                f"{self.max_bytes / 1e6:,.0f} MB (stopped on the server)"))
         except psycopg.Error as error:
             # A terminated backend surfaces as a lost connection: still the watchdog's timeout.
-            if self.watchdog_fired or isinstance(error, psycopg.errors.QueryCanceled):
-                who = "the client watchdog" if self.watchdog_fired else "statement_timeout"
+            if self.watchdog.fired or isinstance(error, psycopg.errors.QueryCanceled):
+                who = "the client watchdog" if self.watchdog.fired else "statement_timeout"
                 return Outcome("timeout", time.perf_counter() - start, error=f"cancelled by {who}: {_message(error)}")
             return Outcome("error", time.perf_counter() - start, error=_message(error))
         finally:
-            self.running = None
-            watchdog.cancel()
+            self.watchdog.stop()
             self._reset()
 
     def _capped(self, cur: psycopg.Cursor, statement: str) -> tuple[str, int]:
-        """The statement as a subquery whose rows stop on the server at a value over max_bytes; the statement
-        itself if it returns no rows or cannot be a subquery (tried on a savepoint: a statement that cannot
-        even be parsed is run as it is, to fail with its own message). Also how many columns come first that
-        are the check's, not the SQL's."""
+        """The statement as a subquery whose rows stop on the server at a row over max_bytes as text (what the
+        client will receive); the statement itself if it returns no rows or cannot be a subquery (tried on a
+        savepoint: a statement that cannot even be parsed is run as it is, to fail with its own message). Also
+        how many columns come first that are the check's, not the SQL's."""
         cur.execute("SAVEPOINT gsqa_capped")
         pgconn = self.conn.pgconn
         names = _column_names(pgconn, statement.encode())
         if names:
             # The check is a first output column, not a WHERE: it sees only the rows the SQL returns (a WHERE
-            # could be pushed into the SQL and meet rows that its own conditions drop).
+            # could be pushed into the SQL and meet rows that its own conditions drop). OFFSET 0 keeps the SQL a
+            # subquery of its own: pulled up, each of its output expressions would be computed once more for
+            # every time the check names it; the size is computed once per row, in a subquery of its own too.
             columns = [f"c{number}" for number in range(len(names))]
-            size = f"greatest({', '.join(f'coalesce(pg_column_size(q.{column}), 0)' for column in columns)})"
+            size = " + ".join(_text_size(f"q.{column}") for column in columns)
             renamed = ", ".join(f"q.{column} AS {_quoted(name)}" for column, name in zip(columns, names, strict=True))
             body = statement.rstrip().rstrip(";")
-            capped = (f"SELECT CASE WHEN {size} > {self.max_bytes} THEN ('{VALUE_CAP_MARK} ' || {size})::int END "
-                      f"AS gsqa_value_cap, {renamed} FROM ({body}\n) AS q({', '.join(columns)})")
+            capped = (f"SELECT CASE WHEN s.size > {self.max_bytes} THEN ('{VALUE_CAP_MARK} ' || s.size)::int END "
+                      f"AS gsqa_value_cap, {renamed} FROM (SELECT * FROM ({body}\n) AS q({', '.join(columns)}) "
+                      f"OFFSET 0) AS q CROSS JOIN LATERAL (SELECT {size} AS size OFFSET 0) AS s")
             if _column_names(pgconn, capped.encode()) == ["gsqa_value_cap", *names]:
                 return capped, 1
         cur.execute("ROLLBACK TO SAVEPOINT gsqa_capped")
         return statement, 0
 
-    def _fetch(self, cur: psycopg.Cursor, statement: str, first: int) -> tuple[list[dict[str, Any]], bool]:
+    def _fetch(self, cur: psycopg.Cursor, statement: str, first: int,
+               deadline: float) -> tuple[list[dict[str, Any]], bool]:
         """The rows from column `first` on, streamed (the extended protocol: exactly one statement), and whether
-        rows past max_rows were left unread (truncate); ResultTooLarge past the caps, after which psycopg
-        cancels the rest on the server."""
+        rows past max_rows were left unread (truncate); ResultTooLarge past the caps, LoadTimedOut past the
+        deadline (reading and converting rows counts against the timeout), after which psycopg cancels the rest
+        on the server."""
         rows: list[dict[str, Any]] = []
         size, names = 0, None
         for row in cur.stream(statement):
@@ -263,6 +329,9 @@ class Session:
                 raise ResultTooLarge(
                     f"the result is too large: stopped after {len(rows):,} rows and {size / 1e6:,.1f} MB of values "
                     f"(caps: {self.max_rows:,} rows, {self.max_bytes / 1e6:,.0f} MB; --max-rows raises the first)")
+            if time.perf_counter() > deadline:
+                raise LoadTimedOut(f"cancelled by the client: the rows were still arriving after the timeout of "
+                                   f"{self.timeout:g} s ({len(rows):,} rows read)")
         return rows, False
 
     def _reset(self) -> None:
@@ -279,36 +348,19 @@ class Session:
             self.conn.close()  # the next question reconnects
 
     def cancel(self) -> None:
-        """Cancel the running query on the server; end the backend if the cancel cannot be delivered, or if
-        the same question is still running TERMINATE_AFTER_S later (it caught the cancel)."""
-        self.watchdog_fired = True
-        question = self.running
-        try:
-            self.conn.cancel_safe(timeout=CANCEL_WAIT_S)
-        except (psycopg.Error, OSError):
-            self._terminate()
-            return
-        if question is not None:
-            check = threading.Timer(TERMINATE_AFTER_S, self._terminate_if_running, [question])
-            check.daemon = True
-            check.start()
-
-    def _terminate_if_running(self, question: int) -> None:
-        if self.running == question:
-            self._terminate()
-
-    def _terminate(self) -> None:
-        """End the backend through the admin connection: the reader may not signal backends, not even its own
-        (ingest init revokes that, so that one question cannot end another)."""
-        pid = self.conn.info.backend_pid
-        try:
-            with psycopg.connect(self.admin or self.dsn, autocommit=True, connect_timeout=5) as other:
-                other.execute("SELECT pg_terminate_backend(%s)", [pid])
-        except psycopg.Error:
-            pass  # the server is gone too: nothing is left running there
+        """Cancel the running query on the server (the run is interrupted)."""
+        self.watchdog.cancel()
 
     def close(self) -> None:
         self.conn.close()
+
+
+def _text_size(column: str) -> str:
+    """SQL for how many bytes a value will take as text at the client, at least. A small value's stored size
+    times 64 bounds its text (no type expands more: an array of NULLs, one bit each, 40 times), so only values
+    over 256 bytes are converted to text to count them."""
+    return (f"CASE WHEN pg_column_size({column}) <= 256 THEN 64 * coalesce(pg_column_size({column}), 0)::bigint "
+            f"ELSE octet_length({column}::text) END")
 
 
 def _column_names(pgconn: Any, statement: bytes) -> list[str] | None:

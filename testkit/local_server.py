@@ -19,6 +19,8 @@ from pathlib import Path
 
 import psycopg
 
+from gsqa_core import sandbox
+
 AS_POSTGRES = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []  # the server refuses root
 SUPERUSER = "postgres"
 # For a server that is thrown away: nothing needs to survive a crash.
@@ -52,11 +54,13 @@ class LocalServer:
 
     def start(self, settings: dict[str, str] | None = None, environment: dict[str, str] | None = None) -> None:
         """On the socket folder only, unless `settings` give listen_addresses; `environment` is added to the
-        server's."""
+        server's. Each backend may take the memory make db's server gives one on this machine
+        (sandbox.backend_memory_mb), so that the tests meet the same bound."""
         settings = {"listen_addresses": "''", **(settings or {})}
         options = " ".join(f"-c {name}={value}" for name, value in settings.items())
-        as_postgres(server_binaries() / "pg_ctl", "-D", self.data, "-l", self.data / "server.log", "-w", "-o",
-                    f"-p {self.port} -k {self.sockets} {options}", "start", environment=environment)
+        as_postgres("prlimit", f"--data={backend_memory_bytes()}", server_binaries() / "pg_ctl", "-D", self.data,
+                    "-l", self.data / "server.log", "-w", "-o", f"-p {self.port} -k {self.sockets} {options}",
+                    "start", environment=environment)
 
     def stop(self) -> None:
         as_postgres(server_binaries() / "pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop")
@@ -67,6 +71,13 @@ class LocalServer:
     @property
     def running(self) -> bool:
         return (self.data / "postmaster.pid").exists()
+
+
+def backend_memory_bytes() -> int:
+    """What sandbox.backend_memory_mb gives a server of this machine's memory."""
+    with open("/proc/meminfo") as meminfo:
+        total_kb = next(int(line.split()[1]) for line in meminfo if line.startswith("MemTotal:"))
+    return sandbox.backend_memory_mb(total_kb // 1024) * 1024**2
 
 
 def as_postgres(*argv: object, environment: dict[str, str] | None = None) -> None:

@@ -11,7 +11,8 @@ import psycopg
 # What a sandbox role's session reports (current_setting), as `reproduce check` shows it.
 SESSION_SETTINGS = {"default_transaction_read_only": "on", "statement_timeout": "2min",
                     "idle_in_transaction_session_timeout": "10min", "work_mem": "64MB", "temp_file_limit": "2GB",
-                    "search_path": "public", "extra_float_digits": "1"}
+                    "search_path": "public", "extra_float_digits": "1",
+                    "standard_conforming_strings": "on"}
 
 
 SANDBOX_BACKENDS = "SELECT count(*) FROM pg_stat_activity WHERE usename LIKE 'gsqa%'"

@@ -80,11 +80,12 @@ ONLY_A_QUERY = "only a query runs here (SELECT, WITH, VALUES, TABLE, EXPLAIN, SH
 REFUSED = [
     ("DELETE FROM pois", f"refused: `DELETE` writes or moves data; {ONLY_A_QUERY}"),
     ("SELECT 1; DELETE FROM pois", f"refused: several statements in one; {ONLY_A_QUERY}, one statement at a time"),
-    ("COMMIT; DELETE FROM pois", f"refused: `COMMIT` controls the transaction, which the sandbox owns; {ONLY_A_QUERY}"),
+    ("COMMIT; DELETE FROM pois", f"refused: several statements in one; {ONLY_A_QUERY}, one statement at a time"),
+    ("--\rALTER ROLE CURRENT_USER SET work_mem = '1GB'", f"refused: `ALTER` changes the database; {ONLY_A_QUERY}"),
     ("SET ROLE postgres", f"refused: `SET` changes the session, whose settings the sandbox fixes; {ONLY_A_QUERY}"),
-    ("/* a comment first */ (DO $$ BEGIN END $$)", f"refused: `DO` runs procedural code; {ONLY_A_QUERY}"),
+    ("/* a comment first */ DO $$ BEGIN END $$", f"refused: `DO` runs procedural code; {ONLY_A_QUERY}"),
     ("WITH gone AS (DELETE FROM pois RETURNING 1) SELECT count(*) FROM gone",
-     "refused: cannot execute SELECT in a read-only transaction (the sandbox only reads)"),
+     f"refused: `DELETE` inside the query writes data; {ONLY_A_QUERY}"),
     ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid()",
      "refused: permission denied for function pg_terminate_backend (the sandbox role may only read the reference "
      "tables)"),

@@ -205,13 +205,23 @@ def test_where_the_socket_refuses_the_roles_they_log_in_over_tcp_and_a_changed_p
         with psycopg.connect(login_dsn(admin, MODEL), autocommit=True) as conn:
             conn.execute("SET default_transaction_read_only = off")
             conn.execute("ALTER ROLE CURRENT_USER PASSWORD 'taken-over'")
-        problem = audit(login_dsn(admin, MODEL), MODEL).problem
-        assert problem.startswith("gsqa_model cannot log in: ") and "Peer authentication failed" in problem
-        assert problem.endswith("`ingest init` gives gsqa_model a password ($GSQA_MODEL_PASSWORD, or one it "
-                                "generates and keeps in the database), with which it logs in over TCP where the "
-                                "socket refuses it.")
+        problem = audit(login_dsn(admin, MODEL), MODEL).problem  # the server's answer over TCP, not the socket's
+        assert problem.startswith("gsqa_model cannot log in: ") and (
+            'password authentication failed for user "gsqa_model"' in problem)
+        assert problem.endswith("gsqa_model's password is not the one kept for it (a login may change its own): "
+                                "`ingest init` restores it.")
         assert initialize(admin).repaired == ["gsqa_model: its password differed from the one kept for it"]
         assert audit(login_dsn(admin, MODEL), MODEL).problem is None and initialize(admin).repaired == []
+        held = [psycopg.connect(login_dsn(admin, MODEL)) for _ in range(MODEL.connection_limit)]
+        try:
+            problem = audit(login_dsn(admin, MODEL), MODEL).problem
+        finally:
+            for conn in held:
+                conn.close()
+        assert problem.startswith("gsqa_model cannot log in: ") and (
+            'too many connections for role "gsqa_model"' in problem)
+        assert problem.endswith(f"gsqa_model may hold {MODEL.connection_limit} connections at once: close some, or "
+                                "wait.")
 
 
 def test_a_server_that_allows_prepared_transactions_is_named() -> None:
@@ -307,3 +317,33 @@ def test_a_password_is_compared_as_postgresql_prepares_it(admin: str, monkeypatc
     monkeypatch.setenv(MODEL.password_env, "soft\u00adhyphen and\u2003em space")
     initialize(admin)
     assert initialize(admin).repaired == []  # the same verifier: nothing to set again
+
+
+def test_grants_on_the_bookkeeping_schema_are_named_and_revoked(admin: str) -> None:
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("GRANT SELECT ON gsqa.role_login TO gsqa_model; GRANT UPDATE ON gsqa.load_log TO PUBLIC")
+    differences = ["it may write to table gsqa.load_log",
+                   "it holds SELECT on gsqa.role_login (in gsqa, where the passwords are kept)"]
+    assert audit(login_dsn(admin, MODEL), MODEL).differences == differences
+    assert audit(login_dsn(admin, READER), READER).differences == differences[:1]  # through PUBLIC
+    assert initialize(admin).repaired == [f"gsqa_reader: {differences[0]}",
+                                          *(f"gsqa_model: {found}" for found in differences)]
+    assert initialize(admin).repaired == []
+
+
+def test_a_function_someone_added_to_the_reference_schema_is_named_not_dropped(admin: str) -> None:
+    """An overload of a PostGIS function makes the benchmark's calls ambiguous ("function st_value(...) is not
+    unique"): every preflight names it, and `ingest init`, which did not make it, leaves it to an administrator."""
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("CREATE FUNCTION public.st_value(raster, integer, geometry) RETURNS float8 "
+                     "LANGUAGE sql AS 'SELECT 0::float8'")
+        try:
+            problem = ("function st_value(raster,integer,geometry) in the reference schema is not PostGIS's: it can "
+                       "shadow a function the benchmark's SQL calls, or make the call ambiguous; drop it or move it "
+                       "to another schema")
+            assert audit(login_dsn(admin, MODEL), MODEL).problems == [problem]
+            assert readiness.check(admin).problems[-1:] == [problem]
+            assert initialize(admin).left == [problem]
+        finally:
+            conn.execute("DROP FUNCTION public.st_value(raster, integer, geometry)")
+    assert initialize(admin).left == []

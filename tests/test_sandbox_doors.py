@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import resource
 from pathlib import Path
 
 import psycopg
@@ -20,13 +21,15 @@ from mcp import Client
 from sandbox_helpers import leftovers
 from sqlalchemy import text
 
+from gsqa_core.errors import GsqaError
 from gsqa_core.roles import login_dsn
-from gsqa_core.sandbox import ROLES
-from reproduce import configs, dataset
+from gsqa_core.sandbox import MODEL, ROLES
+from reproduce import configs, dataset, readiness
 from reproduce.baseline import Refused, engine
 from reproduce.score import ScoreRequest, score
 from reproduce.serve.protocol import mcp_server
 from reproduce.serve.tools import ServeRequest, ToolRefused, open_tools
+from testkit import local_server
 
 HOSTILE = {
     "large object": "SELECT lo_from_bytea(0, '\\x00'::bytea)",
@@ -54,6 +57,9 @@ HOSTILE = {
     "other backends": "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid()",
     "a role that sees every query": "SET ROLE pg_read_all_stats",
     "another session user": "SET SESSION AUTHORIZATION postgres",
+    "the build's lock, for the transaction": "SELECT pg_advisory_xact_lock(hashtext('gsqa ingest all'))",
+    "a shared transaction lock, tried": "SELECT pg_try_advisory_xact_lock_shared(1)",
+    "row locks": "SELECT * FROM pois FOR UPDATE",
 }
 # What the server allows any login but our doors refuse: transient, yet no business of a model's.
 DOORS_ONLY = {
@@ -63,6 +69,15 @@ DOORS_ONLY = {
     "a cursor kept across transactions": "DECLARE kept CURSOR WITH HOLD FOR SELECT 1",
     "a table lock": "LOCK TABLE pois IN ACCESS SHARE MODE",
     "a session setting": "SET work_mem = '4GB'",
+    "a write behind a comment a carriage return ends": "--\rDELETE FROM pois",
+    "its stored settings behind a carriage return": "--\rALTER ROLE CURRENT_USER SET work_mem = '1GB'",
+    "its password behind a carriage return": "--\rALTER ROLE CURRENT_USER PASSWORD 'taken-over'",
+    "its default privileges behind a carriage return": "--\rALTER DEFAULT PRIVILEGES GRANT ALL ON TABLES TO PUBLIC",
+    "its settings in another database": "--\rALTER ROLE CURRENT_USER IN DATABASE postgres SET work_mem = '1GB'",
+    "a notification behind a carriage return": "--\rNOTIFY gsqa, 'x'",
+    "the British spelling": "ANALYSE pois",
+    "a write explained, so run": "EXPLAIN ANALYZE DELETE FROM pois",
+    "a NUL, past which the server reads nothing": "SELECT 7 AS x\0; DELETE FROM pois",
 }
 AT_OUR_DOORS = {**HOSTILE, **DOORS_ONLY}
 READ_WRITE = "SELECT set_config('default_transaction_read_only', 'off', false)"  # a query: the gate lets it by
@@ -189,3 +204,139 @@ def test_the_engine_lets_savepoints_of_a_nested_transaction_through(demo: tuple[
             assert conn.execute(text("SELECT 1")).scalar() == 1  # the rollback to the savepoint kept the transaction
     finally:
         made.dispose()
+
+
+READ_ONLY = "SELECT current_setting('transaction_read_only') AS read_only, " \
+            "current_setting('standard_conforming_strings') AS strings"
+LOOSEN = ["SELECT set_config('default_transaction_read_only', 'off', false)",
+          "SELECT set_config('standard_conforming_strings', 'off', false)"]
+
+
+@pytest.mark.parametrize("isolation", ["transaction", "AUTOCOMMIT"])
+def test_engine_begins_every_transaction_read_only_whatever_the_session_default(demo: tuple[str, Path], before: dict,
+                                                                                isolation: str) -> None:
+    """One held connection, as an agent loop keeps it: the session's defaults switched off and committed, each
+    later statement still runs in a transaction the client began READ ONLY, with the gate's reading of strings."""
+    made = engine(demo[0], timeout=5)
+    if isolation != "transaction":
+        made = made.execution_options(isolation_level=isolation)
+    try:
+        with made.connect() as conn:
+            for statement in LOOSEN:
+                conn.execute(text(statement))
+                conn.commit()
+            seen = [tuple(conn.execute(text(READ_ONLY)).one()) for _ in range(2)]
+            conn.commit()
+            with pytest.raises(sqlalchemy.exc.DBAPIError, match="read-write"):
+                conn.execute(text("SELECT set_config('transaction_read_only', 'off', false)"))
+    finally:
+        made.dispose()
+    assert seen == [("on", "on")] * 2
+    assert leftovers(demo[0]) == before
+
+
+def test_serve_and_score_sessions_begin_every_question_read_only(demo: tuple[str, Path], before: dict,
+                                                                 tmp_path: Path) -> None:
+    with serving(demo) as tools:
+        for statement in LOOSEN:
+            tools.query("raster_only/elevation+poi/0", statement)
+        assert tools.query("raster_only/elevation+poi/0", READ_ONLY)["rows"] == [{"read_only": "on", "strings": "on"}]
+    ids = [record.id for record in dataset.load(demo[1], [configs.template("V5")]).records][:1]
+    predictions = tmp_path / "read_only.jsonl"
+    predictions.write_text(json.dumps({"id": ids[0], "sql": READ_ONLY}) + "\n")
+    scored = score(ScoreRequest(predictions=[predictions], config="vector", templates=["V5"], ids=ids, data=demo[1],
+                                dsn=demo[0], timeout=5, progress=False))
+    assert scored.results[0].detail["rows"] == [{"read_only": "on", "strings": "on"}]
+    assert leftovers(demo[0]) == before
+
+
+OUT_OF_MEMORY = "refused: out of memory (a statement may use only a bounded share of the server's memory)"
+
+
+def memory_hog() -> str:
+    """A statement whose backend needs 300 MB more than the memory a backend of the test server may take."""
+    pieces = local_server.backend_memory_bytes() // 100_000_000 + 3
+    return f"SELECT cardinality(array_agg(repeat('x', 100000000))) AS elevation FROM generate_series(1, {pieces})"
+
+
+@pytest.mark.parametrize("door", ["engine", "score", "serve"])
+def test_a_statement_past_its_backends_memory_fails_in_one_line_and_no_other_session_notices(
+        demo: tuple[str, Path], before: dict, door: str, tmp_path: Path) -> None:
+    with psycopg.connect(demo[0], autocommit=True) as bystander:
+        started = bystander.execute("SELECT pg_postmaster_start_time()").fetchone()[0]
+        if door == "engine":
+            made = engine(demo[0], timeout=60)
+            try:
+                with made.connect() as conn, pytest.raises(Refused) as refused:
+                    conn.execute(text(memory_hog()))
+            finally:
+                made.dispose()
+            line = str(refused.value)
+        elif door == "serve":
+            with serving(demo) as tools, pytest.raises(ToolRefused) as refused:
+                tools.query("raster_only/elevation+poi/0", memory_hog())
+            line = str(refused.value).split(" [budget left")[0]
+        else:
+            question = "raster_only/elevation+poi/0"
+            predictions = tmp_path / "hog.jsonl"
+            predictions.write_text(json.dumps({"id": question, "sql": memory_hog()}) + "\n")
+            scored = score(ScoreRequest(predictions=[predictions], config="raster_only", templates=["R1"],
+                                        ids=[question], data=demo[1], dsn=demo[0], timeout=60, progress=False))
+            assert scored.results[0].status == "sql_error"
+            line = scored.results[0].detail["error"]
+        assert line == OUT_OF_MEMORY
+        assert bystander.execute("SELECT pg_postmaster_start_time()").fetchone()[0] == started  # no restart
+    assert leftovers(demo[0]) == before
+
+
+@pytest.mark.parametrize("statement, size", [
+    ("SELECT " + ", ".join(f"0::bit(83886080) AS b{number}" for number in range(8)), "671.1"),
+    ("SELECT array_fill(NULL::int, ARRAY[20000000]) AS a", "100.0"),
+])
+def test_a_row_larger_as_text_than_stored_stops_on_the_server_at_the_model_doors(demo: tuple[str, Path], statement: str,
+                                                                                  size: str, tmp_path: Path) -> None:
+    """A bit string is 8 times larger as text than stored, an array of NULLs 40 times: the cap counts what the
+    client will receive, so neither door's process grows by more than the cap."""
+    expected = f"the result is too large: one row is {size} MB as text, past the cap of 67 MB (stopped on the server)"
+    grown_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with serving(demo) as tools, pytest.raises(ToolRefused) as refused:
+        tools.query("raster_only/elevation+poi/0", statement)
+    assert str(refused.value).split(" [budget left")[0] == expected
+    question = "raster_only/elevation+poi/1"
+    predictions = tmp_path / "wide.jsonl"
+    predictions.write_text(json.dumps({"id": question, "sql": statement}) + "\n")
+    scored = score(ScoreRequest(predictions=[predictions], config="raster_only", templates=["R1"], ids=[question],
+                                data=demo[1], dsn=demo[0], timeout=30, progress=False))
+    assert scored.results[0].detail["error"] == expected
+    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - grown_before) / 1024 < 100  # MB
+
+
+def test_a_tampered_model_role_is_named_as_such_at_every_door(demo: tuple[str, Path], tmp_path: Path) -> None:
+    with psycopg.connect(demo[0], autocommit=True) as admin:
+        admin.execute("ALTER ROLE gsqa_model SET work_mem = '1GB'")
+        try:
+            with pytest.raises(GsqaError) as by_engine:
+                engine(demo[0])
+            with pytest.raises(GsqaError) as by_serve:
+                serving(demo)
+            predictions = tmp_path / "one.jsonl"
+            predictions.write_text(json.dumps({"id": "raster_only/elevation+poi/0", "sql": "SELECT 1"}) + "\n")
+            with pytest.raises(GsqaError) as by_score:
+                score(ScoreRequest(predictions=[predictions], config="raster_only", templates=["R1"], data=demo[1],
+                                   dsn=demo[0], timeout=5, progress=False))
+        finally:
+            admin.execute("ALTER ROLE gsqa_model SET work_mem = '64MB'")
+    tampered = ("gsqa_model is not as declared: it stores work_mem=1GB (declared 64MB) (`ingest init` restores what "
+                "it can and names the rest)")
+    assert str(by_engine.value) == f"no engine for baselines: {tampered}"
+    assert str(by_serve.value) == str(by_score.value) == f"the database is not ready: {tampered}"
+
+
+def test_check_says_how_much_memory_each_backend_may_take(demo: tuple[str, Path]) -> None:
+    each = local_server.backend_memory_bytes() // 1024**2
+    with open("/proc/meminfo") as meminfo:
+        total = next(int(line.split()[1]) // 1024 for line in meminfo if line.startswith("MemTotal:"))
+    models = MODEL.connection_limit
+    assert readiness.check(demo[0]).notes == [
+        f"each backend of the server may take {each:,} MB of its own memory; gsqa_model's {models} connections "
+        f"together {models * each:,} MB, {models * each / total:.0%} of the server's {total:,} MB"]
