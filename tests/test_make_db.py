@@ -27,6 +27,7 @@ from psycopg.conninfo import make_conninfo
 from gsqa_core.roles import login_dsn
 from gsqa_core.sandbox import MODEL
 from ingest import fetch
+from testkit import local_server
 from testkit.fake_hub import FakeHub, repository_files
 from testkit.local_server import free_port
 from testkit.make_db_server import malloc_environment, server_malloc_variables
@@ -125,6 +126,8 @@ def test_make_db_fetches_builds_and_checks(stack: dict, first_build: dict) -> No
 def test_reproduce_check_and_verify_from_the_host(stack: dict, first_build: dict, tmp_path: Path) -> None:
     check = reproduce(stack, "check")
     assert check.returncode == 0, check.stdout + check.stderr
+    each = local_server.backend_memory_bytes() // 1024**2  # the container sees this machine's memory
+    assert f"note: each backend of the server may take {each:,} MB of its own memory;" in check.stdout
     elsewhere = login_dsn(make_conninfo(stack["dsn"], dbname="postgres"), MODEL)  # the roles' other doors: shut
     with pytest.raises(psycopg.OperationalError, match="rejects connection for host .* user \"gsqa_model\""):
         psycopg.connect(elsewhere, password="gsqa_model").close()
