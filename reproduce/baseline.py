@@ -22,9 +22,12 @@ model's SQL to (reproduce/runner.py), in the same sandbox (gsqa_core/sandbox.py)
 - a connection going back to the pool is rolled back and its session reset (DISCARD ALL: settings),
   as `reproduce` resets it after each question.
 
+- a query's result is capped on the server as the runner caps it (reproduce/runner.py, `capped`): past
+  100,000 rows or 64 MB as text it stops with one line, so neither the server nor the framework's process
+  holds more.
+
 GeoAlchemy2 is imported with it, so that the inspector reports geography, geometry and raster columns as
-Geography, Geometry and Raster instead of warning and giving NullType. Results are not capped here (the
-framework fetches them); `reproduce score` holds its own runs to the runner's caps.
+Geography, Geometry and Raster instead of warning and giving NullType.
 
     from reproduce.baseline import engine
     from sqlalchemy import inspect, text
@@ -55,7 +58,7 @@ from gsqa_core.db import resolve_dsn
 from gsqa_core.errors import GsqaError
 from gsqa_core.roles import audit, login_dsn, refuse_tampered
 from reproduce import gate
-from reproduce.runner import MAX_TIMEOUT_S, MIN_TIMEOUT_S, Watchdog
+from reproduce.runner import MAX_BYTES, MAX_ROWS, MAX_TIMEOUT_S, MIN_TIMEOUT_S, Watchdog, capped, too_large
 
 APPLICATION_NAME = "gsqa-baseline"  # what pg_stat_activity shows for the engine's connections
 
@@ -89,9 +92,9 @@ def engine(dsn: str | None = None, timeout: float = 120.0, login: str | None = N
         raise GsqaError(f"no engine for baselines: {'; '.join(found.problems)}")
     made = sqlalchemy.create_engine("postgresql+psycopg://", **engine_options)
     doors = _Doors(login, admin, timeout)
-    for event in ("do_connect", "connect", "before_cursor_execute", "after_cursor_execute", "handle_error",
-                  "commit"):
+    for event in ("do_connect", "connect", "after_cursor_execute", "handle_error", "commit"):
         sqlalchemy.event.listen(made, event, getattr(doors, event))
+    sqlalchemy.event.listen(made, "before_cursor_execute", doors.before_cursor_execute, retval=True)
     sqlalchemy.event.listen(made.pool, "reset", _discard_session)
     return made
 
@@ -126,9 +129,9 @@ class _Doors:
         record.info[_WATCHDOG] = Watchdog(dbapi_connection, self.admin)
 
     def before_cursor_execute(self, conn: Any, cursor: Any, statement: str, parameters: Any, context: Any,
-                              many: bool) -> None:
+                              many: bool) -> tuple[str, Any]:
         if gate.is_savepoint(statement):
-            return  # a nested transaction's own statement, which must also run in an aborted transaction
+            return statement, parameters  # a nested transaction's own, which must also run when it is aborted
         if refused := gate.refusal(statement):
             raise Refused(refused, statement, parameters, None)
         dbapi_connection = cursor.connection
@@ -141,12 +144,16 @@ class _Doors:
             dbapi_connection.read_only = True
         dbapi_connection.execute(self.again, self.values)
         conn.info[_WATCHDOG].start(self.timeout)
+        return capped(statement, MAX_BYTES, MAX_ROWS), parameters
 
     def after_cursor_execute(self, conn: Any, cursor: Any, statement: str, parameters: Any, context: Any,
                              many: bool) -> None:
         conn.info[_WATCHDOG].stop()
         if conn.info.get(_EMULATED) and not getattr(cursor, "name", None):  # a client cursor holds its rows
             _end_emulated(cursor.connection, conn.info)
+        if cursor.rowcount > MAX_ROWS:
+            raise Refused(f"the result is too large: more than {MAX_ROWS:,} rows (stopped on the server); "
+                          "aggregate, or add ORDER BY and LIMIT", statement, parameters, None)
 
     def handle_error(self, context: Any) -> None:
         if context.connection is not None and _WATCHDOG in context.connection.info:
@@ -154,7 +161,8 @@ class _Doors:
             if context.connection.info.get(_EMULATED):
                 _end_emulated(context.connection.connection.dbapi_connection, context.connection.info)
         error = context.original_exception
-        if isinstance(error, psycopg.Error) and (refused := gate.server_refusal(error)):
+        if isinstance(error, psycopg.Error) and (
+                refused := gate.server_refusal(error) or too_large(error, MAX_BYTES)):
             raise Refused(refused, context.statement, context.parameters, error)
 
     def commit(self, conn: Any) -> None:

@@ -77,6 +77,14 @@ def refusal(statement: str) -> str | None:
     return next((f"refused: {why}; {_ONLY}" for key, why in _INSIDE if key in tree), None)
 
 
+def reads_rows(statement: str) -> bool:
+    """Whether the statement is one SELECT (VALUES and TABLE too), which can be a subquery."""
+    try:
+        return _statement_nodes(parser.parse_sql_json(statement)) == ["SelectStmt"]
+    except parser.ParseError:
+        return False
+
+
 def is_savepoint(statement: str) -> bool:
     """Whether the statement is one SAVEPOINT, RELEASE or ROLLBACK TO (a nested transaction's own)."""
     try:

@@ -14,10 +14,9 @@ while the server works (docs/PERFORMANCE.md, "2 workers").
 
 Untrusted SQL must not exhaust the client or spoil other questions: rows are streamed and capped
 (MAX_ROWS, MAX_BYTES: beyond them the question stops at once as an error saying how much was read), and
-reading them counts against the timeout; one row is capped on the server (MAX_BYTES of text, what the client
-will receive: a bit string or an array of NULLs is many times larger as text than stored), since the client
-holds a whole row before it can count it: the SQL runs as a subquery whose rows pass a size check
-(`_capped`), unless it cannot be one (SHOW, EXPLAIN: then as it is, on a savepoint); after each question the
+reading them counts against the timeout; the same caps hold on the server (`capped`: the rows' size as text,
+what the client will receive, counted as they are made), since the client holds a whole row before it can
+count it; after each question the
 session is reset (DISCARD ALL: settings, temp state, prepared statements); the roles may not signal other
 backends (ingest init revokes pg_cancel_backend/pg_terminate_backend from PUBLIC), so the watchdog ends a
 runaway backend through the admin connection; a question whose connection was ended from outside is run once
@@ -47,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
-from psycopg import pq, sql
+from psycopg import sql
 
 from gsqa_core.errors import EXIT_SOME_FAILED, GsqaError
 from gsqa_core.roles import refuse_tampered
@@ -260,20 +259,16 @@ class Session:
                 limit = sql.Literal(f"{round(self.timeout * 1000)}ms")
                 cur.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(limit))
                 self.watchdog.start(self.timeout)
-                rows, truncated = self._fetch(cur, *self._capped(cur, statement), deadline=start + self.timeout)
+                rows, truncated = self._fetch(cur, capped(statement, self.max_bytes, self.max_rows),
+                                              deadline=start + self.timeout)
             return Outcome("rows", time.perf_counter() - start, rows, truncated=truncated)
         except ResultTooLarge as error:
             return Outcome("error", time.perf_counter() - start, error=str(error))
         except LoadTimedOut as error:
             return Outcome("timeout", time.perf_counter() - start, error=str(error))
-        except psycopg.errors.InvalidTextRepresentation as error:
-            if VALUE_CAP_MARK not in str(error):
-                return Outcome("error", time.perf_counter() - start, error=_message(error))
-            size = int(re.search(re.escape(VALUE_CAP_MARK) + r" (\d+)", str(error)).group(1))
-            return Outcome("error", time.perf_counter() - start, error=(
-                f"the result is too large: one row is {size / 1e6:,.1f} MB as text, past the cap of "
-                f"{self.max_bytes / 1e6:,.0f} MB (stopped on the server)"))
         except psycopg.Error as error:
+            if refused := too_large(error, self.max_bytes):
+                return Outcome("error", time.perf_counter() - start, error=refused)
             # A terminated backend surfaces as a lost connection: still the watchdog's timeout.
             if self.watchdog.fired or isinstance(error, psycopg.errors.QueryCanceled):
                 who = "the client watchdog" if self.watchdog.fired else "statement_timeout"
@@ -283,34 +278,8 @@ class Session:
             self.watchdog.stop()
             self._reset()
 
-    def _capped(self, cur: psycopg.Cursor, statement: str) -> tuple[str, int]:
-        """The statement as a subquery whose rows stop on the server at a row over max_bytes as text (what the
-        client will receive); the statement itself if it returns no rows or cannot be a subquery (tried on a
-        savepoint: a statement that cannot even be parsed is run as it is, to fail with its own message). Also
-        how many columns come first that are the check's, not the SQL's."""
-        cur.execute("SAVEPOINT gsqa_capped")
-        pgconn = self.conn.pgconn
-        names = _column_names(pgconn, statement.encode())
-        if names:
-            # The check is a first output column, not a WHERE: it sees only the rows the SQL returns (a WHERE
-            # could be pushed into the SQL and meet rows that its own conditions drop). OFFSET 0 keeps the SQL a
-            # subquery of its own: pulled up, each of its output expressions would be computed once more for
-            # every time the check names it; the size is computed once per row, in a subquery of its own too.
-            columns = [f"c{number}" for number in range(len(names))]
-            size = " + ".join(_text_size(f"q.{column}") for column in columns)
-            renamed = ", ".join(f"q.{column} AS {_quoted(name)}" for column, name in zip(columns, names, strict=True))
-            body = statement.rstrip().rstrip(";")
-            capped = (f"SELECT CASE WHEN s.size > {self.max_bytes} THEN ('{VALUE_CAP_MARK} ' || s.size)::int END "
-                      f"AS gsqa_value_cap, {renamed} FROM (SELECT * FROM ({body}\n) AS q({', '.join(columns)}) "
-                      f"OFFSET 0) AS q CROSS JOIN LATERAL (SELECT {size} AS size OFFSET 0) AS s")
-            if _column_names(pgconn, capped.encode()) == ["gsqa_value_cap", *names]:
-                return capped, 1
-        cur.execute("ROLLBACK TO SAVEPOINT gsqa_capped")
-        return statement, 0
-
-    def _fetch(self, cur: psycopg.Cursor, statement: str, first: int,
-               deadline: float) -> tuple[list[dict[str, Any]], bool]:
-        """The rows from column `first` on, streamed (the extended protocol: exactly one statement), and whether
+    def _fetch(self, cur: psycopg.Cursor, statement: str, deadline: float) -> tuple[list[dict[str, Any]], bool]:
+        """The rows, streamed (the extended protocol: exactly one statement), and whether
         rows past max_rows were left unread (truncate); ResultTooLarge past the caps, LoadTimedOut past the
         deadline (reading and converting rows counts against the timeout), after which psycopg cancels the rest
         on the server."""
@@ -318,8 +287,8 @@ class Session:
         size, names = 0, None
         for row in cur.stream(statement):
             if names is None:
-                names = [column.name for column in cur.description][first:]
-            values = {name: _json_value(value) for name, value in zip(names, row[first:], strict=True)
+                names = [column.name for column in cur.description]
+            values = {name: _json_value(value) for name, value in zip(names, row, strict=True)
                       if value is not None}
             if len(rows) == self.max_rows and self.truncate:
                 return rows, True  # closing the stream cancels the rest on the server
@@ -355,27 +324,36 @@ class Session:
         self.conn.close()
 
 
-def _text_size(column: str) -> str:
-    """SQL for how many bytes a value will take as text at the client, at least. A small value's stored size
-    times 64 bounds its text (no type expands more: an array of NULLs, one bit each, 40 times), so only values
-    over 256 bytes are converted to text to count them."""
-    return (f"CASE WHEN pg_column_size({column}) <= 256 THEN 64 * coalesce(pg_column_size({column}), 0)::bigint "
-            f"ELSE octet_length({column}::text) END")
+def capped(statement: str, max_bytes: int, max_rows: int) -> str:
+    """A query (gate.reads_rows) as a query of the same columns, names and rows in the same order that the server
+    stops with an error (too_large) once its rows are past max_bytes as text, what the client will receive (a
+    bit string is 8 times larger as text than stored, an array of NULLs 40 times), and that stops after
+    max_rows + 1 rows. The client never holds more. Anything else (SHOW, EXPLAIN) as it is.
+
+    The SQL stays a subquery of its own behind OFFSET 0 (pulled up, its output expressions would be computed
+    again for each use); each row is one composite value, whose text is counted by a running sum and whose
+    columns are taken apart again, so no column name needs to be known, and the WHERE sees only the rows the
+    SQL returns (nothing is pushed into it past the fence)."""
+    if not gate.reads_rows(statement):
+        return statement
+    body = statement.rstrip().rstrip(";")
+    return (f"SELECT (w.r).* FROM (SELECT s.r, sum(s.size) OVER so_far AS seen, count(*) OVER so_far AS n "
+            f"FROM (SELECT z.r, octet_length(z.r::text) AS size FROM (SELECT q AS r FROM ({body}\n) AS q OFFSET 0) "
+            f"AS z OFFSET 0) AS s WHERE CASE WHEN s.size > {max_bytes} THEN ('{VALUE_CAP_MARK} row ' || s.size)::int "
+            f"> 0 ELSE true END WINDOW so_far AS (ROWS UNBOUNDED PRECEDING)) AS w WHERE CASE WHEN w.seen > "
+            f"{max_bytes} THEN ('{VALUE_CAP_MARK} ' || w.n || ' ' || w.seen)::int > 0 ELSE true END "
+            f"LIMIT {max_rows + 1}")
 
 
-def _column_names(pgconn: Any, statement: bytes) -> list[str] | None:
-    """The names of the columns the statement returns (parsed and described, not run); None if it does not
-    parse or returns nothing."""
-    if pgconn.prepare(b"", statement).status != pq.ExecStatus.COMMAND_OK:
+def too_large(error: psycopg.Error, max_bytes: int) -> str | None:
+    """The one line for the server's stop of a capped query (None for any other error)."""
+    if not isinstance(error, psycopg.errors.InvalidTextRepresentation) or VALUE_CAP_MARK not in str(error):
         return None
-    described = pgconn.describe_prepared(b"")
-    if described.status != pq.ExecStatus.COMMAND_OK or not described.nfields:
-        return None
-    return [described.fname(number).decode() for number in range(described.nfields)]
-
-
-def _quoted(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+    rows, size = re.search(re.escape(VALUE_CAP_MARK) + r" (row|\d+) (\d+)", str(error)).groups()
+    cap = f"past the cap of {max_bytes / 1e6:,.0f} MB (stopped on the server)"
+    if rows == "row":
+        return f"the result is too large: one row is {int(size) / 1e6:,.1f} MB as text, {cap}"
+    return f"the result is too large: stopped after {int(rows):,} rows and {int(size) / 1e6:,.1f} MB as text, {cap}"
 
 
 def _message(error: psycopg.Error) -> str:

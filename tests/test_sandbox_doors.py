@@ -290,13 +290,13 @@ def test_a_statement_past_its_backends_memory_fails_in_one_line_and_no_other_ses
 
 
 @pytest.mark.parametrize("statement, size", [
-    ("SELECT " + ", ".join(f"0::bit(83886080) AS b{number}" for number in range(8)), "671.1"),
+    ("SELECT 0::bit(83886080) AS b0, 0::bit(83886080) AS b1", "167.8"),
     ("SELECT array_fill(NULL::int, ARRAY[20000000]) AS a", "100.0"),
 ])
-def test_a_row_larger_as_text_than_stored_stops_on_the_server_at_the_model_doors(demo: tuple[str, Path], statement: str,
-                                                                                  size: str, tmp_path: Path) -> None:
+def test_a_row_larger_as_text_than_stored_stops_on_the_server_at_every_model_door(
+        demo: tuple[str, Path], statement: str, size: str, tmp_path: Path) -> None:
     """A bit string is 8 times larger as text than stored, an array of NULLs 40 times: the cap counts what the
-    client will receive, so neither door's process grows by more than the cap."""
+    client will receive, so no door's process grows by more than the cap."""
     expected = f"the result is too large: one row is {size} MB as text, past the cap of 67 MB (stopped on the server)"
     grown_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with serving(demo) as tools, pytest.raises(ToolRefused) as refused:
@@ -308,7 +308,27 @@ def test_a_row_larger_as_text_than_stored_stops_on_the_server_at_the_model_doors
     scored = score(ScoreRequest(predictions=[predictions], config="raster_only", templates=["R1"], ids=[question],
                                 data=demo[1], dsn=demo[0], timeout=30, progress=False))
     assert scored.results[0].detail["error"] == expected
+    made = engine(demo[0], timeout=30)
+    try:
+        with made.connect() as conn, pytest.raises(Refused) as by_engine:
+            conn.execute(text(statement))
+    finally:
+        made.dispose()
+    assert str(by_engine.value) == expected
     assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - grown_before) / 1024 < 100  # MB
+
+
+def test_engine_stops_a_result_past_the_row_cap_on_the_server(demo: tuple[str, Path]) -> None:
+    made = engine(demo[0], timeout=30)
+    try:
+        with made.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM generate_series(1, 1000000)")).scalar() == 1_000_000
+            with pytest.raises(Refused) as refused:
+                conn.execute(text("SELECT g FROM generate_series(1, 1000000) g"))
+    finally:
+        made.dispose()
+    assert str(refused.value) == ("the result is too large: more than 100,000 rows (stopped on the server); "
+                                  "aggregate, or add ORDER BY and LIMIT")
 
 
 def test_a_tampered_model_role_is_named_as_such_at_every_door(demo: tuple[str, Path], tmp_path: Path) -> None:
