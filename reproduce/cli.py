@@ -54,8 +54,10 @@ def check(dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
     to a million, "more than" above), and both sandbox logins (gsqa_reader for gold SQL, gsqa_model for a
     model's; --reader-dsn names gsqa_reader's) usable and as declared: each logs in, reads every reference
     table, owns and may create nothing, and stores exactly its declared settings (a role may change its own:
-    any difference is named, and `ingest init` restores it); the server allows no prepared transactions.
-    What each session gets is shown.
+    any difference is named, and `ingest init` restores it); the server allows no prepared transactions, and
+    the reference schema holds no function an extension did not install. What each session gets is shown,
+    and as a note how much memory each backend of the server may take (make db's server bounds it; on
+    another server it may be unbounded: docs/SANDBOX.md, "Memory", says what to set).
 
     Example: reproduce check --dsn postgresql://postgres@localhost:5432/gsqa
 
