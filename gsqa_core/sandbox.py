@@ -56,6 +56,9 @@ SETTINGS = {
     # How a backslash in a string reads: the gate's parser reads it so (off, `'a\' ; NOTIFY x; --'` would be
     # one statement to the gate and two to the server).
     "standard_conforming_strings": "on",
+    # The bytes the server reads the SQL as: in a client-only encoding (SJIS), a character's second byte can
+    # be a backslash that escapes a quote the gate read as closing a string.
+    "client_encoding": "UTF8",
 }
 SUPERUSER_ONLY = frozenset({"temp_file_limit"})  # stored only: a login may not send it, nor change it
 # Sent at login, not stored: a library the role told the server to load for itself would make every login
@@ -104,6 +107,8 @@ CLOSED_FUNCTIONS = (
     Closed("pg_catalog.pg_notify(text, text)", "sends a notification to every listening session"),
     Closed("pg_catalog.pg_logical_emit_message(boolean, text, text)", "writes to the server's WAL"),
     Closed("pg_catalog.pg_logical_emit_message(boolean, text, bytea)", "writes to the server's WAL"),
+    Closed("public._add_raster_constraint(name, text)", "runs its second argument as SQL (PostGIS raster's "
+           "helper of AddRasterConstraints): any statement, from inside a query"),
     Closed("pg_catalog.pg_cancel_backend(integer)", _SIGNAL),
     Closed("pg_catalog.pg_terminate_backend(integer, bigint)", _SIGNAL),
 )

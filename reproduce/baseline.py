@@ -13,9 +13,11 @@ model's SQL to (reproduce/runner.py), in the same sandbox (gsqa_core/sandbox.py)
 - every statement goes through the extended protocol (psycopg prepares every query: prepare_threshold=0),
   which refuses a second statement, so "SELECT 1; DELETE ..." runs nothing;
 - every transaction begins READ ONLY by the client (psycopg's read_only: `BEGIN READ ONLY`), whatever the
-  session's defaults say; under `isolation_level="AUTOCOMMIT"` each statement still runs in a transaction of
-  its own that begins READ ONLY (emulated: the client begins it and ends it after the statement), and a
-  framework's COMMIT is a ROLLBACK, so nothing a statement did (a NOTIFY) is ever committed;
+  session's defaults or an execution option (postgresql_readonly) say; under `isolation_level="AUTOCOMMIT"`
+  each statement still runs in a transaction of its own that begins READ ONLY (emulated: the client begins
+  it and ends it after the statement); a framework's COMMIT is a ROLLBACK, so nothing a statement did (a
+  NOTIFY) is ever committed, and a two-phase transaction, whose commit is the driver's, is refused; so is a
+  server-side cursor (stream_results), whose fetches would run past the statement's timeout;
 - the declared session settings and statement_timeout are set again before every statement, so a statement
   that switched one off cannot make the next one unbounded; the runner's watchdog (reproduce/runner.py)
   cancels a statement the server's timeout missed, and ends its backend if it catches the cancel;
@@ -92,9 +94,10 @@ def engine(dsn: str | None = None, timeout: float = 120.0, login: str | None = N
         raise GsqaError(f"no engine for baselines: {'; '.join(found.problems)}")
     made = sqlalchemy.create_engine("postgresql+psycopg://", **engine_options)
     doors = _Doors(login, admin, timeout)
-    for event in ("do_connect", "connect", "after_cursor_execute", "handle_error", "commit"):
+    for event in ("do_connect", "connect", "after_cursor_execute", "handle_error", "begin_twophase"):
         sqlalchemy.event.listen(made, event, getattr(doors, event))
     sqlalchemy.event.listen(made, "before_cursor_execute", doors.before_cursor_execute, retval=True)
+    made.dialect.do_commit = _never_commit  # this engine's own dialect (create_engine makes one per engine)
     sqlalchemy.event.listen(made.pool, "reset", _discard_session)
     return made
 
@@ -105,7 +108,7 @@ _EMULATED = "gsqa_emulated"  # True while a transaction engine() began for an AU
 
 class _Doors:
     """engine()'s listeners: the login, the gate, a READ ONLY transaction for every statement, the settings and
-    the watchdog before it, one-line refusals, no commit."""
+    the watchdog before it, the caps, one-line refusals, no commit."""
 
     def __init__(self, login: str, admin: str | None, timeout: float) -> None:
         self.login, self.admin, self.timeout = login, admin, timeout
@@ -130,26 +133,32 @@ class _Doors:
 
     def before_cursor_execute(self, conn: Any, cursor: Any, statement: str, parameters: Any, context: Any,
                               many: bool) -> tuple[str, Any]:
-        if gate.is_savepoint(statement):
-            return statement, parameters  # a nested transaction's own, which must also run when it is aborted
-        if refused := gate.refusal(statement):
-            raise Refused(refused, statement, parameters, None)
+        if getattr(cursor, "name", None):
+            raise Refused(f"refused: a server-side cursor (stream_results) keeps a statement open past its timeout; "
+                          f"fetch the result at once (it is capped at {MAX_ROWS:,} rows)", statement, parameters,
+                          None)
+        # What psycopg sends: a statement with parameters (an empty set too) has its placeholders and %% replaced.
+        reading = gate.read(statement, placeholders=parameters is not None)
+        if reading.refusal and not reading.savepoint:
+            raise Refused(reading.refusal, statement, parameters, None)
         dbapi_connection = cursor.connection
-        if conn.info.get(_EMULATED):  # the last statement's rows came through a server-side cursor: read now
-            _end_emulated(dbapi_connection, conn.info)
+        if dbapi_connection.info.transaction_status == pq.TransactionStatus.IDLE:
+            dbapi_connection.read_only = True  # whatever an execution option (postgresql_readonly) set
+        if reading.savepoint:
+            return statement, parameters  # a nested transaction's own, which must also run when it is aborted
         if dbapi_connection.autocommit:  # AUTOCOMMIT: this statement gets a transaction of its own, ended after
             dbapi_connection.autocommit = False
-            conn.info[_EMULATED] = True
-        if dbapi_connection.info.transaction_status == pq.TransactionStatus.IDLE:
             dbapi_connection.read_only = True
+            conn.info[_EMULATED] = True
         dbapi_connection.execute(self.again, self.values)
         conn.info[_WATCHDOG].start(self.timeout)
-        return capped(statement, MAX_BYTES, MAX_ROWS), parameters
+        sent = capped(reading.body_of(statement), MAX_BYTES, MAX_ROWS) if reading.reads_rows else statement
+        return sent, parameters
 
     def after_cursor_execute(self, conn: Any, cursor: Any, statement: str, parameters: Any, context: Any,
                              many: bool) -> None:
         conn.info[_WATCHDOG].stop()
-        if conn.info.get(_EMULATED) and not getattr(cursor, "name", None):  # a client cursor holds its rows
+        if conn.info.get(_EMULATED):  # the client cursor holds its rows: the transaction can end
             _end_emulated(cursor.connection, conn.info)
         if cursor.rowcount > MAX_ROWS:
             raise Refused(f"the result is too large: more than {MAX_ROWS:,} rows (stopped on the server); "
@@ -165,10 +174,10 @@ class _Doors:
                 refused := gate.server_refusal(error) or too_large(error, MAX_BYTES)):
             raise Refused(refused, context.statement, context.parameters, error)
 
-    def commit(self, conn: Any) -> None:
-        # A model's transaction only reads; rolled back, not even a NOTIFY that got past the gate goes out.
-        # The dialect's COMMIT that follows finds no transaction.
-        conn.connection.dbapi_connection.rollback()
+    def begin_twophase(self, conn: Any, xid: Any) -> None:
+        # Its COMMIT is the driver's own, past the rollback that stands for every COMMIT here.
+        raise Refused("refused: a two-phase transaction commits; the sandbox only reads, and never commits", None,
+                      None, None)
 
 
 def _end_emulated(dbapi_connection: psycopg.Connection, info: dict) -> None:
@@ -178,11 +187,20 @@ def _end_emulated(dbapi_connection: psycopg.Connection, info: dict) -> None:
     dbapi_connection.autocommit = True
 
 
+def _never_commit(dbapi_connection: psycopg.Connection) -> None:
+    """The dialect's COMMIT: a model's transaction only reads; rolled back, not even a NOTIFY that got past the
+    gate goes out."""
+    dbapi_connection.rollback()
+
+
 def _discard_session(dbapi_connection: Any, record: Any, reset_state: Any) -> None:
     """Roll back, then forget what the statements left in the session (advisory locks, settings), as the
     runner does after each question. psycopg drops its prepared statements on DISCARD ALL."""
     dbapi_connection.rollback()
+    if record.info.pop(_EMULATED, False):  # a statement that failed before its emulated transaction ended
+        dbapi_connection.autocommit = True
     autocommit = dbapi_connection.autocommit
     dbapi_connection.autocommit = True
     dbapi_connection.execute("DISCARD ALL")
     dbapi_connection.autocommit = autocommit
+    dbapi_connection.read_only = True

@@ -16,6 +16,12 @@ read-only transactions the doors open (gsqa_core/sandbox.py, docs/SANDBOX.md), w
 
 from __future__ import annotations
 
+import concurrent.futures
+import functools
+import re
+import threading
+from dataclasses import dataclass
+
 import psycopg
 from pglast import parser
 
@@ -24,6 +30,14 @@ QUERY_NODES = {"SelectStmt": "SELECT", "VariableShowStmt": "SHOW", "ExplainStmt"
 QUERIES = ("SELECT", "WITH", "VALUES", "TABLE", "EXPLAIN", "SHOW")
 # What an agent's tool call may carry (reproduce serve): more is refused unread, and not kept.
 MAX_SQL_CHARACTERS = 100_000  # the longest gold SQL through serve's tool; score and verify take any length
+# What the gate reads at most at any door: the longest gold SQL has 421,331 characters; more costs the parser
+# about 90 bytes of memory a character.
+MAX_READ_CHARACTERS = 1_000_000
+_ON_THE_CALLERS_STACK = 50_000  # characters: at most 25,000 levels of nesting, a fraction of an 8 MB stack
+_DEEP_STACK_BYTES = 512 * 1024**2  # address space, used as deep as the nesting goes: 1,000,000 characters' worth
+# psycopg's placeholders, which it sends as $n, and its escaped %.
+_STATEMENT_SPAN = re.compile(r'(?:,"stmt_location":(\d+))?(?:,"stmt_len":(\d+))?}\]}$')  # the last RawStmt's
+_PLACEHOLDER = re.compile(r"%%|%(\([^)]*\))?[sbt]")
 MAX_ANSWER_CHARACTERS = 10_000_000  # of an answer as JSON; the largest stored answer (6,885 rows) is about 2 MB
 # What an SQLAlchemy session sends for a nested transaction (the parser's TransactionStmt kinds); engine() lets
 # them pass: they cannot end the transaction its session began, a ROLLBACK TO only undoes part of it.
@@ -55,16 +69,61 @@ _INSIDE = (
 _SEVERAL = "cannot insert multiple commands into a prepared statement"
 
 
+@dataclass(frozen=True)
+class Reading:
+    """A statement as the server will read it: why it is refused (one line), or None; whether it is a SELECT
+    (which can be a subquery: `reads_rows`) with its text as the parser delimits it (no trailing `;` or
+    comment: `body`); whether it is a nested transaction's own statement (`savepoint`: refused, but
+    engine() lets a framework's savepoints through)."""
+
+    refusal: str | None
+    reads_rows: bool = False
+    body: str = ""
+    savepoint: bool = False
+    around: tuple[str, str] = ("", "")  # what stands before and after the statement: `;`, white space, comments
+
+    def body_of(self, sent: str) -> str:
+        """The statement's text in `sent`, the form it was read from (a psycopg query's own placeholders):
+        `sent` without what stands around the statement, where it stands there as read."""
+        head, tail = self.around
+        if sent.startswith(head) and sent.endswith(tail) and len(head) + len(tail) <= len(sent):
+            return sent[len(head):len(sent) - len(tail)]
+        return sent
+
+
+def read(statement: str, placeholders: bool = False) -> Reading:
+    """Read one statement as the server will. With `placeholders`, the text is a psycopg query with parameters
+    (`%(name)s`, `%s`, `%%`), read as psycopg will send it."""
+    if placeholders:
+        statement = _PLACEHOLDER.sub(lambda found: "%" if found.group(0) == "%%" else "$1", statement)
+    if "\0" in statement:
+        return Reading(f"refused: the SQL holds a NUL character, where the server would stop reading it; {_ONLY}")
+    if len(statement) > MAX_READ_CHARACTERS:
+        return Reading(f"refused: the SQL has {len(statement):,} characters, more than the {MAX_READ_CHARACTERS:,} "
+                       f"read here (the longest gold SQL has 421,331); {_ONLY}")
+    try:
+        tree = _parse(statement)
+    except parser.ParseError:
+        return Reading(None)  # the server, with the same grammar, answers with its syntax error and position
+    except UnicodeEncodeError:
+        return Reading(f"refused: the SQL is not valid Unicode text (a lone surrogate); {_ONLY}")
+    nodes = _statement_nodes(tree)
+    refused = _refusal(statement, tree, nodes)
+    if refused or nodes != ["SelectStmt"]:
+        savepoint = nodes == ["TransactionStmt"] and any(f'"kind":"{kind}"' in tree for kind in SAVEPOINT_KINDS)
+        return Reading(refused, savepoint=savepoint)
+    body = _body(statement, tree)
+    at = statement.index(body)
+    return Reading(None, reads_rows=True, body=body, around=(statement[:at], statement[at + len(body):]))
+
+
 def refusal(statement: str) -> str | None:
     """Why the statement is refused before it reaches the server (one line), or None: it is one statement that
     only reads, or one the parser cannot read, which the server answers with its own syntax error."""
-    if "\0" in statement:
-        return f"refused: the SQL holds a NUL character, where the server would stop reading it; {_ONLY}"
-    try:
-        tree = parser.parse_sql_json(statement)
-    except parser.ParseError:
-        return None
-    nodes = _statement_nodes(tree)
+    return read(statement).refusal
+
+
+def _refusal(statement: str, tree: str, nodes: list[str]) -> str | None:
     if not nodes:
         return f"refused: no statement (only white space or comments); {_ONLY}"
     if len(nodes) > 1:
@@ -72,27 +131,29 @@ def refusal(statement: str) -> str | None:
     if nodes[0] not in QUERY_NODES:
         word = _WRITES.get(nodes[0]) or first_keyword(statement)  # `WITH x AS (...) DELETE` is a DELETE
         return f"refused: `{word}` {_WHY.get(word, 'is not a query')}; {_ONLY}"
-    if nodes[0] == "ExplainStmt" and not tree.startswith('{"ExplainStmt":{"query":{"SelectStmt":', _body(tree)):
+    if nodes[0] == "ExplainStmt" and not tree.startswith('{"ExplainStmt":{"query":{"SelectStmt":', _node_at(tree)):
         return f"refused: `EXPLAIN` runs or plans only a query here; {_ONLY}"
     return next((f"refused: {why}; {_ONLY}" for key, why in _INSIDE if key in tree), None)
 
 
-def reads_rows(statement: str) -> bool:
-    """Whether the statement is one SELECT (VALUES and TABLE too), which can be a subquery."""
-    try:
-        return _statement_nodes(parser.parse_sql_json(statement)) == ["SelectStmt"]
-    except parser.ParseError:
-        return False
+def _parse(statement: str) -> str:
+    """libpg_query's JSON tree. Its parser and writer recurse once per level of nesting on the C stack, which a
+    long expression (`1+1+...`, 65,000 levels) overflows in a thread of the usual 8 MB: long statements are
+    read in a thread whose stack holds MAX_READ_CHARACTERS' worth of levels."""
+    if len(statement) < _ON_THE_CALLERS_STACK:
+        return parser.parse_sql_json(statement)
+    return _deep_reader().submit(parser.parse_sql_json, statement).result()
 
 
-def is_savepoint(statement: str) -> bool:
-    """Whether the statement is one SAVEPOINT, RELEASE or ROLLBACK TO (a nested transaction's own)."""
+@functools.cache
+def _deep_reader() -> concurrent.futures.ThreadPoolExecutor:
+    previous = threading.stack_size(_DEEP_STACK_BYTES)
     try:
-        tree = parser.parse_sql_json(statement)
-    except parser.ParseError:
-        return False
-    return _statement_nodes(tree) == ["TransactionStmt"] and any(
-        f'"kind":"{kind}"' in tree for kind in SAVEPOINT_KINDS)
+        reader = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="gsqa-gate")
+        reader.submit(lambda: None).result()  # the thread starts now, with the large stack
+    finally:
+        threading.stack_size(previous)
+    return reader
 
 
 def _statement_nodes(tree: str) -> list[str]:
@@ -105,9 +166,19 @@ def _statement_nodes(tree: str) -> list[str]:
     return nodes
 
 
-def _body(tree: str) -> int:
+def _node_at(tree: str) -> int:
     """Where the first statement's node begins in the JSON tree."""
     return tree.index('{"stmt":') + len('{"stmt":')
+
+
+def _body(statement: str, tree: str) -> str:
+    """The one statement's text as the parser delimits it: without a `;` and what follows it (libpg_query's
+    stmt_location and stmt_len count bytes of UTF-8; no stmt_len: to the end)."""
+    found = _STATEMENT_SPAN.search(tree)
+    if found is None or found.group(2) is None:
+        return statement[len(statement.encode()[:int(found.group(1) or 0)].decode()):] if found else statement
+    begin, length = int(found.group(1) or 0), int(found.group(2))
+    return statement.encode()[begin:begin + length].decode()
 
 
 def first_keyword(statement: str) -> str:

@@ -241,11 +241,13 @@ class Session:
     def run(self, statement: str) -> Outcome:
         """Run one question's SQL and roll back, whatever it did; once more if its connection was ended from
         outside (not by our watchdog). A statement that is not a query is refused without running (gate.py)."""
-        if refused := gate.refusal(statement):
-            return Outcome("error", 0.0, error=refused)
-        outcome = self._run_once(statement)
+        reading = gate.read(statement)
+        if reading.refusal:
+            return Outcome("error", 0.0, error=reading.refusal)
+        sent = capped(reading.body, self.max_bytes, self.max_rows) if reading.reads_rows else statement
+        outcome = self._run_once(sent)
         if outcome.kind == "error" and self.conn.closed and not self.watchdog.fired:
-            again = self._run_once(statement)
+            again = self._run_once(sent)
             return replace(again, retried=f"the first run's connection was ended from outside ({outcome.error})")
         return outcome
 
@@ -259,8 +261,7 @@ class Session:
                 limit = sql.Literal(f"{round(self.timeout * 1000)}ms")
                 cur.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(limit))
                 self.watchdog.start(self.timeout)
-                rows, truncated = self._fetch(cur, capped(statement, self.max_bytes, self.max_rows),
-                                              deadline=start + self.timeout)
+                rows, truncated = self._fetch(cur, statement, deadline=start + self.timeout)
             return Outcome("rows", time.perf_counter() - start, rows, truncated=truncated)
         except ResultTooLarge as error:
             return Outcome("error", time.perf_counter() - start, error=str(error))
@@ -324,19 +325,16 @@ class Session:
         self.conn.close()
 
 
-def capped(statement: str, max_bytes: int, max_rows: int) -> str:
-    """A query (gate.reads_rows) as a query of the same columns, names and rows in the same order that the server
-    stops with an error (too_large) once its rows are past max_bytes as text, what the client will receive (a
-    bit string is 8 times larger as text than stored, an array of NULLs 40 times), and that stops after
-    max_rows + 1 rows. The client never holds more. Anything else (SHOW, EXPLAIN) as it is.
+def capped(body: str, max_bytes: int, max_rows: int) -> str:
+    """A SELECT (the body of a gate.Reading that reads_rows) as a query of the same columns, names and rows in the
+    same order that the server stops with an error (too_large) once its rows are past max_bytes as text, what
+    the client will receive (a bit string is 8 times larger as text than stored, an array of NULLs 40 times),
+    and that stops after max_rows + 1 rows. The client never holds more. (SHOW and EXPLAIN run as they are.)
 
     The SQL stays a subquery of its own behind OFFSET 0 (pulled up, its output expressions would be computed
     again for each use); each row is one composite value, whose text is counted by a running sum and whose
     columns are taken apart again, so no column name needs to be known, and the WHERE sees only the rows the
     SQL returns (nothing is pushed into it past the fence)."""
-    if not gate.reads_rows(statement):
-        return statement
-    body = statement.rstrip().rstrip(";")
     return (f"SELECT (w.r).* FROM (SELECT s.r, sum(s.size) OVER so_far AS seen, count(*) OVER so_far AS n "
             f"FROM (SELECT z.r, octet_length(z.r::text) AS size FROM (SELECT q AS r FROM ({body}\n) AS q OFFSET 0) "
             f"AS z OFFSET 0) AS s WHERE CASE WHEN s.size > {max_bytes} THEN ('{VALUE_CAP_MARK} row ' || s.size)::int "

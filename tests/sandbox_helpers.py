@@ -12,7 +12,7 @@ import psycopg
 SESSION_SETTINGS = {"default_transaction_read_only": "on", "statement_timeout": "2min",
                     "idle_in_transaction_session_timeout": "10min", "work_mem": "64MB", "temp_file_limit": "2GB",
                     "search_path": "public", "extra_float_digits": "1",
-                    "standard_conforming_strings": "on"}
+                    "standard_conforming_strings": "on", "client_encoding": "UTF8"}
 
 
 SANDBOX_BACKENDS = "SELECT count(*) FROM pg_stat_activity WHERE usename LIKE 'gsqa%'"

@@ -20,7 +20,7 @@ from pglast import parser
 from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
-from reproduce.gate import _statement_nodes, first_keyword, is_savepoint, refusal
+from reproduce.gate import MAX_READ_CHARACTERS, _statement_nodes, first_keyword, read, refusal
 
 ONLY_A_QUERY = "only a query runs here (SELECT, WITH, VALUES, TABLE, EXPLAIN, SHOW)"
 NO_STATEMENT = f"refused: no statement (only white space or comments); {ONLY_A_QUERY}"
@@ -74,7 +74,7 @@ def test_the_first_keyword_is_read_past_comments_parentheses_and_quotes(statemen
     ("", False),
 ])
 def test_only_one_savepoint_statement_is_a_savepoint(statement: str, savepoint: bool) -> None:
-    assert is_savepoint(statement) is savepoint
+    assert read(statement).savepoint is savepoint
 
 
 @pytest.mark.parametrize("statement", [
@@ -448,3 +448,41 @@ def test_a_call_of_every_postgis_function_passes_the_gate(scratch_dsn: str) -> N
     assert len(calls) == len(functions) > 500
     readings = [(call, refusal(call), _statement_nodes(parser.parse_sql_json(call))) for call in calls]
     assert [reading for reading in readings if reading[1:] != (None, ["SelectStmt"])] == []
+
+
+@pytest.mark.parametrize("statement, body, around", [
+    ("SELECT 1", "SELECT 1", ("", "")),
+    ("SELECT 1 AS elevation; -- the model's last word", "SELECT 1 AS elevation", ("", "; -- the model's last word")),
+    (";; SELECT 'é' AS x;\n", " SELECT 'é' AS x", (";;", ";\n")),
+    ("  VALUES (1) -- a comment to the end", "  VALUES (1) -- a comment to the end", ("", "")),
+])
+def test_a_query_is_delimited_as_the_parser_delimits_it(statement: str, body: str, around: tuple[str, str]) -> None:
+    reading = read(statement)
+    assert (reading.refusal, reading.reads_rows, reading.body, reading.around) == (None, True, body, around)
+    assert reading.body_of(statement) == body
+
+
+@pytest.mark.parametrize("sent, refused", [
+    ("NOTIFY gsqa, U&'x' UESCAPE '%%'", "refused: `NOTIFY` signals other sessions"),  # psycopg sends one %
+    ("SELECT %(kind)s AS kind, 'a%%b' AS b", None),
+    ("SELECT %s, %b, %t", None),
+])
+def test_a_psycopg_query_is_read_as_psycopg_sends_it(sent: str, refused: str | None) -> None:
+    reading = read(sent, placeholders=True)
+    assert (reading.refusal or "").split(";")[0] == (refused or "")
+    assert reading.reads_rows == (refused is None)
+
+
+def test_text_the_server_cannot_read_or_past_the_length_is_refused_unread() -> None:
+    surrogate = f"refused: the SQL is not valid Unicode text (a lone surrogate); {ONLY_A_QUERY}"
+    assert refusal("SELECT '\ud800'") == surrogate
+    long = "SELECT 1" + " " * MAX_READ_CHARACTERS
+    assert refusal(long) == (f"refused: the SQL has {len(long):,} characters, more than the 1,000,000 read here (the "
+                             f"longest gold SQL has 421,331); {ONLY_A_QUERY}")
+
+
+@pytest.mark.parametrize("operator", ["+", "*"])
+def test_an_expression_nested_past_an_8_mb_stack_is_read_without_crashing(operator: str) -> None:
+    deep = "SELECT " + operator.join(["1"] * 200_000)  # 400,000 characters, 200,000 levels
+    reading = read(deep)
+    assert (reading.refusal, reading.reads_rows) == (None, True)

@@ -60,6 +60,7 @@ HOSTILE = {
     "the build's lock, for the transaction": "SELECT pg_advisory_xact_lock(hashtext('gsqa ingest all'))",
     "a shared transaction lock, tried": "SELECT pg_try_advisory_xact_lock_shared(1)",
     "row locks": "SELECT * FROM pois FOR UPDATE",
+    "a PostGIS helper that runs its argument as SQL": "SELECT _add_raster_constraint('x', 'NOTIFY gsqa')",
 }
 # What the server allows any login but our doors refuse: transient, yet no business of a model's.
 DOORS_ONLY = {
@@ -78,6 +79,10 @@ DOORS_ONLY = {
     "the British spelling": "ANALYSE pois",
     "a write explained, so run": "EXPLAIN ANALYZE DELETE FROM pois",
     "a NUL, past which the server reads nothing": "SELECT 7 AS x\0; DELETE FROM pois",
+    "a notification in a Unicode escape's %": "NOTIFY gsqa, U&'x' UESCAPE '%'",
+    "a cursor kept in a Unicode escape's %": "DECLARE c CURSOR WITH HOLD FOR SELECT U&'x' UESCAPE '%'",
+    "a copy out in a Unicode escape's %": "COPY (SELECT U&'x' UESCAPE '%') TO STDOUT",
+    "a lone surrogate": "SELECT '\ud800' AS x",
 }
 AT_OUR_DOORS = {**HOSTILE, **DOORS_ONLY}
 READ_WRITE = "SELECT set_config('default_transaction_read_only', 'off', false)"  # a query: the gate lets it by
@@ -207,9 +212,10 @@ def test_the_engine_lets_savepoints_of_a_nested_transaction_through(demo: tuple[
 
 
 READ_ONLY = "SELECT current_setting('transaction_read_only') AS read_only, " \
-            "current_setting('standard_conforming_strings') AS strings"
+            "current_setting('standard_conforming_strings') AS strings, current_setting('client_encoding') AS bytes"
 LOOSEN = ["SELECT set_config('default_transaction_read_only', 'off', false)",
-          "SELECT set_config('standard_conforming_strings', 'off', false)"]
+          "SELECT set_config('standard_conforming_strings', 'off', false)",
+          "SELECT set_config('client_encoding', 'SJIS', false)"]
 
 
 @pytest.mark.parametrize("isolation", ["transaction", "AUTOCOMMIT"])
@@ -231,7 +237,7 @@ def test_engine_begins_every_transaction_read_only_whatever_the_session_default(
                 conn.execute(text("SELECT set_config('transaction_read_only', 'off', false)"))
     finally:
         made.dispose()
-    assert seen == [("on", "on")] * 2
+    assert seen == [("on", "on", "UTF8")] * 2
     assert leftovers(demo[0]) == before
 
 
@@ -240,13 +246,14 @@ def test_serve_and_score_sessions_begin_every_question_read_only(demo: tuple[str
     with serving(demo) as tools:
         for statement in LOOSEN:
             tools.query("raster_only/elevation+poi/0", statement)
-        assert tools.query("raster_only/elevation+poi/0", READ_ONLY)["rows"] == [{"read_only": "on", "strings": "on"}]
+        assert tools.query("raster_only/elevation+poi/0", READ_ONLY)["rows"] == [
+            {"read_only": "on", "strings": "on", "bytes": "UTF8"}]
     ids = [record.id for record in dataset.load(demo[1], [configs.template("V5")]).records][:1]
     predictions = tmp_path / "read_only.jsonl"
     predictions.write_text(json.dumps({"id": ids[0], "sql": READ_ONLY}) + "\n")
     scored = score(ScoreRequest(predictions=[predictions], config="vector", templates=["V5"], ids=ids, data=demo[1],
                                 dsn=demo[0], timeout=5, progress=False))
-    assert scored.results[0].detail["rows"] == [{"read_only": "on", "strings": "on"}]
+    assert scored.results[0].detail["rows"] == [{"read_only": "on", "strings": "on", "bytes": "UTF8"}]
     assert leftovers(demo[0]) == before
 
 
@@ -360,3 +367,69 @@ def test_check_says_how_much_memory_each_backend_may_take(demo: tuple[str, Path]
     assert readiness.check(demo[0]).notes == [
         f"each backend of the server may take {each:,} MB of its own memory; gsqa_model's {models} connections "
         f"together {models * each:,} MB, {models * each / total:.0%} of the server's {total:,} MB"]
+
+
+def test_engine_refuses_what_would_commit_or_outlive_its_timeout_in_one_line(demo: tuple[str, Path],
+                                                                             before: dict) -> None:
+    made = engine(demo[0], timeout=5)
+    try:
+        with made.connect() as conn, pytest.raises(Refused) as two_phase:
+            conn.begin_twophase()
+        with made.connect() as conn, pytest.raises(Refused) as streamed:
+            conn.execution_options(stream_results=True).execute(text("SELECT 1"))
+    finally:
+        made.dispose()
+    assert str(two_phase.value) == ("refused: a two-phase transaction commits; the sandbox only reads, and never "
+                                    "commits")
+    assert str(streamed.value) == ("refused: a server-side cursor (stream_results) keeps a statement open past its "
+                                   "timeout; fetch the result at once (it is capped at 100,000 rows)")
+    assert leftovers(demo[0]) == before
+
+
+def test_engine_begins_read_only_whatever_an_execution_option_says_and_a_savepoint_begins_it(
+        demo: tuple[str, Path], before: dict) -> None:
+    made = engine(demo[0], timeout=5)
+    try:
+        with made.connect() as conn:
+            writable = conn.execution_options(postgresql_readonly=False)
+            writable.exec_driver_sql("SAVEPOINT first")  # the statement that begins the transaction
+            writable.exec_driver_sql("RELEASE first")
+            seen = tuple(writable.execute(text(READ_ONLY)).one())
+            writable.commit()
+    finally:
+        made.dispose()
+    assert seen == ("on", "on", "UTF8")
+    assert leftovers(demo[0]) == before
+
+
+def test_engine_autocommit_does_not_outlive_its_checkout(demo: tuple[str, Path]) -> None:
+    made = engine(demo[0], timeout=5, pool_size=1)
+    try:
+        with made.connect() as conn, pytest.raises(sqlalchemy.exc.ProgrammingError):
+            conn.execution_options(isolation_level="AUTOCOMMIT").execute(text("SELECT no_such_column FROM pois"))
+        with made.connect() as conn:  # the same connection, by default in a transaction again
+            first = conn.execute(text("SELECT now()")).scalar()
+            assert conn.execute(text("SELECT now()")).scalar() == first
+    finally:
+        made.dispose()
+
+
+def test_sql_nested_past_the_parsers_stack_is_read_and_sql_past_the_gates_length_refused(
+        demo: tuple[str, Path], tmp_path: Path) -> None:
+    """70,000 levels of `1+1+...` overflow an 8 MB stack in the parser: the gate reads long SQL on a larger one,
+    and the server refuses the depth in one line; SQL longer than anything the gate reads is refused unread."""
+    deep = "SELECT " + "+".join(["1"] * 70_000) + " AS elevation"
+    long = "SELECT '" + "x" * 1_000_000 + "' AS elevation"
+    ids = ["raster_only/elevation+poi/0", "raster_only/elevation+poi/1", "raster_only/elevation+poi/2"]
+    predictions = tmp_path / "long.jsonl"
+    predictions.write_text("".join(json.dumps({"id": question, "sql": statement}) + "\n" for question, statement in
+                                   zip(ids, [deep, long, "SELECT 1.5 AS elevation; -- the model's last word"],
+                                       strict=True)))
+    scored = score(ScoreRequest(predictions=[predictions], config="raster_only", templates=["R1"], ids=ids,
+                                data=demo[1], dsn=demo[0], timeout=30, progress=False))
+    by_id = {result.id: result for result in scored.results}
+    assert by_id[ids[0]].detail["error"] == "stack depth limit exceeded"
+    assert by_id[ids[1]].detail["error"] == (
+        "refused: the SQL has 1,000,022 characters, more than the 1,000,000 read here (the longest gold SQL has "
+        "421,331); only a query runs here (SELECT, WITH, VALUES, TABLE, EXPLAIN, SHOW)")
+    assert by_id[ids[2]].detail["rows"] == [{"elevation": 1.5}]  # a trailing `;` and comment are not the query's
