@@ -34,9 +34,9 @@ def login_dsn(dsn: str | None, role: Role, explicit: str | None = None) -> str:
     """`explicit` (a DSN of the role itself), else the main DSN logged in as the role with its password, over
     TCP on 127.0.0.1 when the socket refuses it and TCP takes it; with the declared start-up settings."""
     if explicit:
-        return _with_settings(explicit)
+        return _with_settings(explicit, role)
     password = os.environ.get(role.password_env) or kept_password(dsn, role)
-    login = _with_settings(with_user(dsn, role.name, password))
+    login = _with_settings(with_user(dsn, role.name, password), role)
     if not password or not _on_socket(login) or _logs_in(login):
         return login
     over_tcp = make_conninfo(login, host="127.0.0.1")
@@ -46,13 +46,13 @@ def login_dsn(dsn: str | None, role: Role, explicit: str | None = None) -> str:
     return over_tcp if error is None or _server_answered(error) else login
 
 
-def _with_settings(dsn: str) -> str:
+def _with_settings(dsn: str, role: Role) -> str:
     """The DSN with the declared settings last in its `options`, where they win over the DSN's own (a login
     DSN made here already ends with them)."""
     options = conninfo_to_dict(dsn).get("options") or ""
-    if options.endswith(sandbox.startup_options()):
+    if options.endswith(sandbox.startup_options(role)):
         return dsn
-    return make_conninfo(dsn, options=f"{options} {sandbox.startup_options()}".strip())
+    return make_conninfo(dsn, options=f"{options} {sandbox.startup_options(role)}".strip())
 
 
 def kept_password(dsn: str | None, role: Role) -> str | None:
@@ -121,7 +121,7 @@ def audit(login: str, role: Role) -> Audit:
     try:
         with psycopg.connect(login, autocommit=True, connect_timeout=LOGIN_TIMEOUT,
                              application_name=AUDIT_APPLICATION) as conn:
-            names = list(sandbox.SETTINGS)
+            names = list(sandbox.settings_of(role))
             values = conn.execute(f"SELECT current_user, {', '.join(['current_setting(%s)'] * len(names))}",
                                   names).fetchone()
             settings = {"user": values[0], **dict(zip(names, values[1:], strict=True))}
@@ -157,9 +157,10 @@ def refuse_tampered(conn: psycopg.Connection) -> None:
     (one query) that nothing it did not send at login can reach its SQL. A login that is not a sandbox role
     (a DSN of the caller's own) is the caller's to vouch for."""
     user, oid = conn.execute("SELECT current_user, oid FROM pg_roles WHERE rolname = current_user").fetchone()
-    if user not in {role.name for role in sandbox.ROLES}:
+    role = next((role for role in sandbox.ROLES if role.name == user), None)
+    if role is None:
         return
-    if found := _stored_settings(conn, oid):
+    if found := _stored_settings(conn, oid, role):
         raise GsqaError(f"{conn.info.user} is not as declared: {'; '.join(found)} (`ingest init` restores it)")
 
 
@@ -187,7 +188,7 @@ def role_differences(conn: psycopg.Connection, role: Role) -> list[str]:
         differ.append(f"its connection limit is {limit} (declared {role.connection_limit})")
     owned = [f"it owns {_counted(kind, count)} in database {database}"
              for database, kind, count in _owned(conn, oid, here=True)]
-    return differ + _stored_settings(conn, oid) + _memberships(conn, oid) + owned
+    return differ + _stored_settings(conn, oid, role) + _memberships(conn, oid) + owned
 
 
 def stored_settings(conn: psycopg.Connection, oid: int) -> list[tuple[str, list[str]]]:
@@ -196,12 +197,13 @@ def stored_settings(conn: psycopg.Connection, oid: int) -> list[tuple[str, list[
                         "LEFT JOIN pg_database d ON d.oid = s.setdatabase WHERE s.setrole = %s", [oid]).fetchall()
 
 
-def _stored_settings(conn: psycopg.Connection, oid: int) -> list[str]:
+def _stored_settings(conn: psycopg.Connection, oid: int, role: Role) -> list[str]:
     rows = stored_settings(conn, oid)
+    declared = sandbox.settings_of(role)
     found = [f"it stores {', '.join(config)} for database {database}" for database, config in rows if database]
     role_wide = next((dict(entry.split("=", 1) for entry in config) for database, config in rows if not database), {})
-    for name in sorted(set(role_wide) | set(sandbox.SETTINGS)):
-        have, want = role_wide.get(name), sandbox.SETTINGS.get(name)
+    for name in sorted(set(role_wide) | set(declared)):
+        have, want = role_wide.get(name), declared.get(name)
         if have == want:
             continue
         if want is None:

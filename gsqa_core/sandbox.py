@@ -21,13 +21,16 @@ class Role:
     runs: str  # whose SQL, for messages and `reproduce check`
     password_env: str  # the variable that gives its password (else the one `ingest init` keeps or generates)
     connection_limit: int  # -1: none
+    own_settings: tuple[tuple[str, str], ...] = ()  # beside SETTINGS, this role's alone
 
 
 READER = Role("gsqa_reader", "gold SQL: reproduce verify, show, rebase; score's gold run", "GSQA_READER_PASSWORD", -1)
 # A bound on a model's connections keeps the server's other slots for gold runs and administrators, and with
 # the memory each backend may take (backend_memory_mb), the model role's share of the server's memory.
+# No parallel workers: each is a backend of its own, with memory of its own (backend_memory_mb), and a
+# Parallel Hash lives in shared memory, which that bound does not count; gold SQL keeps the server's default.
 MODEL = Role("gsqa_model", "model SQL: reproduce score, reproduce serve, reproduce.baseline.engine()",
-             "GSQA_MODEL_PASSWORD", 8)
+             "GSQA_MODEL_PASSWORD", 8, (("max_parallel_workers_per_gather", "0"),))
 ROLES = (READER, MODEL)
 
 # Role attributes: keyword for ALTER ROLE, the pg_roles column, its declared value. NOINHERIT: a membership
@@ -66,9 +69,19 @@ SUPERUSER_ONLY = frozenset({"temp_file_limit"})  # stored only: a login may not 
 LOGIN_ONLY = {"local_preload_libraries": ""}
 
 
-def startup_options() -> str:
-    """libpq's `options`: the user-settable SETTINGS and LOGIN_ONLY, which outrank the role's stored ones."""
-    sent = {**{name: value for name, value in SETTINGS.items() if name not in SUPERUSER_ONLY}, **LOGIN_ONLY}
+def settings_of(role: Role) -> dict[str, str]:
+    """What the role stores and its logins get: SETTINGS, and the role's own."""
+    return {**SETTINGS, **dict(role.own_settings)}
+
+
+def session_settings(role: Role) -> dict[str, str]:
+    """The role's settings a session may change, and so every login sends (and engine() sets again)."""
+    return {name: value for name, value in settings_of(role).items() if name not in SUPERUSER_ONLY}
+
+
+def startup_options(role: Role) -> str:
+    """libpq's `options`: the role's session_settings and LOGIN_ONLY, which outrank the role's stored ones."""
+    sent = {**session_settings(role), **LOGIN_ONLY}
     return " ".join(f"-c {name}={_escaped(value)}" for name, value in sent.items())
 
 

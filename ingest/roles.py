@@ -93,7 +93,7 @@ def _restore_settings(conn: psycopg.Connection, role: Role) -> None:
     """The role's stored settings exactly as declared: anything else it stored (role-wide or for one database)
     is reset first."""
     rows = stored_settings(conn, role_attributes(conn, role)[0])
-    declared = sorted(f"{name}={value}" for name, value in sandbox.SETTINGS.items())
+    declared = sorted(f"{name}={value}" for name, value in sandbox.settings_of(role).items())
     if [(database, sorted(config)) for database, config in rows] == [("", declared)]:
         return
     name = sql.Identifier(role.name)
@@ -101,7 +101,7 @@ def _restore_settings(conn: psycopg.Connection, role: Role) -> None:
     for database, _ in rows:
         if database:
             conn.execute(sql.SQL("ALTER ROLE {} IN DATABASE {} RESET ALL").format(name, sql.Identifier(database)))
-    for setting, value in sandbox.SETTINGS.items():
+    for setting, value in sandbox.settings_of(role).items():
         conn.execute(sql.SQL("ALTER ROLE {} SET {} = {}").format(name, sql.Identifier(setting), sql.Literal(value)))
 
 

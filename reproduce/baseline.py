@@ -114,8 +114,7 @@ class _Doors:
         self.login, self.admin, self.timeout = login, admin, timeout
         limit = f"{round(timeout * 1000)}ms"
         self.options = f"{conninfo_to_dict(login).get('options', '')} -c statement_timeout={limit}".strip()
-        settings = {**{name: value for name, value in sandbox.SETTINGS.items() if name not in sandbox.SUPERUSER_ONLY},
-                    "statement_timeout": limit}
+        settings = {**sandbox.session_settings(sandbox.MODEL), "statement_timeout": limit}
         self.again = "SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(settings))
         self.values = [part for pair in settings.items() for part in pair]
 

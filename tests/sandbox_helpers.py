@@ -13,6 +13,11 @@ SESSION_SETTINGS = {"default_transaction_read_only": "on", "statement_timeout": 
                     "idle_in_transaction_session_timeout": "10min", "work_mem": "64MB", "temp_file_limit": "2GB",
                     "search_path": "public", "extra_float_digits": "1",
                     "standard_conforming_strings": "on", "client_encoding": "UTF8"}
+MODEL_SESSION_SETTINGS = {**SESSION_SETTINGS, "max_parallel_workers_per_gather": "0"}  # the model role's own too
+
+
+def session_settings(role: str) -> dict[str, str]:
+    return MODEL_SESSION_SETTINGS if role == "gsqa_model" else SESSION_SETTINGS
 
 
 SANDBOX_BACKENDS = "SELECT count(*) FROM pg_stat_activity WHERE usename LIKE 'gsqa%'"

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import SESSION_SETTINGS
+from sandbox_helpers import session_settings
 
 from testkit.cli import reproduce
 
@@ -79,14 +79,14 @@ def test_check_reports_empty_tables_with_exit_1(initialized_dsn: str) -> None:
     assert report["tables"]["dem_us"] == 0
     assert "table public.dem_us is empty" in report["problems"]
     assert not any("gsqa_" in problem for problem in report["problems"])
-    assert report["roles"] == {role: {"user": role, **SESSION_SETTINGS} for role in ("gsqa_reader", "gsqa_model")}
+    assert report["roles"] == {role: {"user": role, **session_settings(role)} for role in ("gsqa_reader", "gsqa_model")}
     shown = run("reproduce", "check", "--dsn", initialized_dsn).stdout
     settings = ("default_transaction_read_only on, statement_timeout 2min, idle_in_transaction_session_timeout 10min, "
                 "work_mem 64MB, temp_file_limit 2GB, search_path public, extra_float_digits 1, "
                 "standard_conforming_strings on, client_encoding UTF8")
     assert f"gsqa_reader (gold SQL: reproduce verify, show, rebase; score's gold run): {settings}" in shown
-    assert (f"gsqa_model (model SQL: reproduce score, reproduce serve, reproduce.baseline.engine()): {settings}"
-            in shown)
+    assert (f"gsqa_model (model SQL: reproduce score, reproduce serve, reproduce.baseline.engine()): {settings}, "
+            "max_parallel_workers_per_gather 0" in shown)
 
 
 def test_check_counts_a_small_table_that_was_never_analyzed_exactly(initialized_dsn: str) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from demo_helpers import build_demo
-from sandbox_helpers import SESSION_SETTINGS
+from sandbox_helpers import MODEL_SESSION_SETTINGS
 
 from gsqa_core import schema
 from ingest.demo import write_demo
@@ -65,7 +65,7 @@ def test_the_description_gives_the_figures_of_the_demo_database(demo: str, tmp_p
     assert (dem.raster.srid, dem.raster.tile_width, dem.raster.tile_height, dem.raster.bands, dem.raster.band_type,
             dem.raster.nodata, dem.raster.reference_tiles) == (4326, 256, 256, 1, "16BSI", None, None)
     assert (dem.raster.pixel_width, dem.raster.pixel_height) == pytest.approx((PIXEL, PIXEL), rel=1e-12)
-    assert found.session == {"user": "gsqa_model", **SESSION_SETTINGS}
+    assert found.session == {"user": "gsqa_model", **MODEL_SESSION_SETTINGS}
     assert found.problems == []
 
 

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from load_helpers import ingest
 from psycopg.conninfo import conninfo_to_dict
-from sandbox_helpers import SESSION_SETTINGS
+from sandbox_helpers import session_settings
 
 from gsqa_core.errors import GsqaError
 from gsqa_core.roles import audit, kept_password, login_dsn
@@ -51,7 +51,7 @@ def test_each_role_reads_the_tables_and_postgis_metadata_and_is_as_declared(admi
         x, = conn.execute("SELECT ST_X(ST_Transform('SRID=4326;POINT(1 2)'::geometry, 3857))").fetchone()  # reads
         assert x == pytest.approx(111319.49, abs=0.01)                                               # spatial_ref_sys
     found = audit(login_dsn(admin, role), role)
-    assert (found.problem, found.settings) == (None, {"user": role.name, **SESSION_SETTINGS})
+    assert (found.problem, found.settings) == (None, {"user": role.name, **session_settings(role.name)})
 
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda role: role.name)
@@ -65,7 +65,7 @@ def test_a_session_gets_the_declared_settings_whatever_the_role_stored(admin: st
         with psycopg.connect(login_dsn(admin, role)) as conn:
             got = dict(conn.execute("SELECT name, current_setting(name) FROM unnest(%s::text[]) name",
                                     [list(stored)]).fetchall())
-        assert got == {name: SESSION_SETTINGS[name] for name in stored}
+        assert got == {name: session_settings(role.name)[name] for name in stored}
     finally:
         assert initialize(admin).left == []
 
