@@ -65,3 +65,6 @@ def run_block(script: str, server_dsn: str, tmp_path: Path) -> None:
     if "reproduce verify" in script:  # the block's claim: every question passes
         total = next(line for line in result.stdout.splitlines() if line.startswith("total"))
         assert total.split()[1:4] == ["120", "100.0", "100.0"], result.stdout
+    if "reproduce score" in script:  # the block's claim: the scripted agent scores paper 100.0 on R1's 20
+        total = next(line for line in result.stdout.splitlines() if line.startswith("total"))
+        assert total.split()[1:7] == ["20", "100.0", "100.0", "100.0", "83.9-100.0", "100.0"], result.stdout
