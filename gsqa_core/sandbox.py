@@ -62,6 +62,9 @@ SETTINGS = {
     # The bytes the server reads the SQL as: in a client-only encoding (SJIS), a character's second byte can
     # be a backslash that escapes a quote the gate read as closing a string.
     "client_encoding": "UTF8",
+    # A backend whose client is gone (a killed `reproduce serve` or verify) notices within this and ends its
+    # query, instead of running it to its timeout.
+    "client_connection_check_interval": "2s",
 }
 SUPERUSER_ONLY = frozenset({"temp_file_limit"})  # stored only: a login may not send it, nor change it
 # Sent at login, not stored: a library the role told the server to load for itself would make every login

@@ -12,7 +12,8 @@ import psycopg
 SESSION_SETTINGS = {"default_transaction_read_only": "on", "statement_timeout": "2min",
                     "idle_in_transaction_session_timeout": "10min", "work_mem": "64MB", "temp_file_limit": "2GB",
                     "search_path": "public", "extra_float_digits": "1",
-                    "standard_conforming_strings": "on", "client_encoding": "UTF8"}
+                    "standard_conforming_strings": "on", "client_encoding": "UTF8",
+                    "client_connection_check_interval": "2s"}
 MODEL_SESSION_SETTINGS = {**SESSION_SETTINGS, "max_parallel_workers_per_gather": "0"}  # the model role's own too
 
 

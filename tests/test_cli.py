@@ -83,7 +83,7 @@ def test_check_reports_empty_tables_with_exit_1(initialized_dsn: str) -> None:
     shown = run("reproduce", "check", "--dsn", initialized_dsn).stdout
     settings = ("default_transaction_read_only on, statement_timeout 2min, idle_in_transaction_session_timeout 10min, "
                 "work_mem 64MB, temp_file_limit 2GB, search_path public, extra_float_digits 1, "
-                "standard_conforming_strings on, client_encoding UTF8")
+                "standard_conforming_strings on, client_encoding UTF8, client_connection_check_interval 2s")
     assert f"gsqa_reader (gold SQL: reproduce verify, show, rebase; score's gold run): {settings}" in shown
     assert (f"gsqa_model (model SQL: reproduce score, reproduce serve, reproduce.baseline.engine()): {settings}, "
             "max_parallel_workers_per_gather 0" in shown)

@@ -150,14 +150,16 @@ def test_eight_agents_at_once_over_http_each_see_only_their_own_questions(demo, 
 
 
 def test_kill_9_mid_episode_keeps_every_finished_call_and_the_rerun_continues(demo, tmp_path: Path) -> None:
+    """...and leaves no query running: the backend notices its client is gone (client_connection_check_interval)
+    long before the statement's timeout."""
     path = tmp_path / "run.jsonl"
-    args = serve_args(demo, path, "--max-calls", "5", "--timeout", "5")
+    args = serve_args(demo, path, "--max-calls", "5", "--timeout", "60")
 
     async def calls(url: str) -> None:
         async with Client(url) as client:
             await client.call_tool("submit_answer", {"question_id": f"{R1}/0", "answer": 1.0})
             await client.call_tool("question", {"question_id": f"{R1}/1"})
-            await client.call_tool("query", {"question_id": f"{R1}/1", "sql": "SELECT pg_sleep(30)"})
+            await client.call_tool("query", {"question_id": f"{R1}/1", "sql": "SELECT pg_sleep(50)"})
 
     def until_killed(url: str) -> None:
         with contextlib.suppress(BaseException):  # the server is killed under the third call
@@ -172,6 +174,10 @@ def test_kill_9_mid_episode_keeps_every_finished_call_and_the_rerun_continues(de
             time.sleep(0.05)
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
+        deadline = time.monotonic() + 20  # the check interval is 2 s; the statement would sleep 50
+        while sandbox_sleeping(demo[0]):
+            assert time.monotonic() < deadline, "the killed server's query still runs"
+            time.sleep(0.1)
     kept = [json.loads(line) for line in path.read_text().splitlines()]
     assert [(line["type"], line.get("tool")) for line in kept] == [
         ("run", None), ("call", "submit_answer"), ("stop", None), ("call", "question")]
@@ -194,7 +200,7 @@ def test_kill_9_mid_episode_keeps_every_finished_call_and_the_rerun_continues(de
 def sandbox_sleeping(dsn: str) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND query LIKE "
-                            "'%%pg_sleep(30)%%' AND state = 'active'", [APPLICATION_NAME]).fetchone()[0]
+                            "'%%pg_sleep(50)%%' AND state = 'active'", [APPLICATION_NAME]).fetchone()[0]
 
 
 @pytest.mark.parametrize(("args", "message"), [
