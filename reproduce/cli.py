@@ -394,7 +394,7 @@ def serve(
     """Serve the reference database to agents over the Model Context Protocol: the tools question(question_id)
     (its text and the answer it expects: components, units, format), schema() (what `reproduce schema`
     says), query(question_id, sql) (one read-only query in the sandbox as gsqa_model, as `score` runs a
-    model's SQL: rows as JSON with NULL columns left out and geometries as WKT, the first --max-rows, values
+    model's SQL: rows as JSON (NULLs as null) and geometries as WKT, the first --max-rows, values
     past ${clip} characters cut; an error or refusal in one line) and submit_answer(question_id, answer) (rows
     like the stored answers, a value, or a list of values: recorded, never judged here; it ends the
     question's episode); SQL past ${sql_limit} characters and answers past ${answer_limit} characters of JSON

@@ -200,6 +200,7 @@ class Session:
     max_rows rows, marked truncated, instead of an error (an agent's exploratory query)."""
 
     application_name = "gsqa-reproduce"  # what pg_stat_activity shows for the session
+    keep_nulls = False  # the stored answers leave NULL columns out, and so do the rows judged against them
 
     def __init__(self, dsn: str, timeout: float, admin: str | None = None, max_rows: int = MAX_ROWS,
                  max_bytes: int = MAX_BYTES, truncate: bool = False) -> None:
@@ -290,7 +291,7 @@ class Session:
             if names is None:
                 names = [column.name for column in cur.description]
             values = {name: _json_value(value) for name, value in zip(names, row, strict=True)
-                      if value is not None}
+                      if value is not None or self.keep_nulls}
             if len(rows) == self.max_rows and self.truncate:
                 return rows, True  # closing the stream cancels the rest on the server
             size += 8 + sum(_size(value) for value in values.values())  # a row of NULLs costs something too

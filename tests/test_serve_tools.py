@@ -89,7 +89,8 @@ def test_a_query_gives_rows_as_json_with_geometries_as_wkt_and_the_first_max_row
         small = tools.query(f"{R1}/0", "SELECT 1 AS one")
     assert reply["row_count"] == 3 and reply["truncated"] is True
     assert reply["note"] == "only the first 3 rows (the cap per query); aggregate, or add ORDER BY and LIMIT"
-    assert [sorted(row) for row in reply["rows"]] == [["geometry", "id", "poi_name"]] * 3  # NULL columns left out
+    assert [sorted(row) for row in reply["rows"]] == [["geometry", "id", "nothing", "poi_name"]] * 3
+    assert [row["nothing"] for row in reply["rows"]] == [None] * 3  # an agent sees the NULL it asked for
     assert all(row["geometry"].startswith("POINT (") for row in reply["rows"])
     assert small["rows"] == [{"one": 1}] and small["truncated"] is False and "note" not in small
 

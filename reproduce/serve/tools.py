@@ -101,6 +101,7 @@ class _WktLoader(psycopg.adapt.Loader):
 
 class _AgentSession(Session):
     application_name = APPLICATION_NAME
+    keep_nulls = True  # an agent sees every column it asked for
 
     def _connect(self) -> psycopg.Connection:
         conn = super()._connect()
@@ -192,7 +193,7 @@ class Tools:
             return text
 
     def query(self, question_id: str, sql: str) -> dict[str, Any]:
-        """Run one SQL query in the sandbox as gsqa_model: rows (NULL columns left out, geometries as WKT)."""
+        """Run one SQL query in the sandbox as gsqa_model: rows (NULLs as null, geometries as WKT)."""
         with self._call(question_id, "query", {"sql": sql}) as call:
             if not isinstance(sql, str) or not sql.strip():
                 raise call.refused("refused: no SQL (expected one query as text)")
