@@ -35,7 +35,7 @@ Every command resolves the database the same way: --dsn, then $DATABASE_URL, the
 
 Exit codes: 0 ok; 1 the run went through but some inputs failed; 2 nothing started (usage error,
 unreachable database, no readable input).""",
-    order=("all", "fetch", "init", "dem", "osm", "finalize", "check", "status", "snapshot", "demo-data"),
+    order=("all", "fetch", "init", "dem", "osm", "finalize", "check", "status", "snapshot", "export", "demo-data"),
 )
 
 
@@ -666,6 +666,67 @@ def snapshot_restore(
         for failed in report.failed_checks:
             typer.echo(f"FAILED {failed.name:22} {failed.detail}")
     raise typer.Exit(1 if report.failed_checks else 0)
+
+
+@app.command("export")
+def export_command(
+    folder: Annotated[Path, typer.Argument(metavar="DIR", help="A new or empty folder, or one holding this "
+                                           "database's export (finished or not).", show_default=False)],
+    check_only: Annotated[bool, typer.Option("--check", help="Write nothing: prove that DIR equals the database "
+                                             "and name every difference.")] = False,
+    what: Annotated[str, typer.Option(metavar="PARTS", help="Comma-separated parts to export, of vector "
+                                      "and dem.")] = "vector,dem",
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The reference database as the files a code-writing agent reads (docs/REFERENCE-DB.md, "The export"):
+    each vector table as one GeoParquet 1.1 file (DIR/vector/TABLE.parquet: every column with its type, the
+    geometry as WKB, CRS as PROJJSON, a bbox covering column, row groups in spatial order), each DEM source
+    file as a Cloud-Optimized GeoTIFF reassembled from its tiles, pixel for pixel (DIR/dem/NAME.tif), a VRT
+    mosaic over them (DIR/dem/dem_us.vrt), and DIR/export.json, the manifest: the database's identity and
+    versions, every file's size, sha256 and rows or pixels. Only a database that passes `ingest check` is
+    exported. Progress goes to stderr.
+
+    Files appear complete or not at all (written under a temporary name, renamed); interrupted (even kill -9),
+    the same command writes only what is missing or changed since. Refused before anything is written: a DIR
+    that holds another database's export or other files.
+
+    --check writes nothing: every file against the manifest (size, sha256), the manifest's database against
+    this one, each table's rows and their order-independent checksum against the GeoParquet file's, each
+    COG's pixels against its tiles.
+
+    Example: ingest export /srv/gsqa-export && ingest export --check /srv/gsqa-export
+
+    Exit codes: 0 exported (or, with --check, equal); 1 --check found differences (listed); 2 nothing written
+    (database not built or not checked, DIR refused, a full disk: the complete files are kept).
+    """
+    from ingest.export import run, verify
+
+    parts = tuple(part.strip() for part in what.split(",") if part.strip())
+    if not parts or set(parts) - set(run.WHAT):
+        raise typer.BadParameter(f"expected a comma-separated subset of {','.join(run.WHAT)}", param_hint="--what")
+    _log_to_stderr()
+    with reported_as_exit_code(), interrupted_as_130("the file being written was removed, the complete ones are "
+                                                     "kept; run the same command again to resume"):
+        if check_only:
+            checked = verify.check_export(folder, dsn)
+        else:
+            report = run.export(folder, dsn, parts)
+    if check_only:
+        if as_json:
+            typer.echo(json.dumps(checked.as_json()))
+        else:
+            for difference in checked.differences:
+                typer.echo(f"DIFFERS {difference}")
+            verdict = "equals" if not checked.differences else f"differs from ({len(checked.differences)} differences)"
+            typer.echo(f"{folder}: {checked.files} files; {verdict} the database {checked.database}")
+        raise typer.Exit(1 if checked.differences else 0)
+    if as_json:
+        typer.echo(json.dumps(report.as_json()))
+    else:
+        typer.echo(f"{folder}: {report.files} files ({_size(report.bytes)}); {len(report.written)} written, "
+                   f"{len(report.kept)} already there, in {report.seconds:.1f} s; manifest sha256 "
+                   f"{report.manifest_sha256}")
 
 
 def _print_osm_report(report: OsmLoadReport, listed: int = 20) -> None:

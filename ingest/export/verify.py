@@ -1,0 +1,100 @@
+"""`ingest export --check DIR`: does the folder equal its database?
+
+Against the manifest: every file present with its size and sha256. Against the database (the one --dsn
+names): the same identity (load log), the same DEM files; each table's rows and their order-independent
+checksum computed by the server equal those computed from its GeoParquet file (vector.py); each COG's pixel
+checksum equals that of its file's tiles computed by the server, and the manifest's (dem.py). Every
+difference is named, one line each.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from tqdm import tqdm
+
+from gsqa_core import schema
+from gsqa_core.db import connect, where
+from ingest.export import dem, vector
+from ingest.export.manifest import identity, read_manifest
+from ingest.snapshot.manifest import sha256_of
+
+_TABLES = {table.fullname: table for table in schema.VECTOR_TABLES}
+
+
+@dataclass
+class CheckReport:
+    folder: str
+    database: str
+    files: int = 0
+    differences: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"folder": self.folder, "database": self.database, "files": self.files,
+                "equal": not self.differences, "differences": self.differences}
+
+
+def check_export(folder: Path, dsn: str | None, progress: bool = True) -> CheckReport:
+    manifest = read_manifest(folder)
+    entries = manifest["files"]
+    with connect(dsn, autocommit=True) as conn:
+        report = CheckReport(str(folder), where(conn), files=len(entries))
+        ours = identity(conn)
+        if manifest["database"]["identity"] != ours:
+            report.differences.append(f"database: the export is of {manifest['database']['identity'][:12]}, "
+                                      f"{where(conn)} is {ours[:12]} (another load log)")
+        intact = [entry for entry in entries if _file_intact(folder, entry, report.differences)]
+        has_cogs = any(entry["format"] == "cog" for entry in entries)
+        sources = {source.name: source for source in dem.dem_files(conn)} if has_cogs else {}
+        with tqdm(total=len(intact), unit="file", desc=f"ingest export --check {folder}", file=sys.stderr,
+                  disable=not progress) as bar:
+            for entry in intact:
+                _compare_with_database(conn, folder, entry, sources, report.differences)
+                bar.update()
+        if has_cogs:
+            missing = sorted(set(sources) - {entry["source"] for entry in entries if entry["format"] == "cog"})
+            if missing:
+                report.differences.append(f"dem: {len(missing)} files of dem_us have no COG (first: {missing[0]})")
+    return report
+
+
+def _file_intact(folder: Path, entry: dict[str, Any], differences: list[str]) -> bool:
+    path = folder / entry["path"]
+    if not path.is_file():
+        differences.append(f"{entry['path']}: missing")
+    elif path.stat().st_size != entry["size"]:
+        differences.append(f"{entry['path']}: {path.stat().st_size:,} bytes, the manifest says {entry['size']:,}")
+    elif (actual := sha256_of(path)) != entry["sha256"]:
+        differences.append(f"{entry['path']}: sha256 {actual}, the manifest says {entry['sha256']}")
+    else:
+        return True
+    return False
+
+
+def _compare_with_database(conn: psycopg.Connection, folder: Path, entry: dict[str, Any],
+                           sources: dict[str, dem.DemFile], differences: list[str]) -> None:
+    path = folder / entry["path"]
+    if entry["format"] == "geoparquet":
+        table = _TABLES[entry["table"]]
+        in_table, in_file = vector.table_checksum(conn, table), vector.file_checksum(path, table)
+        if in_table != in_file:
+            differences.append(f"{entry['path']}: {in_file[0]:,} rows, checksum {in_file[1]}; the table "
+                               f"{table.fullname} has {in_table[0]:,} rows, checksum {in_table[1]}")
+    elif entry["format"] == "cog":
+        if entry["source"] not in sources:
+            differences.append(f"{entry['path']}: dem_us has no tiles of {entry['source']}")
+            return
+        source = sources[entry["source"]]
+        try:
+            in_file = dem.cog_checksum(path, source)
+        except ValueError as error:
+            differences.append(f"{entry['path']}: {error}")
+            return
+        in_tiles = dem.tiles_checksum(conn, source)
+        if not in_file == in_tiles == entry["pixel_checksum"]:
+            differences.append(f"{entry['path']}: pixel checksum {in_file}; its tiles in dem_us {in_tiles}, the "
+                               f"manifest {entry['pixel_checksum']}")
