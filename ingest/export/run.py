@@ -29,7 +29,7 @@ from rasterio.crs import CRS
 from tqdm import tqdm
 
 from gsqa_core import schema
-from gsqa_core.db import connect
+from gsqa_core.db import connect, where
 from gsqa_core.dem_grid import SRID
 from gsqa_core.errors import GsqaError
 from ingest import check
@@ -132,6 +132,9 @@ def export(folder: Path, dsn: str | None, what: tuple[str, ...] = WHAT, progress
     report = ExportReport(str(folder))
     _require_checked(dsn)
     with connect(dsn) as conn, _disk_full_as_one_line(folder):
+        if not conn.execute("SELECT EXISTS (SELECT FROM gsqa.load_log)").fetchone()[0]:
+            raise GsqaError(f"the database {where(conn)} is not built (its load log is empty): build it first "
+                            "(`make db`, `ingest all DATA_DIR`)")
         database = describe_database(conn)
         conn.commit()
         journal = Journal(folder, database["identity"])

@@ -2,7 +2,8 @@
 
 Every column of the table with its type (INTEGER int32, BIGINT int64, VARCHAR/TEXT string; the geography as
 WKB, GeoParquet's `geometry` column), plus `bbox`, the covering column of GeoParquet 1.1 (xmin, ymin, xmax,
-ymax per row). Rows come in spatial order (the geohash of their box's centre, then id) from a server-side
+ymax per row). Rows come in spatial order (PostGIS's geometry sort: the Hilbert curve of their boxes' centres,
+then id) from a server-side
 cursor, one row group per fetch, so memory holds one row group however big the table, and a reader that
 filters on `bbox` skips the row groups whose statistics lie outside its box. The `geo` metadata (CRS as
 PROJJSON, the geometry types and the extent found) is added to the footer when the last row is written.
@@ -36,7 +37,6 @@ GEOMETRY = "geometry"
 BBOX = "bbox"
 ROW_GROUP_ROWS = 50_000  # rows per fetch and per row group: a bbox read touches few, memory holds one
 SORT_MEMORY = "256MB"  # work_mem of the export's sort on the server (fewer merge passes than the default 4 MB)
-GEOHASH_PRECISION = 10
 ARROW_TYPES = {schema.INTEGER: pa.int32(), schema.BIGINT: pa.int64(), schema.VARCHAR_255: pa.string(),
                schema.TEXT: pa.string(), schema.GEOGRAPHY: pa.binary()}
 BBOX_TYPE = pa.struct([(name, pa.float64()) for name in ("xmin", "ymin", "xmax", "ymax")])
@@ -87,12 +87,10 @@ def _select(table: schema.Table) -> sql.Composed:
     """The table's columns in order (the geometry as WKB), its boxes, in spatial order."""
     columns = [sql.SQL("ST_AsBinary({0})").format(sql.Identifier(c.name)) if c.type is schema.GEOGRAPHY
                else sql.Identifier(c.name) for c in table.columns]
-    box = sql.SQL("Box2D({}::geometry)").format(sql.Identifier(GEOMETRY))
-    key = sql.SQL("ST_GeoHash(ST_MakePoint((ST_XMin(b) + ST_XMax(b)) / 2, (ST_YMin(b) + ST_YMax(b)) / 2), {})").format(
-        sql.Literal(GEOHASH_PRECISION))
     return sql.SQL("SELECT {columns}, ST_XMin(b), ST_YMin(b), ST_XMax(b), ST_YMax(b) "
-                   "FROM (SELECT *, {box} AS b FROM {table}) t ORDER BY {key} NULLS LAST, {id}").format(
-        columns=sql.SQL(", ").join(columns), box=box, table=identifier(table.fullname), key=key,
+                   "FROM (SELECT *, Box2D({geometry}::geometry) AS b FROM {table}) t "
+                   "ORDER BY {geometry}::geometry, {id}").format(
+        columns=sql.SQL(", ").join(columns), geometry=sql.Identifier(GEOMETRY), table=identifier(table.fullname),
         id=sql.Identifier(table.columns[0].name))
 
 
