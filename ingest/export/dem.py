@@ -132,14 +132,18 @@ def tiles_checksum(conn: psycopg.Connection, source: DemFile) -> str:
 
 
 def write_cog(pixels: np.ndarray, source: DemFile, path: Path) -> None:
-    """The pixels as a COG at `path` (overwritten), with the file's georeference and NODATA."""
+    """The pixels as a COG at `path` (overwritten), with the file's georeference and NODATA. GDAL writes it in
+    memory (one compressed file, a fraction of the pixels) and Python to disk, so that a full disk is an
+    OSError that says so, not a GDAL message."""
     grid = source.grid.grid
     profile = {"driver": "GTiff", "width": grid.width, "height": grid.height, "count": 1, "dtype": "int16",
                "crs": CRS.from_epsg(SRID), "transform": rasterio.Affine.from_gdal(*grid.geotransform),
                "nodata": grid.nodata}
-    with MemoryFile() as memory, memory.open(**profile) as staged:
+    with MemoryFile() as memory, memory.open(**profile) as staged, MemoryFile() as cog:
         staged.write(pixels, 1)
-        rasterio.shutil.copy(staged, path, driver="COG", **COG_OPTIONS)
+        rasterio.shutil.copy(staged, cog.name, driver="COG", **COG_OPTIONS)
+        with open(path, "wb") as out:
+            out.write(cog.getbuffer())
 
 
 def cog_checksum(path: Path, source: DemFile) -> str:

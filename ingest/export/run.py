@@ -12,6 +12,7 @@ already complete are kept.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -141,14 +142,16 @@ def export(folder: Path, dsn: str | None, what: tuple[str, ...] = WHAT, progress
         for leftover in [*folder.glob(f"*/*{PARTIAL}")]:  # a killed run's file in the making
             leftover.unlink()
         paths = []
-        for job in _jobs(conn, what, progress):  # made as they come: a table's bar starts when its file does
-            if journal.intact(job.path):
-                report.kept.append(job.path)
-            else:
-                journal.record(_write(folder, job))
-                report.written.append(job.path)
-            job.done()
-            paths.append(job.path)
+        jobs = _jobs(conn, what, progress)
+        with contextlib.closing(jobs):  # closed on an error too: its bar ends its line before the error's
+            for job in jobs:  # made as they come: a table's bar starts when its file does
+                if journal.intact(job.path):
+                    report.kept.append(job.path)
+                else:
+                    journal.record(_write(folder, job))
+                    report.written.append(job.path)
+                job.done()
+                paths.append(job.path)
         entries = [journal.entries[path]["entry"] for path in paths]
         manifest = _kept_manifest(folder, database, entries) or write_manifest(folder, database, entries)
     report.files, report.bytes = len(manifest["files"]), sum(entry["size"] for entry in manifest["files"])
@@ -216,12 +219,12 @@ def _jobs(conn: psycopg.Connection, what: tuple[str, ...], progress: bool) -> It
         conn.commit()
         if not files:
             return
-        bar = tqdm(total=len(files), unit="file", desc=f"ingest export -> {DEM_DIR}/", file=sys.stderr,
-                   disable=not progress)
-        for source in files:
-            yield Job(f"{DEM_DIR}/{source.cog_name}", lambda path, source=source: _write_dem(conn, source, path),
-                      bar.update)
-        yield Job(f"{DEM_DIR}/{dem.VRT_NAME}", lambda path: _write_vrt(files, path), bar.close)
+        with tqdm(total=len(files), unit="file", desc=f"ingest export -> {DEM_DIR}/", file=sys.stderr,
+                  disable=not progress) as bar:
+            for source in files:
+                yield Job(f"{DEM_DIR}/{source.cog_name}", lambda path, source=source: _write_dem(conn, source, path),
+                          bar.update)
+            yield Job(f"{DEM_DIR}/{dem.VRT_NAME}", lambda path: _write_vrt(files, path))
 
 
 def _write_vector(conn: psycopg.Connection, table: schema.Table, path: Path, crs: dict, rows: int,
