@@ -391,9 +391,7 @@ def all_command(
     from ingest import build, fetch
 
     _check_compression(compression)
-    parts = tuple(part.strip() for part in what.split(",") if part.strip())
-    if not parts or set(parts) - set(fetch.WHAT):
-        raise typer.BadParameter("expected a comma-separated subset of dem,osm", param_hint="--what")
+    parts = _subset(what, fetch.WHAT, "--what")
     options = build.BuildOptions(data_dir, what=parts, offline=offline, bbox=fetch.parse_bbox(bbox) if bbox else None,
                                  workers=workers, compression=compression)
     with _load_stage():
@@ -676,6 +674,9 @@ def export_command(
                                              "and name every difference.")] = False,
     what: Annotated[str, typer.Option(metavar="PARTS", help="Comma-separated parts to export, of vector "
                                       "and dem.")] = "vector,dem",
+    formats: Annotated[str, typer.Option("--format", metavar="FORMATS", help="Comma-separated formats of the "
+                                         "vector tables, of parquet (GeoParquet) and geojson (the published "
+                                         "layers' layout: DIR/geojson/LAYER/part-NNNNN.geojson).")] = "parquet",
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -684,8 +685,9 @@ def export_command(
     geometry as WKB, CRS as PROJJSON, a bbox covering column, row groups in spatial order), each DEM source
     file as a Cloud-Optimized GeoTIFF reassembled from its tiles, pixel for pixel (DIR/dem/NAME.tif), a VRT
     mosaic over them (DIR/dem/dem_us.vrt), and DIR/export.json, the manifest: the database's identity and
-    versions, every file's size, sha256 and rows or pixels. Only a database that passes `ingest check` is
-    exported. Progress goes to stderr.
+    versions, every file's size, sha256 and rows or pixels. `--format geojson` writes the vector tables as
+    GeoJSON parts in the published layers' layout too (properties: the table's columns, NULLs left out). Only a
+    database that passes `ingest check` is exported. Progress goes to stderr.
 
     Files appear complete or not at all (written under a temporary name, renamed); interrupted (even kill -9),
     the same command writes only what is missing or changed since. Refused before anything is written: a DIR
@@ -702,16 +704,14 @@ def export_command(
     """
     from ingest.export import run, verify
 
-    parts = tuple(part.strip() for part in what.split(",") if part.strip())
-    if not parts or set(parts) - set(run.WHAT):
-        raise typer.BadParameter(f"expected a comma-separated subset of {','.join(run.WHAT)}", param_hint="--what")
+    parts, vector_formats = _subset(what, run.WHAT, "--what"), _subset(formats, run.FORMATS, "--format")
     _log_to_stderr()
     with reported_as_exit_code(), interrupted_as_130("the file being written was removed, the complete ones are "
                                                      "kept; run the same command again to resume"):
         if check_only:
             checked = verify.check_export(folder, dsn)
         else:
-            report = run.export(folder, dsn, parts)
+            report = run.export(folder, dsn, parts, vector_formats)
     if check_only:
         if as_json:
             typer.echo(json.dumps(checked.as_json()))
@@ -727,6 +727,13 @@ def export_command(
         typer.echo(f"{folder}: {report.files} files ({_size(report.bytes)}); {len(report.written)} written, "
                    f"{len(report.kept)} already there, in {report.seconds:.1f} s; manifest sha256 "
                    f"{report.manifest_sha256}")
+
+
+def _subset(given: str, allowed: tuple[str, ...], option: str) -> tuple[str, ...]:
+    chosen = tuple(part.strip() for part in given.split(",") if part.strip())
+    if not chosen or set(chosen) - set(allowed):
+        raise typer.BadParameter(f"expected a comma-separated subset of {','.join(allowed)}", param_hint=option)
+    return chosen
 
 
 def _print_osm_report(report: OsmLoadReport, listed: int = 20) -> None:

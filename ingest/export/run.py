@@ -34,7 +34,7 @@ from gsqa_core.db import connect, where
 from gsqa_core.dem_grid import SRID
 from gsqa_core.errors import GsqaError
 from ingest import check
-from ingest.export import dem, vector
+from ingest.export import dem, geojson, vector
 from ingest.export.manifest import MANIFEST, describe_database, file_entry, read_manifest, write_manifest
 from ingest.snapshot.manifest import sha256_of
 
@@ -45,7 +45,8 @@ PARTIAL = ".partial"
 VECTOR_DIR = "vector"
 DEM_DIR = "dem"
 WHAT = ("vector", "dem")
-OURS = {MANIFEST, f"{MANIFEST}.partial", WORK, VECTOR_DIR, DEM_DIR}
+FORMATS = ("parquet", "geojson")  # of the vector tables
+OURS = {MANIFEST, f"{MANIFEST}.partial", WORK, VECTOR_DIR, DEM_DIR, geojson.FOLDER}
 
 
 @dataclass
@@ -127,7 +128,8 @@ class Journal:
         self.entries[entry["path"]] = recorded
 
 
-def export(folder: Path, dsn: str | None, what: tuple[str, ...] = WHAT, progress: bool = True) -> ExportReport:
+def export(folder: Path, dsn: str | None, what: tuple[str, ...] = WHAT, formats: tuple[str, ...] = ("parquet",),
+           progress: bool = True) -> ExportReport:
     """The export of the database into `folder`; see the module docstring."""
     started = time.monotonic()
     report = ExportReport(str(folder))
@@ -139,10 +141,11 @@ def export(folder: Path, dsn: str | None, what: tuple[str, ...] = WHAT, progress
         database = describe_database(conn)
         conn.commit()
         journal = Journal(folder, database["identity"])
-        for leftover in [*folder.glob(f"*/*{PARTIAL}")]:  # a killed run's file in the making
+        # a killed run's file in the making
+        for leftover in [*folder.glob(f"*/*{PARTIAL}"), *folder.glob(f"{geojson.FOLDER}/*/*{PARTIAL}")]:
             leftover.unlink()
         paths = []
-        jobs = _jobs(conn, what, progress)
+        jobs = _jobs(conn, what, formats, progress)
         with contextlib.closing(jobs):  # closed on an error too: its bar ends its line before the error's
             for job in jobs:  # made as they come: a table's bar starts when its file does
                 if journal.intact(job.path):
@@ -204,27 +207,51 @@ def _disk_full_as_one_line(folder: Path) -> Iterator[None]:
                         "free some space and run the same command again") from None
 
 
-def _jobs(conn: psycopg.Connection, what: tuple[str, ...], progress: bool) -> Iterator[Job]:
-    if "vector" in what:
-        crs = CRS.from_epsg(SRID).to_dict(projjson=True)
-        logged = dict(conn.execute("SELECT target_table, sum(rows_written)::bigint FROM gsqa.load_log "
-                                   "GROUP BY 1").fetchall())
-        conn.commit()
-        for table in schema.VECTOR_TABLES:
-            yield Job(f"{VECTOR_DIR}/{table.name}.parquet",
-                      lambda path, table=table: _write_vector(conn, table, path, crs, logged.get(table.fullname, 0),
-                                                              progress))
+def _jobs(conn: psycopg.Connection, what: tuple[str, ...], formats: tuple[str, ...], progress: bool
+          ) -> Iterator[Job]:
+    if "vector" in what and "parquet" in formats:
+        yield from _parquet_jobs(conn, progress)
+    if "vector" in what and "geojson" in formats:
+        yield from _geojson_jobs(conn, progress)
     if "dem" in what:
-        files = dem.dem_files(conn)
+        yield from _dem_jobs(conn, progress)
+
+
+def _parquet_jobs(conn: psycopg.Connection, progress: bool) -> Iterator[Job]:
+    crs = CRS.from_epsg(SRID).to_dict(projjson=True)
+    logged = dict(conn.execute("SELECT target_table, sum(rows_written)::bigint FROM gsqa.load_log GROUP BY 1"))
+    conn.commit()
+    for table in schema.VECTOR_TABLES:
+        yield Job(f"{VECTOR_DIR}/{table.name}.parquet",
+                  lambda path, table=table: _write_vector(conn, table, path, crs, logged.get(table.fullname, 0),
+                                                          progress))
+
+
+def _geojson_jobs(conn: psycopg.Connection, progress: bool) -> Iterator[Job]:
+    for table in schema.VECTOR_TABLES:
+        parts = geojson.part_ranges(conn, table)
         conn.commit()
-        if not files:
-            return
-        with tqdm(total=len(files), unit="file", desc=f"ingest export -> {DEM_DIR}/", file=sys.stderr,
+        folder = f"{geojson.FOLDER}/{geojson.layer_folder(table)}"
+        with tqdm(total=len(parts), unit="part", desc=f"ingest export -> {folder}/", file=sys.stderr,
                   disable=not progress) as bar:
-            for source in files:
-                yield Job(f"{DEM_DIR}/{source.cog_name}", lambda path, source=source: _write_dem(conn, source, path),
-                          bar.update)
-            yield Job(f"{DEM_DIR}/{dem.VRT_NAME}", lambda path: _write_vrt(files, path))
+            for index, ids in enumerate(parts):
+                yield Job(f"{folder}/{geojson.part_name(index)}",
+                          lambda path, table=table, ids=ids: {
+                              "table": table.fullname, "format": "geojson", "ids": list(ids),
+                              "rows": geojson.write_part(conn, table, ids, path)}, bar.update)
+
+
+def _dem_jobs(conn: psycopg.Connection, progress: bool) -> Iterator[Job]:
+    files = dem.dem_files(conn)
+    conn.commit()
+    if not files:
+        return
+    with tqdm(total=len(files), unit="file", desc=f"ingest export -> {DEM_DIR}/", file=sys.stderr,
+              disable=not progress) as bar:
+        for source in files:
+            yield Job(f"{DEM_DIR}/{source.cog_name}", lambda path, source=source: _write_dem(conn, source, path),
+                      bar.update)
+        yield Job(f"{DEM_DIR}/{dem.VRT_NAME}", lambda path: _write_vrt(files, path))
 
 
 def _write_vector(conn: psycopg.Connection, table: schema.Table, path: Path, crs: dict, rows: int,

@@ -3,8 +3,9 @@
 Against the manifest: every file present with its size and sha256. Against the database (the one --dsn
 names): the same identity (load log), the same DEM files; each table's rows and their order-independent
 checksum computed by the server equal those computed from its GeoParquet file (vector.py); each COG's pixel
-checksum equals that of its file's tiles computed by the server, and the manifest's (dem.py). Every
-difference is named, one line each.
+checksum equals that of its file's tiles computed by the server, and the manifest's (dem.py); each GeoJSON part
+holds as many rows as the table has in its id range (its bytes are the manifest's sha256). Every difference
+is named, one line each.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from tqdm import tqdm
 
 from gsqa_core import schema
 from gsqa_core.db import connect, where
-from ingest.export import dem, vector
+from ingest.export import dem, geojson, vector
 from ingest.export.manifest import identity, read_manifest
 from ingest.snapshot.manifest import sha256_of
 
@@ -84,6 +85,12 @@ def _compare_with_database(conn: psycopg.Connection, folder: Path, entry: dict[s
         if in_table != in_file:
             differences.append(f"{entry['path']}: {in_file[0]:,} rows, checksum {in_file[1]}; the table "
                                f"{table.fullname} has {in_table[0]:,} rows, checksum {in_table[1]}")
+    elif entry["format"] == "geojson":
+        ids = tuple(entry["ids"])
+        in_table = geojson.rows_in(conn, _TABLES[entry["table"]], ids)
+        if in_table != entry["rows"]:
+            differences.append(f"{entry['path']}: {entry['rows']:,} rows; the table {entry['table']} has {in_table:,} "
+                               f"with ids {ids[0]}..{ids[1]}")
     elif entry["format"] == "cog":
         if entry["source"] not in sources:
             differences.append(f"{entry['path']}: dem_us has no tiles of {entry['source']}")
