@@ -3,10 +3,9 @@
 A source file's tiles (225 for an ASTER file) are a contiguous rid range (files load in name order, tiles in
 raster2pgsql's order), read with a server-side cursor and placed by their upper-left corner on the file's grid
 (its gsqa.load_log row): the pixels, the size, the geotransform and the NODATA value of the file come back as
-they were. Tiles the loader skipped (all NODATA) are NODATA again. The file is written by GDAL's COG driver
-(DEFLATE with the horizontal predictor: lossless; 512-pixel blocks, nearest-neighbour overviews, as
-rio-cogeo's default profile makes them; compression on every core), to a temporary name renamed when done.
-Memory: one source file's pixels (26 MB for ASTER) and GDAL's.
+they were. Tiles the loader skipped (all NODATA) are NODATA again. The file is written as rio-cogeo writes one
+(DEFLATE with the horizontal predictor: lossless; 512-pixel blocks, nearest-neighbour overviews), to a temporary
+name renamed when done. Memory: one source file's pixels (26 MB for ASTER) and GDAL's, per worker process (run.py).
 
 The pixel checksum of a file: the md5 of each written tile's pixels (Int16 little-endian, row by row), in the
 file's tile order, joined by newlines, then sha256. The server computes it from the tiles' WKB
@@ -30,15 +29,18 @@ import psycopg
 import rasterio
 import rasterio.shutil
 from rasterio.crs import CRS
+from rasterio.enums import Resampling
 from rasterio.io import MemoryFile
 from rasterio.windows import Window
 
 from gsqa_core.dem_grid import SRID, TILE, Grid, tiles_across
+from gsqa_core.errors import GsqaError
 from ingest.dem.constraints import TileGrid
 
 VRT_NAME = "dem_us.vrt"
-COG_OPTIONS = {"COMPRESS": "DEFLATE", "PREDICTOR": "YES", "BLOCKSIZE": "512", "OVERVIEW_RESAMPLING": "NEAREST",
-               "NUM_THREADS": "ALL_CPUS", "BIGTIFF": "IF_SAFER"}
+BLOCK = 512
+COG_OPTIONS = {"COPY_SRC_OVERVIEWS": "YES", "TILED": "YES", "BLOCKXSIZE": BLOCK, "BLOCKYSIZE": BLOCK,
+               "COMPRESS": "DEFLATE", "PREDICTOR": 2, "BIGTIFF": "IF_SAFER"}
 _HEADER = struct.Struct("<BHHddddddiHH")  # RFC2 raster WKB header, as ingest/dem/tiles.py writes it
 _BAND = struct.Struct("<Bh")  # pixel type with flags, NODATA (Int16)
 _PIXELS_AT = _HEADER.size + _BAND.size
@@ -46,7 +48,7 @@ _PIXTYPE_16BSI = 5
 _OFFLINE_FLAG = 0x80
 
 
-class TileError(Exception):
+class TileError(GsqaError):
     """A tile that is not what its file's grid says; the message names it."""
 
 
@@ -132,18 +134,28 @@ def tiles_checksum(conn: psycopg.Connection, source: DemFile) -> str:
 
 
 def write_cog(pixels: np.ndarray, source: DemFile, path: Path) -> None:
-    """The pixels as a COG at `path` (overwritten), with the file's georeference and NODATA. GDAL writes it in
-    memory (one compressed file, a fraction of the pixels) and Python to disk, so that a full disk is an
-    OSError that says so, not a GDAL message."""
+    """The pixels as a COG at `path` (overwritten), with the file's georeference and NODATA: as rio-cogeo makes
+    one, a tiled GeoTIFF with its overviews in memory, copied with its overviews first (GDAL marks the layout
+    COG). GDAL writes the COG in memory too (one compressed file, a fraction of the pixels) and Python writes it
+    to disk, so that a full disk is an OSError that says so, not a GDAL message."""
     grid = source.grid.grid
     profile = {"driver": "GTiff", "width": grid.width, "height": grid.height, "count": 1, "dtype": "int16",
                "crs": CRS.from_epsg(SRID), "transform": rasterio.Affine.from_gdal(*grid.geotransform),
-               "nodata": grid.nodata}
+               "nodata": grid.nodata, "tiled": True, "blockxsize": BLOCK, "blockysize": BLOCK}
     with MemoryFile() as memory, memory.open(**profile) as staged, MemoryFile() as cog:
         staged.write(pixels, 1)
-        rasterio.shutil.copy(staged, cog.name, driver="COG", **COG_OPTIONS)
+        staged.build_overviews(overview_factors(grid.width, grid.height), Resampling.nearest)
+        rasterio.shutil.copy(staged, cog.name, driver="GTiff", **COG_OPTIONS)
         with open(path, "wb") as out:
             out.write(cog.getbuffer())
+
+
+def overview_factors(width: int, height: int) -> list[int]:
+    """2, 4, 8, ... until the overview fits in one block (rio-cogeo's rule; 3601 pixels: 2, 4, 8)."""
+    factors = [2]
+    while max(width, height) / factors[-1] > BLOCK:
+        factors.append(factors[-1] * 2)
+    return factors
 
 
 def cog_checksum(path: Path, source: DemFile) -> str:

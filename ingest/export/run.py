@@ -36,6 +36,7 @@ from gsqa_core.errors import GsqaError
 from ingest import check
 from ingest.export import dem, geojson, vector
 from ingest.export.manifest import MANIFEST, describe_database, file_entry, read_manifest, write_manifest
+from ingest.ordered_pool import JobStream, OrderedPool
 from ingest.snapshot.manifest import sha256_of
 
 WORK = ".export"
@@ -128,12 +129,37 @@ class Journal:
         self.entries[entry["path"]] = recorded
 
 
+@dataclass
+class Run:
+    """What the jobs of one export share."""
+
+    dsn: str | None
+    conn: psycopg.Connection
+    journal: Journal
+    pool: OrderedPool | None  # the COG writers
+    progress: bool
+
+
 def export(folder: Path, dsn: str | None, what: tuple[str, ...] = WHAT, formats: tuple[str, ...] = ("parquet",),
-           progress: bool = True) -> ExportReport:
+           progress: bool = True, workers: int | None = None) -> ExportReport:
     """The export of the database into `folder`; see the module docstring."""
     started = time.monotonic()
     report = ExportReport(str(folder))
     _require_checked(dsn)
+    # The COG writers are forked before this process opens its connection (ordered_pool.py).
+    pool = OrderedPool(workers or os.cpu_count() or 1, _cog_work, GsqaError, name="ingest-export",
+                       passed_on=(OSError,)) if "dem" in what else None
+    with contextlib.ExitStack() as stack:
+        if pool is not None:
+            stack.enter_context(pool)
+        manifest = _export(folder, dsn, what, formats, progress, pool, report)
+    report.files, report.bytes = len(manifest["files"]), sum(entry["size"] for entry in manifest["files"])
+    report.manifest_sha256, report.seconds = sha256_of(folder / MANIFEST), time.monotonic() - started
+    return report
+
+
+def _export(folder: Path, dsn: str | None, what: tuple[str, ...], formats: tuple[str, ...], progress: bool,
+            pool: OrderedPool | None, report: ExportReport) -> dict[str, Any]:
     with connect(dsn) as conn, _disk_full_as_one_line(folder):
         if not conn.execute("SELECT EXISTS (SELECT FROM gsqa.load_log)").fetchone()[0]:
             raise GsqaError(f"the database {where(conn)} is not built (its load log is empty): build it first "
@@ -145,7 +171,7 @@ def export(folder: Path, dsn: str | None, what: tuple[str, ...] = WHAT, formats:
         for leftover in [*folder.glob(f"*/*{PARTIAL}"), *folder.glob(f"{geojson.FOLDER}/*/*{PARTIAL}")]:
             leftover.unlink()
         paths = []
-        jobs = _jobs(conn, what, formats, progress)
+        jobs = _jobs(Run(dsn, conn, journal, pool, progress), what, formats)
         with contextlib.closing(jobs):  # closed on an error too: its bar ends its line before the error's
             for job in jobs:  # made as they come: a table's bar starts when its file does
                 if journal.intact(job.path):
@@ -156,10 +182,7 @@ def export(folder: Path, dsn: str | None, what: tuple[str, ...] = WHAT, formats:
                 job.done()
                 paths.append(job.path)
         entries = [journal.entries[path]["entry"] for path in paths]
-        manifest = _kept_manifest(folder, database, entries) or write_manifest(folder, database, entries)
-    report.files, report.bytes = len(manifest["files"]), sum(entry["size"] for entry in manifest["files"])
-    report.manifest_sha256, report.seconds = sha256_of(folder / MANIFEST), time.monotonic() - started
-    return report
+        return _kept_manifest(folder, database, entries) or write_manifest(folder, database, entries)
 
 
 def _kept_manifest(folder: Path, database: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -183,7 +206,7 @@ def _write(folder: Path, job: Job) -> dict[str, Any]:
     """The job's file under its temporary name, renamed when complete; its manifest entry."""
     path = folder / job.path
     path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_name(path.name + PARTIAL)
+    scratch = _scratch(path)
     try:
         holds = job.write(scratch)
         with open(scratch, "rb") as written:
@@ -193,6 +216,10 @@ def _write(folder: Path, job: Job) -> dict[str, Any]:
         raise
     os.replace(scratch, path)
     return file_entry(folder, path, **holds)
+
+
+def _scratch(path: Path) -> Path:
+    return path.with_name(path.name + PARTIAL)
 
 
 @contextmanager
@@ -207,68 +234,92 @@ def _disk_full_as_one_line(folder: Path) -> Iterator[None]:
                         "free some space and run the same command again") from None
 
 
-def _jobs(conn: psycopg.Connection, what: tuple[str, ...], formats: tuple[str, ...], progress: bool
-          ) -> Iterator[Job]:
+def _jobs(run: Run, what: tuple[str, ...], formats: tuple[str, ...]) -> Iterator[Job]:
     if "vector" in what and "parquet" in formats:
-        yield from _parquet_jobs(conn, progress)
+        yield from _parquet_jobs(run)
     if "vector" in what and "geojson" in formats:
-        yield from _geojson_jobs(conn, progress)
+        yield from _geojson_jobs(run)
     if "dem" in what:
-        yield from _dem_jobs(conn, progress)
+        yield from _dem_jobs(run)
 
 
-def _parquet_jobs(conn: psycopg.Connection, progress: bool) -> Iterator[Job]:
+def _parquet_jobs(run: Run) -> Iterator[Job]:
     crs = CRS.from_epsg(SRID).to_dict(projjson=True)
-    logged = dict(conn.execute("SELECT target_table, sum(rows_written)::bigint FROM gsqa.load_log GROUP BY 1"))
-    conn.commit()
+    logged = dict(run.conn.execute("SELECT target_table, sum(rows_written)::bigint FROM gsqa.load_log GROUP BY 1"))
+    run.conn.commit()
     for table in schema.VECTOR_TABLES:
         yield Job(f"{VECTOR_DIR}/{table.name}.parquet",
-                  lambda path, table=table: _write_vector(conn, table, path, crs, logged.get(table.fullname, 0),
-                                                          progress))
+                  lambda path, table=table: _write_vector(run, table, path, crs, logged.get(table.fullname, 0)))
 
 
-def _geojson_jobs(conn: psycopg.Connection, progress: bool) -> Iterator[Job]:
+def _geojson_jobs(run: Run) -> Iterator[Job]:
     for table in schema.VECTOR_TABLES:
-        parts = geojson.part_ranges(conn, table)
-        conn.commit()
+        parts = geojson.part_ranges(run.conn, table)
+        run.conn.commit()
         folder = f"{geojson.FOLDER}/{geojson.layer_folder(table)}"
         with tqdm(total=len(parts), unit="part", desc=f"ingest export -> {folder}/", file=sys.stderr,
-                  disable=not progress) as bar:
+                  disable=not run.progress) as bar:
             for index, ids in enumerate(parts):
                 yield Job(f"{folder}/{geojson.part_name(index)}",
                           lambda path, table=table, ids=ids: {
                               "table": table.fullname, "format": "geojson", "ids": list(ids),
-                              "rows": geojson.write_part(conn, table, ids, path)}, bar.update)
+                              "rows": geojson.write_part(run.conn, table, ids, path)}, bar.update)
 
 
-def _dem_jobs(conn: psycopg.Connection, progress: bool) -> Iterator[Job]:
-    files = dem.dem_files(conn)
-    conn.commit()
+def _dem_jobs(run: Run) -> Iterator[Job]:
+    """A job per source file, whose COG the pool's processes write ahead (all but those intact already), then
+    the VRT."""
+    files = dem.dem_files(run.conn)
+    run.conn.commit()
     if not files:
         return
+    (run.journal.folder / DEM_DIR).mkdir(parents=True, exist_ok=True)
+    paths = {source.name: f"{DEM_DIR}/{source.cog_name}" for source in files}
+    pending = [source for source in files if not run.journal.intact(paths[source.name])]
+    assert run.pool is not None
+    streams = dict(zip([source.name for source in pending], run.pool.streams(
+        [(run.dsn, source, str(_scratch(run.journal.folder / paths[source.name]))) for source in pending]),
+        strict=True))
     with tqdm(total=len(files), unit="file", desc=f"ingest export -> {DEM_DIR}/", file=sys.stderr,
-              disable=not progress) as bar:
+              disable=not run.progress) as bar:
         for source in files:
-            yield Job(f"{DEM_DIR}/{source.cog_name}", lambda path, source=source: _write_dem(conn, source, path),
+            written = streams.get(source.name)
+            yield Job(paths[source.name], lambda path, source=source, written=written: _cog_entry(source, written),
                       bar.update)
         yield Job(f"{DEM_DIR}/{dem.VRT_NAME}", lambda path: _write_vrt(files, path))
 
 
-def _write_vector(conn: psycopg.Connection, table: schema.Table, path: Path, crs: dict, rows: int,
-                  progress: bool) -> dict[str, Any]:
-    with tqdm(total=rows, unit="rows", unit_scale=True, desc=f"ingest export -> {table.name}", file=sys.stderr,
-              disable=not progress) as bar:
-        found = vector.write_table(conn, table, path, crs, bar.update)
-    return {"table": table.fullname, "format": "geoparquet", "rows": found.rows,
-            "geometry_types": sorted(found.geometry_types), "bbox": found.extent}
+_worker_connection: psycopg.Connection | None = None
 
 
-def _write_dem(conn: psycopg.Connection, source: dem.DemFile, path: Path) -> dict[str, Any]:
-    pixels, checksum = dem.read_pixels(conn, source)
-    dem.write_cog(pixels, source, path)
+def _cog_work(job: tuple[str | None, dem.DemFile, str]) -> Iterator[None]:
+    """In a pool process: one source file's COG at its scratch path; its pixel checksum. The process keeps one
+    connection for all its files."""
+    global _worker_connection
+    yield from ()
+    dsn, source, scratch = job
+    if _worker_connection is None:
+        _worker_connection = connect(dsn)
+    pixels, checksum = dem.read_pixels(_worker_connection, source)
+    dem.write_cog(pixels, source, Path(scratch))
+    return checksum
+
+
+def _cog_entry(source: dem.DemFile, written: JobStream | None) -> dict[str, Any]:
+    """What a COG its pool process has written holds."""
+    assert written is not None  # a job is only written when it was not intact, and then it is pending
     grid = source.grid.grid
     return {"table": schema.dem_us.fullname, "format": "cog", "source": source.name, "width": grid.width,
-            "height": grid.height, "pixels": source.pixels, "tiles": source.tiles, "pixel_checksum": checksum}
+            "height": grid.height, "pixels": source.pixels, "tiles": source.tiles,
+            "pixel_checksum": written.outcome()}
+
+
+def _write_vector(run: Run, table: schema.Table, path: Path, crs: dict, rows: int) -> dict[str, Any]:
+    with tqdm(total=rows, unit="rows", unit_scale=True, desc=f"ingest export -> {table.name}", file=sys.stderr,
+              disable=not run.progress) as bar:
+        found = vector.write_table(run.conn, table, path, crs, bar.update)
+    return {"table": table.fullname, "format": "geoparquet", "rows": found.rows,
+            "geometry_types": sorted(found.geometry_types), "bbox": found.extent}
 
 
 def _write_vrt(files: list[dem.DemFile], path: Path) -> dict[str, Any]:

@@ -3,9 +3,10 @@
 Every column of the table with its type (INTEGER int32, BIGINT int64, VARCHAR/TEXT string; the geography as
 WKB, GeoParquet's `geometry` column), plus `bbox`, the covering column of GeoParquet 1.1 (xmin, ymin, xmax,
 ymax per row). Rows come in spatial order (PostGIS's geometry sort: the Hilbert curve of their boxes' centres,
-then id) from a server-side
-cursor, one row group per fetch, so memory holds one row group however big the table, and a reader that
-filters on `bbox` skips the row groups whose statistics lie outside its box. The `geo` metadata (CRS as
+then id) from a server-side cursor, a few thousand at a time into Arrow record batches, which are written as a
+row group of at most ROW_GROUP_ROWS rows or ROW_GROUP_BYTES: memory holds one row group however big the table,
+and a reader that filters on `bbox` skips the row groups whose statistics lie outside its box. The `geo`
+metadata (CRS as
 PROJJSON, the geometry types and the extent found) is added to the footer when the last row is written.
 
 The checksum: each row as one string, every column `N` (NULL) or `V<length>:<value>` (integers in decimal,
@@ -35,7 +36,11 @@ from gsqa_core.db import identifier
 GEOPARQUET_VERSION = "1.1.0"
 GEOMETRY = "geometry"
 BBOX = "bbox"
-ROW_GROUP_ROWS = 50_000  # rows per fetch and per row group: a bbox read touches few, memory holds one
+# A row group ends at whichever comes first: a bbox read touches few, memory holds one (and one fetch of rows
+# as Python objects: roads' geometries run to kilobytes).
+ROW_GROUP_ROWS = 100_000
+ROW_GROUP_BYTES = 32 * 2**20  # Arrow's in-memory size
+FETCH_ROWS = 2_000
 SORT_MEMORY = "256MB"  # work_mem of the export's sort on the server (fewer merge passes than the default 4 MB)
 ARROW_TYPES = {schema.INTEGER: pa.int32(), schema.BIGINT: pa.int64(), schema.VARCHAR_255: pa.string(),
                schema.TEXT: pa.string(), schema.GEOGRAPHY: pa.binary()}
@@ -96,23 +101,34 @@ def _select(table: schema.Table) -> sql.Composed:
 
 def write_table(conn: psycopg.Connection, table: schema.Table, path: Path, crs: dict,
                 advance: Callable[[int], None]) -> VectorFile:
-    """The table into a GeoParquet file at `path` (created or overwritten), `advance(rows)` after each row
-    group; what was written."""
+    """The table into a GeoParquet file at `path` (created or overwritten), `advance(rows)` after each fetch;
+    what was written."""
     target = arrow_schema(table)
     found = VectorFile()
+    fetch = min(FETCH_ROWS, ROW_GROUP_ROWS)
     with conn.transaction(), conn.cursor(name=f"export_{table.name}", binary=True) as cursor:
         conn.execute(sql.SQL("SET LOCAL work_mem = {}").format(sql.Literal(SORT_MEMORY)))
-        cursor.itersize = ROW_GROUP_ROWS
+        cursor.itersize = fetch
         cursor.execute(_select(table))
         with pq.ParquetWriter(path, target, compression="zstd", write_statistics=True,
                               store_schema=False) as writer:
-            while rows := cursor.fetchmany(ROW_GROUP_ROWS):
-                batch = _batch(rows, target)
-                writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
-                found.add(batch)
+            group: list[pa.RecordBatch] = []
+            while rows := cursor.fetchmany(fetch):
+                group.append(_batch(rows, target))
+                found.add(group[-1])
                 advance(len(rows))
+                if sum(map(len, group)) >= ROW_GROUP_ROWS or sum(b.nbytes for b in group) >= ROW_GROUP_BYTES:
+                    _write_group(writer, group)
+            _write_group(writer, group)
             writer.add_key_value_metadata({"geo": json.dumps(geo_metadata(found, crs))})
     return found
+
+
+def _write_group(writer: pq.ParquetWriter, group: list[pa.RecordBatch]) -> None:
+    """The batches as one row group; the list emptied."""
+    if group:
+        writer.write_table(pa.Table.from_batches(group), row_group_size=sum(map(len, group)))
+        group.clear()
 
 
 def _batch(rows: list[tuple], target: pa.Schema) -> pa.RecordBatch:
