@@ -20,6 +20,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,6 +139,7 @@ class Run:
     journal: Journal
     pool: OrderedPool | None  # the COG writers
     progress: bool
+    workers: int  # processes writing COGs, threads writing GeoParquet files
 
 
 def export(folder: Path, dsn: str | None, what: tuple[str, ...] = WHAT, formats: tuple[str, ...] = ("parquet",),
@@ -147,19 +149,21 @@ def export(folder: Path, dsn: str | None, what: tuple[str, ...] = WHAT, formats:
     report = ExportReport(str(folder))
     _require_checked(dsn)
     # The COG writers are forked before this process opens its connection (ordered_pool.py).
-    pool = OrderedPool(workers or os.cpu_count() or 1, _cog_work, GsqaError, name="ingest-export",
+    workers = workers or os.cpu_count() or 1
+    pool = OrderedPool(workers, _cog_work, GsqaError, name="ingest-export",
                        passed_on=(OSError,)) if "dem" in what else None
     with contextlib.ExitStack() as stack:
         if pool is not None:
             stack.enter_context(pool)
-        manifest = _export(folder, dsn, what, formats, progress, pool, report)
+        manifest = _export(folder, dsn, (what, formats), (pool, progress, workers), report)
     report.files, report.bytes = len(manifest["files"]), sum(entry["size"] for entry in manifest["files"])
     report.manifest_sha256, report.seconds = sha256_of(folder / MANIFEST), time.monotonic() - started
     return report
 
 
-def _export(folder: Path, dsn: str | None, what: tuple[str, ...], formats: tuple[str, ...], progress: bool,
-            pool: OrderedPool | None, report: ExportReport) -> dict[str, Any]:
+def _export(folder: Path, dsn: str | None, selected: tuple[tuple[str, ...], tuple[str, ...]],
+            running: tuple[OrderedPool | None, bool, int], report: ExportReport) -> dict[str, Any]:
+    """Within the pool's life: the jobs of `selected` (parts, formats), the manifest."""
     with connect(dsn) as conn, _disk_full_as_one_line(folder):
         if not conn.execute("SELECT EXISTS (SELECT FROM gsqa.load_log)").fetchone()[0]:
             raise GsqaError(f"the database {where(conn)} is not built (its load log is empty): build it first "
@@ -171,7 +175,7 @@ def _export(folder: Path, dsn: str | None, what: tuple[str, ...], formats: tuple
         for leftover in [*folder.glob(f"*/*{PARTIAL}"), *folder.glob(f"{geojson.FOLDER}/*/*{PARTIAL}")]:
             leftover.unlink()
         paths = []
-        jobs = _jobs(Run(dsn, conn, journal, pool, progress), what, formats)
+        jobs = _jobs(Run(dsn, conn, journal, *running), *selected)
         with contextlib.closing(jobs):  # closed on an error too: its bar ends its line before the error's
             for job in jobs:  # made as they come: a table's bar starts when its file does
                 if journal.intact(job.path):
@@ -244,12 +248,24 @@ def _jobs(run: Run, what: tuple[str, ...], formats: tuple[str, ...]) -> Iterator
 
 
 def _parquet_jobs(run: Run) -> Iterator[Job]:
+    """A job per table, whose file threads write ahead (each with its own connection, largest table first, as
+    many at once as there are workers: the server sorts one table while this process packs another)."""
     crs = CRS.from_epsg(SRID).to_dict(projjson=True)
     logged = dict(run.conn.execute("SELECT target_table, sum(rows_written)::bigint FROM gsqa.load_log GROUP BY 1"))
     run.conn.commit()
-    for table in schema.VECTOR_TABLES:
-        yield Job(f"{VECTOR_DIR}/{table.name}.parquet",
-                  lambda path, table=table: _write_vector(run, table, path, crs, logged.get(table.fullname, 0)))
+    paths = {table.name: f"{VECTOR_DIR}/{table.name}.parquet" for table in schema.VECTOR_TABLES}
+    pending = sorted((table for table in schema.VECTOR_TABLES if not run.journal.intact(paths[table.name])),
+                     key=lambda table: -logged.get(table.fullname, 0))
+    threads = ThreadPoolExecutor(max(1, min(run.workers, len(pending))), thread_name_prefix="ingest-export")
+    try:
+        written = {table.name: threads.submit(_write_vector, run, table,
+                                              _scratch(run.journal.folder / paths[table.name]), crs,
+                                              logged.get(table.fullname, 0), position)
+                   for position, table in enumerate(pending)}
+        for table in schema.VECTOR_TABLES:
+            yield Job(paths[table.name], lambda path, table=table: written[table.name].result())
+    finally:
+        threads.shutdown(cancel_futures=True)
 
 
 def _geojson_jobs(run: Run) -> Iterator[Job]:
@@ -314,10 +330,12 @@ def _cog_entry(source: dem.DemFile, written: JobStream | None) -> dict[str, Any]
             "pixel_checksum": written.outcome()}
 
 
-def _write_vector(run: Run, table: schema.Table, path: Path, crs: dict, rows: int) -> dict[str, Any]:
-    with tqdm(total=rows, unit="rows", unit_scale=True, desc=f"ingest export -> {table.name}", file=sys.stderr,
-              disable=not run.progress) as bar:
-        found = vector.write_table(run.conn, table, path, crs, bar.update)
+def _write_vector(run: Run, table: schema.Table, path: Path, crs: dict, rows: int, position: int) -> dict[str, Any]:
+    """In a thread, with its own connection: the table as GeoParquet at `path`; what it holds."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with connect(run.dsn) as conn, tqdm(total=rows, unit="rows", unit_scale=True, desc=f"ingest export -> {table.name}",
+                                        file=sys.stderr, disable=not run.progress, position=position) as bar:
+        found = vector.write_table(conn, table, path, crs, bar.update)
     return {"table": table.fullname, "format": "geoparquet", "rows": found.rows,
             "geometry_types": sorted(found.geometry_types), "bbox": found.extent}
 
