@@ -677,6 +677,9 @@ def export_command(
     formats: Annotated[str, typer.Option("--format", metavar="FORMATS", help="Comma-separated formats of the "
                                          "vector tables, of parquet (GeoParquet) and geojson (the published "
                                          "layers' layout: DIR/geojson/LAYER/part-NNNNN.geojson).")] = "parquet",
+    workers: Annotated[int | None, typer.Option(metavar="N", min=1, help="Processes writing COGs and threads "
+                                                "writing GeoParquet files, each with its own connection "
+                                                "[default: number of cores].", show_default=False)] = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -711,7 +714,7 @@ def export_command(
         if check_only:
             checked = verify.check_export(folder, dsn)
         else:
-            report = run.export(folder, dsn, parts, vector_formats)
+            report = run.export(folder, dsn, parts, vector_formats, workers=workers)
     if check_only:
         if as_json:
             typer.echo(json.dumps(checked.as_json()))

@@ -81,10 +81,11 @@ def small_disk(path: Path, size: str) -> Iterator[Path]:
 
 def test_a_full_disk_stops_in_one_line_and_keeps_the_complete_files(checked_demo: str, reference: Path,
                                                                     tmp_path: Path) -> None:
-    """1.5 MB: the five tables (56 kB) and one COG (1.2 MB) fit, the second COG does not."""
+    """1.5 MB: the five tables (56 kB) and one COG (1.2 MB) fit, the second COG does not (one COG writer, so
+    that the first is written alone)."""
     with small_disk(tmp_path / "disk", "1536k") as disk:
         folder = disk / "out"
-        full = ingest("export", str(folder), "--dsn", checked_demo)
+        full = ingest("export", str(folder), "--dsn", checked_demo, "--workers", "1")
         assert (full.returncode, full.stdout) == (2, "")
         last = full.stderr.splitlines()[-1]
         assert last.startswith(f"error: {folder}: the disk is full (") and last.endswith(

@@ -152,10 +152,14 @@ def export(folder: Path, dsn: str | None, what: tuple[str, ...] = WHAT, formats:
     workers = workers or os.cpu_count() or 1
     pool = OrderedPool(workers, _cog_work, GsqaError, name="ingest-export",
                        passed_on=(OSError,)) if "dem" in what else None
-    with contextlib.ExitStack() as stack:
-        if pool is not None:
-            stack.enter_context(pool)
-        manifest = _export(folder, dsn, (what, formats), (pool, progress, workers), report)
+    try:
+        with contextlib.ExitStack() as stack:
+            if pool is not None:
+                stack.enter_context(pool)
+            manifest = _export(folder, dsn, (what, formats), (pool, progress, workers), report)
+    except BaseException:
+        _remove_partial_files(folder)  # the pool's files in the making, its processes ended
+        raise
     report.files, report.bytes = len(manifest["files"]), sum(entry["size"] for entry in manifest["files"])
     report.manifest_sha256, report.seconds = sha256_of(folder / MANIFEST), time.monotonic() - started
     return report
@@ -171,9 +175,7 @@ def _export(folder: Path, dsn: str | None, selected: tuple[tuple[str, ...], tupl
         database = describe_database(conn)
         conn.commit()
         journal = Journal(folder, database["identity"])
-        # a killed run's file in the making
-        for leftover in [*folder.glob(f"*/*{PARTIAL}"), *folder.glob(f"{geojson.FOLDER}/*/*{PARTIAL}")]:
-            leftover.unlink()
+        _remove_partial_files(folder)  # a killed run's files in the making
         paths = []
         jobs = _jobs(Run(dsn, conn, journal, *running), *selected)
         with contextlib.closing(jobs):  # closed on an error too: its bar ends its line before the error's
@@ -220,6 +222,11 @@ def _write(folder: Path, job: Job) -> dict[str, Any]:
         raise
     os.replace(scratch, path)
     return file_entry(folder, path, **holds)
+
+
+def _remove_partial_files(folder: Path) -> None:
+    for leftover in [*folder.glob(f"*/*{PARTIAL}"), *folder.glob(f"{geojson.FOLDER}/*/*{PARTIAL}")]:
+        leftover.unlink(missing_ok=True)
 
 
 def _scratch(path: Path) -> Path:
