@@ -285,3 +285,18 @@ def test_refusals_are_one_line_and_write_nothing(demo_db: tuple[str, Path], demo
     assert refused(crowded, demo_db[0]) == (f"{crowded}: holds other files (notes.txt) and no export of this "
                                             "database: give an empty or new folder")
     assert sorted(path.name for path in crowded.iterdir()) == ["notes.txt"]
+
+
+def test_an_unreachable_database_a_folder_without_manifest_and_a_bad_option_are_one_line(tmp_path: Path) -> None:
+    unreachable = "postgresql://nobody@127.0.0.1:1/gsqa_nowhere"
+    for argv, first in [(["export", str(tmp_path / "a"), "--dsn", unreachable], "error: cannot connect to PostgreSQL"),
+                        (["export", "--check", str(tmp_path), "--dsn", unreachable],
+                         f"error: {tmp_path}/export.json: missing: not an export, or its `ingest export` has not "
+                         "finished (run it again)"),
+                        (["export", str(tmp_path), "--format", "shp"], "error: Invalid value for --format: expected a "
+                                                                         "comma-separated subset of parquet,geojson; "
+                                                                         "see `ingest export --help`\n")]:
+        run = ingest(*argv)
+        assert (run.returncode, run.stdout, len(run.stderr.splitlines())) == (2, "", 1), run.stderr
+        assert run.stderr.startswith(first), run.stderr
+    assert not (tmp_path / "a").exists()
