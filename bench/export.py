@@ -6,7 +6,7 @@ physical floor: decode and compress the same pixels).
     .venv/bin/python bench/export.py [--runs 3] [--input large] [--work DIR] [--json]
 
 The input is one of bench/make_db.py's (large: 16 ASTER-like tiles and 400 MB of osmx layers), built once per
-bench into a private cluster (testkit/local_server.py, the settings of a `make db` load) with `ingest all
+bench into a private cluster (bench/snapshot.py's: the settings of a `make db` load) with `ingest all
 --offline`. Every step writes into an empty folder; each tool gets the same compression where it has one
 (DEFLATE with the horizontal predictor, 512-pixel blocks, nearest-neighbour overviews, every core for the
 COGs; zstd for ours and snappy, geopandas' default, for its Parquet). Measured per step (bench/measure.py):
@@ -32,8 +32,8 @@ import rasterio
 
 from bench.make_db import INPUTS, make_source
 from bench.measure import run_measured
+from bench.snapshot import new_cluster
 from gsqa_core import schema
-from testkit import local_server
 from testkit.local_server import LocalServer
 
 BIN = Path(sys.executable).parent
@@ -146,23 +146,18 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     source = make_source(args.work, args.input)
     what = "dem" if INPUTS[args.input][1] == 0 else "dem,osm"
-    with local_server.scratch_folder() as base:
-        server = LocalServer(base / "data", local_server.free_port(), base / "sockets")
-        local_server.initdb(server)
-        with local_server.running(server, local_server.FAST):
-            with psycopg.connect(server.dsn("postgres"), autocommit=True) as conn:
-                conn.execute("CREATE DATABASE gsqa")
-            run_measured(shlex.join([str(BIN / "ingest"), "all", str(source), "--offline", "--what", what, "--dsn",
-                                     server.dsn()]) + " >/dev/null 2>&1", name="build")
-            with psycopg.connect(server.dsn()) as conn:
-                counts = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
-                files = [name for name, in conn.execute("SELECT DISTINCT filename FROM dem_us ORDER BY 1")]
-                size = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
-            database = {"rows": counts, "dem_files": len(files), "database_mb": round(size / 1e6)}
-            runs = []
-            for number in range(args.runs):
-                runs.append(one_run(server, source, args.work, counts, files))
-                print(f"run {number + 1} of {args.runs} done", file=sys.stderr)
+    with new_cluster() as server:
+        run_measured(shlex.join([str(BIN / "ingest"), "all", str(source), "--offline", "--what", what, "--dsn",
+                                 server.dsn()]) + " >/dev/null 2>&1", name="build")
+        with psycopg.connect(server.dsn()) as conn:
+            counts = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
+            files = [name for name, in conn.execute("SELECT DISTINCT filename FROM dem_us ORDER BY 1")]
+            size = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+        database = {"rows": counts, "dem_files": len(files), "database_mb": round(size / 1e6)}
+        runs = []
+        for number in range(args.runs):
+            runs.append(one_run(server, source, args.work, counts, files))
+            print(f"run {number + 1} of {args.runs} done", file=sys.stderr)
     summary = summarize(runs)
     if args.json:
         print(json.dumps({"input": args.input, "database": database, **summary}, indent=1))

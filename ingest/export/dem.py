@@ -19,7 +19,6 @@ first in rid order (the earlier file name), so the sources are listed in reverse
 from __future__ import annotations
 
 import hashlib
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
@@ -36,16 +35,13 @@ from rasterio.windows import Window
 from gsqa_core.dem_grid import SRID, TILE, Grid, tiles_across
 from gsqa_core.errors import GsqaError
 from ingest.dem.constraints import TileGrid
+from ingest.dem.tiles import BAND_OUT_DB, PIXTYPE_16BSI, TILE_HEADER
 
 VRT_NAME = "dem_us.vrt"
 BLOCK = 512
 COG_OPTIONS = {"COPY_SRC_OVERVIEWS": "YES", "TILED": "YES", "BLOCKXSIZE": BLOCK, "BLOCKYSIZE": BLOCK,
                "COMPRESS": "DEFLATE", "PREDICTOR": 2, "BIGTIFF": "IF_SAFER"}
-_HEADER = struct.Struct("<BHHddddddiHH")  # RFC2 raster WKB header, as ingest/dem/tiles.py writes it
-_BAND = struct.Struct("<Bh")  # pixel type with flags, NODATA (Int16)
-_PIXELS_AT = _HEADER.size + _BAND.size
-_PIXTYPE_16BSI = 5
-_OFFLINE_FLAG = 0x80
+_PIXELS_AT = TILE_HEADER.size  # a one-band Int16 tile's pixels follow its header and its band's
 
 
 class TileError(GsqaError):
@@ -106,9 +102,8 @@ def read_pixels(conn: psycopg.Connection, source: DemFile) -> tuple[np.ndarray, 
         cursor.execute("SELECT ST_AsBinary(rast) FROM public.dem_us WHERE rid BETWEEN %s AND %s ORDER BY rid",
                        [source.first_rid, source.last_rid])
         for (wkb,) in cursor:
-            _, _, bands, _, _, ulx, uly, _, _, srid, width, height = _HEADER.unpack_from(wkb)
-            pixtype = wkb[_HEADER.size]
-            if bands != 1 or srid != SRID or pixtype & 0x0F != _PIXTYPE_16BSI or pixtype & _OFFLINE_FLAG:
+            _, _, bands, _, _, ulx, uly, _, _, srid, width, height, pixtype, _ = TILE_HEADER.unpack_from(wkb)
+            if bands != 1 or srid != SRID or pixtype & 0x0F != PIXTYPE_16BSI or pixtype & BAND_OUT_DB:
                 raise TileError(f"{source.name}: a tile at ({ulx}, {uly}) is not one in-db 16BSI band in SRID {SRID}")
             col, row, index = _tile_index(grid, ulx, uly, width, height, source.name)
             block = memoryview(wkb)[_PIXELS_AT:_PIXELS_AT + width * height * 2]
