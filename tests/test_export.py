@@ -300,3 +300,19 @@ def test_an_unreachable_database_a_folder_without_manifest_and_a_bad_option_are_
         assert (run.returncode, run.stdout, len(run.stderr.splitlines())) == (2, "", 1), run.stderr
         assert run.stderr.startswith(first), run.stderr
     assert not (tmp_path / "a").exists()
+
+
+def test_a_finished_export_copied_without_its_journal_is_checked_by_sha256_and_kept(demo_db: tuple[str, Path],
+                                                                                    exported: Path,
+                                                                                    tmp_path: Path) -> None:
+    folder = tmp_path / "copied"
+    shutil.copytree(exported, folder, ignore=shutil.ignore_patterns(".export"))
+    with open(folder / "vector" / "pois.parquet", "r+b") as handle:  # same size, one byte changed
+        handle.seek(100)
+        byte = handle.read(1)
+        handle.seek(100)
+        handle.write(bytes([byte[0] ^ 0x01]))
+    again = ingest("export", str(folder), "--dsn", demo_db[0], "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["written"] == ["vector/pois.parquet"]
+    assert (folder / "vector" / "pois.parquet").read_bytes() == (exported / "vector" / "pois.parquet").read_bytes()
