@@ -30,7 +30,8 @@ app = command_group(
 
 Stages, in the order `ingest all` (and `make db`) runs them: init (schema, role), fetch (the published
 sources), dem (the DEM), osm (the five vector tables), finalize (indexes), check (post-load checks);
-`ingest status` says where a build stands.
+`ingest status` says where a build stands; `ingest snapshot` publishes a built database, `ingest export` writes
+it as files for code-writing agents.
 Every command resolves the database the same way: --dsn, then $DATABASE_URL, then libpq's PG* variables.
 
 Exit codes: 0 ok; 1 the run went through but some inputs failed; 2 nothing started (usage error,
@@ -703,7 +704,8 @@ def export_command(
     Example: ingest export /srv/gsqa-export && ingest export --check /srv/gsqa-export
 
     Exit codes: 0 exported (or, with --check, equal); 1 --check found differences (listed); 2 nothing written
-    (database not built or not checked, DIR refused, a full disk: the complete files are kept).
+    (database not built or not checked, DIR refused, a full disk: the complete files are kept); 130
+    interrupted (Ctrl-C): the complete files are kept, a rerun resumes.
     """
     from ingest.export import run, verify
 
