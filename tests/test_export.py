@@ -316,3 +316,25 @@ def test_a_finished_export_copied_without_its_journal_is_checked_by_sha256_and_k
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["written"] == ["vector/pois.parquet"]
     assert (folder / "vector" / "pois.parquet").read_bytes() == (exported / "vector" / "pois.parquet").read_bytes()
+
+
+def test_check_names_the_tile_whose_pixels_differ(exported: Path, demo_db: tuple[str, Path], tmp_path: Path) -> None:
+    """A COG written again with one pixel changed, its manifest entry made to match: only the tiles can tell."""
+    folder = tmp_path / "copy"
+    shutil.copytree(exported, folder)
+    cog = sorted((folder / "dem").glob("*.tif"))[1]
+    with rasterio.open(cog) as source:
+        profile, pixels = source.profile, source.read(1)
+    pixels[600, 300] += 1
+    cog.unlink()
+    with rasterio.open(cog, "w", **{**profile, "driver": "GTiff"}) as changed:
+        changed.write(pixels, 1)
+    manifest = json.loads((folder / "export.json").read_text())
+    for entry in manifest["files"]:
+        if entry["path"] == f"dem/{cog.name}":
+            entry["size"], entry["sha256"] = cog.stat().st_size, sha256_of(cog)
+    (folder / "export.json").write_text(json.dumps(manifest))
+    checked = ingest("export", "--check", str(folder), "--dsn", demo_db[0])
+    assert checked.returncode == 1, checked.stderr
+    assert checked.stdout.splitlines()[0] == (f"DIFFERS dem/{cog.name}: the pixels of the tile at pixel (256, 512) "
+                                              "differ from its tile in dem_us (1 of 225 tiles differ)")

@@ -8,8 +8,8 @@ they were. Tiles the loader skipped (all NODATA) are NODATA again. The file is w
 name renamed when done. Memory: one source file's pixels (26 MB for ASTER) and GDAL's, per worker process (run.py).
 
 The pixel checksum of a file: the md5 of each written tile's pixels (Int16 little-endian, row by row), in the
-file's tile order, joined by newlines, then sha256. The server computes it from the tiles' WKB
-(`tiles_checksum`), this module from the tiles as it writes them and from a COG's pixels (`cog_checksum`).
+file's tile order, joined by newlines, then sha256. The server computes the tiles' digests from their WKB
+(`tile_digests`), this module from the tiles as it writes them and from a COG's pixels (`cog_digests`).
 
 The VRT (`dem_us.vrt`) lists every COG at its place on the common grid. Neighbouring ASTER files overlap by
 one pixel; a VRT paints its sources in order, the last on top, and dem_us answers a point query with the tile
@@ -116,8 +116,9 @@ def pixel_checksum(tile_digests: dict[int, str]) -> str:
     return hashlib.sha256("\n".join(tile_digests[index] for index in sorted(tile_digests)).encode()).hexdigest()
 
 
-def tiles_checksum(conn: psycopg.Connection, source: DemFile) -> str:
-    """The pixel checksum of the file's tiles, computed by the server (only the digests travel)."""
+def tile_digests(conn: psycopg.Connection, source: DemFile) -> dict[int, str]:
+    """The md5 of each of the file's tiles' pixels by tile index, computed by the server (only the digests
+    travel); pixel_checksum of them is the file's."""
     grid = source.grid.grid
     digests = {}
     for ulx, uly, width, height, digest in conn.execute(
@@ -125,7 +126,7 @@ def tiles_checksum(conn: psycopg.Connection, source: DemFile) -> str:
             "md5(substring(ST_AsBinary(rast) FROM %s)) FROM public.dem_us WHERE rid BETWEEN %s AND %s",
             [_PIXELS_AT + 1, source.first_rid, source.last_rid]):
         digests[_tile_index(grid, ulx, uly, width, height, source.name)[2]] = digest
-    return pixel_checksum(digests)
+    return digests
 
 
 def write_cog(pixels: np.ndarray, source: DemFile, path: Path) -> None:
@@ -153,8 +154,8 @@ def overview_factors(width: int, height: int) -> list[int]:
     return factors
 
 
-def cog_checksum(path: Path, source: DemFile) -> str:
-    """The pixel checksum of a COG as a file of `source`'s grid: its tiles' pixels, the skipped ones excepted
+def cog_digests(path: Path, source: DemFile) -> dict[int, str]:
+    """The md5 of each tile's pixels of a COG read as a file of `source`'s grid, the skipped tiles excepted
     (those must be NODATA). ValueError if the COG's size or georeference differ."""
     grid = source.grid.grid
     digests = {}
@@ -174,7 +175,7 @@ def cog_checksum(path: Path, source: DemFile) -> str:
                         raise ValueError(f"the tile at pixel ({left}, {top}) has data where dem_us has no tile")
                     continue
                 digests[index] = hashlib.md5(np.ascontiguousarray(block).tobytes()).hexdigest()
-    return pixel_checksum(digests)
+    return digests
 
 
 def write_vrt(files: list[DemFile], path: Path) -> None:

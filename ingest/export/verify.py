@@ -97,11 +97,17 @@ def _compare_with_database(conn: psycopg.Connection, folder: Path, entry: dict[s
             return
         source = sources[entry["source"]]
         try:
-            in_file = dem.cog_checksum(path, source)
+            in_file = dem.cog_digests(path, source)
         except ValueError as error:
             differences.append(f"{entry['path']}: {error}")
             return
-        in_tiles = dem.tiles_checksum(conn, source)
-        if not in_file == in_tiles == entry["pixel_checksum"]:
-            differences.append(f"{entry['path']}: pixel checksum {in_file}; its tiles in dem_us {in_tiles}, the "
-                               f"manifest {entry['pixel_checksum']}")
+        in_tiles = dem.tile_digests(conn, source)
+        if in_file != in_tiles:
+            index = min(i for i in set(in_file) | set(in_tiles) if in_file.get(i) != in_tiles.get(i))
+            col, row, _, _ = list(source.grid.grid.tiles())[index]
+            differences.append(f"{entry['path']}: the pixels of the tile at pixel ({col}, {row}) differ from its tile "
+                               f"in dem_us ({sum(in_file.get(i) != in_tiles.get(i) for i in in_tiles)} of "
+                               f"{len(in_tiles)} tiles differ)")
+        elif dem.pixel_checksum(in_file) != entry["pixel_checksum"]:
+            differences.append(f"{entry['path']}: pixel checksum {dem.pixel_checksum(in_file)}, equal to the tiles', "
+                               f"the manifest says {entry['pixel_checksum']}")
