@@ -270,6 +270,9 @@ def test_refusals_are_one_line_and_write_nothing(demo_db: tuple[str, Path], demo
     other = make_scratch_database(server_dsn, demo_template[0], "export_other")
     try:
         initialize(other)
+        unchecked = refused(tmp_path / "b", other)  # a copy of a database has no statistics yet
+        assert unchecked.startswith("the database fails ") and " checks (first: pois.analyzed: " in unchecked
+        assert unchecked.endswith(": only a built database that passes `ingest check` is exported")
         assert ingest("finalize", "--dsn", other).returncode == 0
         with psycopg.connect(other) as conn:
             conn.execute("UPDATE gsqa.load_log SET source_checksum = 'another' WHERE target_table = 'public.roads'")
