@@ -23,7 +23,10 @@ from conftest import drop_database, make_scratch_database
 from load_helpers import ingest
 
 from gsqa_core import schema
-from ingest.export import vector
+from gsqa_core.dem_grid import Grid
+from ingest.dem.constraints import TileGrid
+from ingest.dem.synthetic import aster_transform, write_aster_tile
+from ingest.export import dem, vector
 from ingest.initdb import initialize
 from ingest.snapshot.manifest import sha256_of
 
@@ -341,3 +344,18 @@ def test_check_names_the_tile_whose_pixels_differ(exported: Path, demo_db: tuple
     assert checked.returncode == 1, checked.stderr
     assert checked.stdout.splitlines()[0] == (f"DIFFERS dem/{cog.name}: the pixels of the tile at pixel (256, 512) "
                                               "differ from its tile in dem_us (1 of 225 tiles differ)")
+
+
+def test_the_vrt_is_nodata_where_no_file_lies(tmp_path: Path) -> None:
+    """Two files with a one-degree gap between them: the mosaic spans both, the gap is NODATA (dem_us has no
+    tile there: ST_Value is NULL), the files' pixels are theirs."""
+    files = []
+    for seed, (lat, lon) in enumerate([(39, -76), (39, -74)]):
+        path = write_aster_tile(tmp_path, lat, lon, np.full((600, 600), 100 + seed, dtype="int16"), size=600)
+        grid = Grid(600, 600, tuple(aster_transform(lat, lon).to_gdal()), None)
+        files.append(dem.DemFile(path.name, 1, 9, 9, TileGrid(grid)))
+    dem.write_vrt(files, tmp_path / "mosaic.vrt")
+    with rasterio.open(tmp_path / "mosaic.vrt") as mosaic:
+        assert (mosaic.width, mosaic.nodata) == (2 * 3600 + 600, -32768)
+        values = [int(v[0]) for v in mosaic.sample([(-75.95, 39.95), (-75.0, 39.95), (-73.95, 39.95)])]
+    assert values == [100, -32768, 101]

@@ -11,9 +11,10 @@ The pixel checksum of a file: the md5 of each written tile's pixels (Int16 littl
 file's tile order, joined by newlines, then sha256. The server computes the tiles' digests from their WKB
 (`tile_digests`), this module from the tiles as it writes them and from a COG's pixels (`cog_digests`).
 
-The VRT (`dem_us.vrt`) lists every COG at its place on the common grid. Neighbouring ASTER files overlap by
-one pixel; a VRT paints its sources in order, the last on top, and dem_us answers a point query with the tile
-first in rid order (the earlier file name), so the sources are listed in reverse name order.
+The VRT (`dem_us.vrt`) lists every COG at its place on the common grid; where no file lies it is NODATA.
+Neighbouring ASTER files overlap by one pixel; a VRT paints its sources in order, the last on top, and dem_us
+answers a point query with the tile first in rid order (the earlier file name), so the sources are listed in
+reverse name order.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ from ingest.dem.constraints import TileGrid
 from ingest.dem.tiles import BAND_OUT_DB, PIXTYPE_16BSI, TILE_HEADER
 
 VRT_NAME = "dem_us.vrt"
+# The VRT's NODATA where the files have none: between files (the ocean, Canada: no ASTER file in the tile list)
+# dem_us has no tile and ST_Value gives NULL; the mosaic gives this, masked. Int16's lowest value, which no
+# ASTER pixel holds (voids are -9999).
+UNCOVERED = -32768
 BLOCK = 512
 COG_OPTIONS = {"COPY_SRC_OVERVIEWS": "YES", "TILED": "YES", "BLOCKXSIZE": BLOCK, "BLOCKYSIZE": BLOCK,
                "COMPRESS": "DEFLATE", "PREDICTOR": 2, "BIGTIFF": "IF_SAFER"}
@@ -187,11 +192,10 @@ def write_vrt(files: list[DemFile], path: Path) -> None:
     right = max(grid.geotransform[0] + grid.width * step_x for grid in grids)
     bottom = min(grid.geotransform[3] + grid.height * step_y for grid in grids)
     width, height = round((right - left) / step_x), round((bottom - top) / step_y)
-    nodata = grids[0].nodata
+    nodata = grids[0].nodata if grids[0].nodata is not None else UNCOVERED
     sources = [_vrt_source(source, left, top) for source in reversed(files)]
-    band = ['  <VRTRasterBand dataType="Int16" band="1">'] + \
-           ([f"    <NoDataValue>{nodata}</NoDataValue>"] if nodata is not None else []) + sources + \
-           ["  </VRTRasterBand>"]
+    band = ['  <VRTRasterBand dataType="Int16" band="1">', f"    <NoDataValue>{nodata}</NoDataValue>", *sources,
+            "  </VRTRasterBand>"]
     lines = [f'<VRTDataset rasterXSize="{width}" rasterYSize="{height}">',
              f'  <SRS dataAxisToSRSAxisMapping="2,1">{escape(CRS.from_epsg(SRID).to_wkt())}</SRS>',
              f"  <GeoTransform>{left!r}, {step_x!r}, 0.0, {top!r}, 0.0, {step_y!r}</GeoTransform>",
