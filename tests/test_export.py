@@ -21,6 +21,7 @@ import rasterio
 import shapely
 from conftest import drop_database, make_scratch_database
 from load_helpers import ingest
+from rio_cogeo.cogeo import cog_validate
 
 from gsqa_core import schema
 from gsqa_core.dem_grid import Grid
@@ -180,6 +181,7 @@ def test_each_cog_is_the_source_geotiff_pixel_for_pixel(exported: Path, demo_db:
             assert cog.tags(ns="IMAGE_STRUCTURE")["LAYOUT"] == "COG"
             assert cog.profile["tiled"] and cog.block_shapes == [(512, 512)] and cog.overviews(1) == [2, 4, 8]
             assert cog.tags(ns="IMAGE_STRUCTURE")["COMPRESSION"] == "DEFLATE"
+        assert cog_validate(exported / "dem" / source.name) == (True, [], [])  # rio-cogeo's validator
 
 
 def test_the_vrt_opens_as_one_raster_whose_values_are_those_of_dem_us(exported: Path,
@@ -324,8 +326,11 @@ def test_a_finished_export_copied_without_its_journal_is_checked_by_sha256_and_k
     assert (folder / "vector" / "pois.parquet").read_bytes() == (exported / "vector" / "pois.parquet").read_bytes()
 
 
-def test_check_names_the_tile_whose_pixels_differ(exported: Path, demo_db: tuple[str, Path], tmp_path: Path) -> None:
-    """A COG written again with one pixel changed, its manifest entry made to match: only the tiles can tell."""
+def test_check_names_the_tile_whose_pixels_differ_and_a_vrt_that_is_not_the_mosaic(exported: Path,
+                                                                                   demo_db: tuple[str, Path],
+                                                                                   tmp_path: Path) -> None:
+    """A COG written again with one pixel changed, and the VRT with its sources in another order, their manifest
+    entries made to match: only the tiles and dem_us's files can tell."""
     folder = tmp_path / "copy"
     shutil.copytree(exported, folder)
     cog = sorted((folder / "dem").glob("*.tif"))[1]
@@ -335,15 +340,23 @@ def test_check_names_the_tile_whose_pixels_differ(exported: Path, demo_db: tuple
     cog.unlink()
     with rasterio.open(cog, "w", **{**profile, "driver": "GTiff"}) as changed:
         changed.write(pixels, 1)
+    vrt = folder / "dem" / "dem_us.vrt"  # and the mosaic with its sources in name order: the seam's pixels change
+    lines = vrt.read_text().splitlines(keepends=True)
+    sources = [n for n, line in enumerate(lines) if "<SimpleSource>" in line]
+    lines[sources[0]], lines[sources[1]] = lines[sources[1]], lines[sources[0]]
+    vrt.write_text("".join(lines))
     manifest = json.loads((folder / "export.json").read_text())
     for entry in manifest["files"]:
-        if entry["path"] == f"dem/{cog.name}":
-            entry["size"], entry["sha256"] = cog.stat().st_size, sha256_of(cog)
+        if entry["path"] in (f"dem/{cog.name}", "dem/dem_us.vrt"):
+            changed = folder / entry["path"]
+            entry["size"], entry["sha256"] = changed.stat().st_size, sha256_of(changed)
     (folder / "export.json").write_text(json.dumps(manifest))
     checked = ingest("export", "--check", str(folder), "--dsn", demo_db[0])
     assert checked.returncode == 1, checked.stderr
-    assert checked.stdout.splitlines()[0] == (f"DIFFERS dem/{cog.name}: the pixels of the tile at pixel (256, 512) "
-                                              "differ from its tile in dem_us (1 of 225 tiles differ)")
+    assert checked.stdout.splitlines()[:2] == [
+        f"DIFFERS dem/{cog.name}: the pixels of the tile at pixel (256, 512) differ from its tile in dem_us (1 of 225 "
+        "tiles differ)",
+        "DIFFERS dem/dem_us.vrt: not the mosaic of dem_us's 2 files (the VRT `ingest export` writes for them)"]
 
 
 def test_the_vrt_is_nodata_where_no_file_lies(tmp_path: Path) -> None:

@@ -185,6 +185,11 @@ def cog_digests(path: Path, source: DemFile) -> dict[int, str]:
 
 def write_vrt(files: list[DemFile], path: Path) -> None:
     """The mosaic of the files' COGs (beside it) at `path`."""
+    path.write_text(vrt_text(files))
+
+
+def vrt_text(files: list[DemFile]) -> str:
+    """The VRT of the files' COGs, which lie beside it."""
     grids = [source.grid.grid for source in files]
     step_x, step_y = grids[0].geotransform[1], grids[0].geotransform[5]
     left = min(grid.geotransform[0] for grid in grids)
@@ -200,7 +205,7 @@ def write_vrt(files: list[DemFile], path: Path) -> None:
              f'  <SRS dataAxisToSRSAxisMapping="2,1">{escape(CRS.from_epsg(SRID).to_wkt())}</SRS>',
              f"  <GeoTransform>{left!r}, {step_x!r}, 0.0, {top!r}, 0.0, {step_y!r}</GeoTransform>",
              *band, "</VRTDataset>"]
-    path.write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 def _vrt_source(source: DemFile, left: float, top: float) -> str:

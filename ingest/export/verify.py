@@ -3,7 +3,8 @@
 Against the manifest: every file present with its size and sha256. Against the database (the one --dsn
 names): the same identity (load log), the same DEM files; each table's rows and their order-independent
 checksum computed by the server equal those computed from its GeoParquet file (vector.py); each COG's pixel
-checksum equals that of its file's tiles computed by the server, and the manifest's (dem.py); each GeoJSON part
+checksum equals that of its file's tiles computed by the server, and the manifest's (dem.py); the VRT is the
+mosaic of dem_us's files; each GeoJSON part
 holds as many rows as the table has in its id range (its bytes are the manifest's sha256). Every difference
 is named, one line each.
 """
@@ -78,36 +79,51 @@ def _file_intact(folder: Path, entry: dict[str, Any], differences: list[str]) ->
 
 def _compare_with_database(conn: psycopg.Connection, folder: Path, entry: dict[str, Any],
                            sources: dict[str, dem.DemFile], differences: list[str]) -> None:
-    path = folder / entry["path"]
-    if entry["format"] == "geoparquet":
-        table = _TABLES[entry["table"]]
-        in_table, in_file = vector.table_checksum(conn, table), vector.file_checksum(path, table)
-        if in_table != in_file:
-            differences.append(f"{entry['path']}: {in_file[0]:,} rows, checksum {in_file[1]}; the table "
-                               f"{table.fullname} has {in_table[0]:,} rows, checksum {in_table[1]}")
-    elif entry["format"] == "geojson":
-        ids = tuple(entry["ids"])
-        in_table = geojson.rows_in(conn, _TABLES[entry["table"]], ids)
-        if in_table != entry["rows"]:
-            differences.append(f"{entry['path']}: {entry['rows']:,} rows; the table {entry['table']} has {in_table:,} "
-                               f"with ids {ids[0]}..{ids[1]}")
-    elif entry["format"] == "cog":
-        if entry["source"] not in sources:
-            differences.append(f"{entry['path']}: dem_us has no tiles of {entry['source']}")
-            return
-        source = sources[entry["source"]]
-        try:
-            in_file = dem.cog_digests(path, source)
-        except ValueError as error:
-            differences.append(f"{entry['path']}: {error}")
-            return
-        in_tiles = dem.tile_digests(conn, source)
-        if in_file != in_tiles:
-            index = min(i for i in set(in_file) | set(in_tiles) if in_file.get(i) != in_tiles.get(i))
-            col, row, _, _ = list(source.grid.grid.tiles())[index]
-            differences.append(f"{entry['path']}: the pixels of the tile at pixel ({col}, {row}) differ from its tile "
-                               f"in dem_us ({sum(in_file.get(i) != in_tiles.get(i) for i in in_tiles)} of "
-                               f"{len(in_tiles)} tiles differ)")
-        elif dem.pixel_checksum(in_file) != entry["pixel_checksum"]:
-            differences.append(f"{entry['path']}: pixel checksum {dem.pixel_checksum(in_file)}, equal to the tiles', "
-                               f"the manifest says {entry['pixel_checksum']}")
+    found = _COMPARE[entry["format"]](conn, folder / entry["path"], entry, sources)
+    differences += [f"{entry['path']}: {difference}" for difference in found]
+
+
+def _table_differs(conn: psycopg.Connection, path: Path, entry: dict[str, Any], _: dict) -> list[str]:
+    table = _TABLES[entry["table"]]
+    in_table, in_file = vector.table_checksum(conn, table), vector.file_checksum(path, table)
+    if in_table == in_file:
+        return []
+    return [f"{in_file[0]:,} rows, checksum {in_file[1]}; the table {table.fullname} has {in_table[0]:,} rows, "
+            f"checksum {in_table[1]}"]
+
+
+def _part_differs(conn: psycopg.Connection, path: Path, entry: dict[str, Any], _: dict) -> list[str]:
+    ids = tuple(entry["ids"])
+    in_table = geojson.rows_in(conn, _TABLES[entry["table"]], ids)
+    return [] if in_table == entry["rows"] else \
+        [f"{entry['rows']:,} rows; the table {entry['table']} has {in_table:,} with ids {ids[0]}..{ids[1]}"]
+
+
+def _vrt_differs(conn: psycopg.Connection, path: Path, entry: dict[str, Any],
+                 sources: dict[str, dem.DemFile]) -> list[str]:
+    return [] if path.read_text() == dem.vrt_text(list(sources.values())) else \
+        [f"not the mosaic of dem_us's {len(sources)} files (the VRT `ingest export` writes for them)"]
+
+
+def _cog_differs(conn: psycopg.Connection, path: Path, entry: dict[str, Any],
+                 sources: dict[str, dem.DemFile]) -> list[str]:
+    source = sources.get(entry["source"])
+    if source is None:
+        return [f"dem_us has no tiles of {entry['source']}"]
+    try:
+        in_file = dem.cog_digests(path, source)
+    except ValueError as error:
+        return [str(error)]
+    in_tiles = dem.tile_digests(conn, source)
+    if in_file != in_tiles:
+        index = min(i for i in set(in_file) | set(in_tiles) if in_file.get(i) != in_tiles.get(i))
+        col, row, _, _ = list(source.grid.grid.tiles())[index]
+        return [f"the pixels of the tile at pixel ({col}, {row}) differ from its tile in dem_us "
+                f"({sum(in_file.get(i) != in_tiles.get(i) for i in in_tiles)} of {len(in_tiles)} tiles differ)"]
+    if dem.pixel_checksum(in_file) != entry["pixel_checksum"]:
+        return [f"pixel checksum {dem.pixel_checksum(in_file)}, equal to the tiles', the manifest says "
+                f"{entry['pixel_checksum']}"]
+    return []
+
+
+_COMPARE = {"geoparquet": _table_differs, "geojson": _part_differs, "vrt": _vrt_differs, "cog": _cog_differs}
