@@ -676,8 +676,10 @@ def export_command(
     what: Annotated[str, typer.Option(metavar="PARTS", help="Comma-separated parts to export, of vector "
                                       "and dem.")] = "vector,dem",
     formats: Annotated[str, typer.Option("--format", metavar="FORMATS", help="Comma-separated formats of the "
-                                         "vector tables, of parquet (GeoParquet) and geojson (the published "
-                                         "layers' layout: DIR/geojson/LAYER/part-NNNNN.geojson).")] = "parquet",
+                                         "vector tables, of parquet (GeoParquet), geojson (the published "
+                                         "layers' layout: DIR/geojson/LAYER/part-NNNNN.geojson) and flatgeobuf "
+                                         "(DIR/flatgeobuf/TABLE.fgb; needs the export extra: pyogrio).")
+                 ] = "parquet",
     workers: Annotated[int | None, typer.Option(metavar="N", min=1, help="Processes writing COGs and threads "
                                                 "writing GeoParquet files, each with its own connection "
                                                 "[default: number of cores].", show_default=False)] = None,
@@ -690,7 +692,8 @@ def export_command(
     file as a Cloud-Optimized GeoTIFF reassembled from its tiles, pixel for pixel (DIR/dem/NAME.tif), a VRT
     mosaic over them (DIR/dem/dem_us.vrt), and DIR/export.json, the manifest: the database's identity and
     versions, every file's size, sha256 and rows or pixels. `--format geojson` writes the vector tables as
-    GeoJSON parts in the published layers' layout too (properties: the table's columns, NULLs left out). Only a
+    GeoJSON parts in the published layers' layout too (properties: the table's columns, NULLs left out), and
+    `--format flatgeobuf` as FlatGeobuf files (DIR/flatgeobuf/TABLE.fgb). Only a
     database that passes `ingest check` is exported. Progress goes to stderr.
 
     Files appear complete or not at all (written under a temporary name, renamed); interrupted (even kill -9),

@@ -302,7 +302,8 @@ def test_an_unreachable_database_a_folder_without_manifest_and_a_bad_option_are_
                          f"error: {tmp_path}/export.json: missing: not an export, or its `ingest export` has not "
                          "finished (run it again)"),
                         (["export", str(tmp_path), "--format", "shp"], "error: Invalid value for --format: expected a "
-                                                                         "comma-separated subset of parquet,geojson; "
+                                                                         "comma-separated subset of "
+                                                                         "parquet,geojson,flatgeobuf; "
                                                                          "see `ingest export --help`\n")]:
         run = ingest(*argv)
         assert (run.returncode, run.stdout, len(run.stderr.splitlines())) == (2, "", 1), run.stderr

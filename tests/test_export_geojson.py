@@ -1,4 +1,5 @@
-"""`ingest export --format geojson`: the vector tables as GeoJSON parts in the published layers' layout, every
+"""`ingest export --format geojson` and `--format flatgeobuf`: the vector tables as GeoJSON parts in the published
+layers' layout and as FlatGeobuf files, every
 row with its columns and its exact geometry; parts by id range, each written and resumed on its own."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import geopandas
 import psycopg
+import pyogrio
 import pytest
 import shapely
 from load_helpers import ingest
@@ -74,3 +76,26 @@ def test_parts_by_id_range_are_written_and_resumed_one_by_one(checked_demo: str,
     (folder / pois[1]).unlink()
     again = run.export(folder, checked_demo, ("vector",), ("geojson",), progress=False)
     assert again.written == [pois[1]] and len(again.kept) == 6
+
+
+def test_each_table_as_flatgeobuf(checked_demo: str, tmp_path: Path) -> None:
+    """--format flatgeobuf: every row with its columns and its geometry, as GDAL reads them back."""
+    folder = tmp_path / "out"
+    done = ingest("export", str(folder), "--format", "flatgeobuf", "--what", "vector", "--dsn", checked_demo)
+    assert done.returncode == 0, done.stderr
+    for table in schema.VECTOR_TABLES:
+        frame = pyogrio.read_dataframe(folder / "flatgeobuf" / f"{table.name}.fgb")
+        wanted = rows_by_id(checked_demo, table)
+        got = {int(row["id"]): ({name: _plain(value) for name, value in row.items()
+                                 if name != "geometry" and value is not None and value == value},
+                                shapely.to_wkb(row["geometry"], byte_order=1, output_dimension=2))
+               for row in frame.to_dict("records")}
+        assert got == wanted
+        assert frame.crs.to_epsg() == 4326
+    checked = ingest("export", "--check", str(folder), "--dsn", checked_demo)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def _plain(value: object) -> object:
+    """numpy's integers as Python's, as psycopg gives them."""
+    return int(value) if hasattr(value, "item") and isinstance(value.item(), int) else value

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # ingest/osm/) is a loader, which may import gsqa_core, the machinery and its own package, never the runner.
 RUNNER = {"cli", "build", "fetch", "initdb", "check", "demo", "snapshot.manifest", "snapshot.create",
           "snapshot.card", "snapshot.restore", "snapshot.hub", "snapshot.physical", "export.vector", "export.dem",
-          "export.geojson", "export.manifest", "export.run", "export.verify"}
+          "export.geojson", "export.flatgeobuf", "export.manifest", "export.run", "export.verify"}
 MACHINERY = {"load_state", "ordered_pool", "diskspace", "indexes"}
 
 

@@ -35,7 +35,7 @@ from gsqa_core.db import connect, where
 from gsqa_core.dem_grid import SRID
 from gsqa_core.errors import GsqaError
 from ingest import check
-from ingest.export import dem, geojson, vector
+from ingest.export import dem, flatgeobuf, geojson, vector
 from ingest.export.manifest import MANIFEST, describe_database, file_entry, read_manifest, write_manifest
 from ingest.ordered_pool import JobStream, OrderedPool
 from ingest.snapshot.manifest import sha256_of
@@ -47,8 +47,8 @@ PARTIAL = ".partial"
 VECTOR_DIR = "vector"
 DEM_DIR = "dem"
 WHAT = ("vector", "dem")
-FORMATS = ("parquet", "geojson")  # of the vector tables
-OURS = {MANIFEST, f"{MANIFEST}.partial", WORK, VECTOR_DIR, DEM_DIR, geojson.FOLDER}
+FORMATS = ("parquet", "geojson", "flatgeobuf")  # of the vector tables
+OURS = {MANIFEST, f"{MANIFEST}.partial", WORK, VECTOR_DIR, DEM_DIR, geojson.FOLDER, flatgeobuf.FOLDER}
 
 
 @dataclass
@@ -225,7 +225,7 @@ def _write(folder: Path, job: Job) -> dict[str, Any]:
 
 
 def _remove_partial_files(folder: Path) -> None:
-    for leftover in [*folder.glob(f"*/*{PARTIAL}"), *folder.glob(f"{geojson.FOLDER}/*/*{PARTIAL}")]:
+    for leftover in [*folder.glob(f"*/*{PARTIAL}*"), *folder.glob(f"{geojson.FOLDER}/*/*{PARTIAL}")]:
         leftover.unlink(missing_ok=True)
 
 
@@ -250,6 +250,8 @@ def _jobs(run: Run, what: tuple[str, ...], formats: tuple[str, ...]) -> Iterator
         yield from _parquet_jobs(run)
     if "vector" in what and "geojson" in formats:
         yield from _geojson_jobs(run)
+    if "vector" in what and "flatgeobuf" in formats:
+        yield from _flatgeobuf_jobs(run)
     if "dem" in what:
         yield from _dem_jobs(run)
 
@@ -287,6 +289,19 @@ def _geojson_jobs(run: Run) -> Iterator[Job]:
                           lambda path, table=table, ids=ids: {
                               "table": table.fullname, "format": "geojson", "ids": list(ids),
                               "rows": geojson.write_part(run.conn, table, ids, path)}, bar.update)
+
+
+def _flatgeobuf_jobs(run: Run) -> Iterator[Job]:
+    for table in schema.VECTOR_TABLES:
+        yield Job(f"{flatgeobuf.FOLDER}/{table.name}.fgb",
+                  lambda path, table=table: _write_flatgeobuf(run, table, path))
+
+
+def _write_flatgeobuf(run: Run, table: schema.Table, path: Path) -> dict[str, Any]:
+    with tqdm(unit="rows", unit_scale=True, desc=f"ingest export -> {flatgeobuf.FOLDER}/{table.name}.fgb",
+              file=sys.stderr, disable=not run.progress) as bar:
+        rows = flatgeobuf.write_table(run.conn, table, path, bar.update)
+    return {"table": table.fullname, "format": "flatgeobuf", "rows": rows}
 
 
 def _dem_jobs(run: Run) -> Iterator[Job]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import binascii
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,28 +99,35 @@ def _select(table: schema.Table) -> sql.Composed:
         id=sql.Identifier(table.columns[0].name))
 
 
+def record_batches(conn: psycopg.Connection, table: schema.Table, advance: Callable[[int], None],
+                   rows: int = FETCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """The table's rows in spatial order as Arrow record batches of `rows` rows (arrow_schema's columns),
+    `advance(rows)` after each; one server-side cursor in its own transaction."""
+    target = arrow_schema(table)
+    with conn.transaction(), conn.cursor(name=f"export_{table.name}", binary=True) as cursor:
+        conn.execute(sql.SQL("SET LOCAL work_mem = {}").format(sql.Literal(SORT_MEMORY)))
+        cursor.itersize = rows
+        cursor.execute(_select(table))
+        while fetched := cursor.fetchmany(rows):
+            yield _batch(fetched, target)
+            advance(len(fetched))
+
+
 def write_table(conn: psycopg.Connection, table: schema.Table, path: Path, crs: dict,
                 advance: Callable[[int], None]) -> VectorFile:
     """The table into a GeoParquet file at `path` (created or overwritten), `advance(rows)` after each fetch;
     what was written."""
-    target = arrow_schema(table)
     found = VectorFile()
-    fetch = min(FETCH_ROWS, ROW_GROUP_ROWS)
-    with conn.transaction(), conn.cursor(name=f"export_{table.name}", binary=True) as cursor:
-        conn.execute(sql.SQL("SET LOCAL work_mem = {}").format(sql.Literal(SORT_MEMORY)))
-        cursor.itersize = fetch
-        cursor.execute(_select(table))
-        with pq.ParquetWriter(path, target, compression="zstd", write_statistics=True,
-                              store_schema=False) as writer:
-            group: list[pa.RecordBatch] = []
-            while rows := cursor.fetchmany(fetch):
-                group.append(_batch(rows, target))
-                found.add(group[-1])
-                advance(len(rows))
-                if sum(map(len, group)) >= ROW_GROUP_ROWS or sum(b.nbytes for b in group) >= ROW_GROUP_BYTES:
-                    _write_group(writer, group)
-            _write_group(writer, group)
-            writer.add_key_value_metadata({"geo": json.dumps(geo_metadata(found, crs))})
+    with pq.ParquetWriter(path, arrow_schema(table), compression="zstd", write_statistics=True,
+                          store_schema=False) as writer:
+        group: list[pa.RecordBatch] = []
+        for batch in record_batches(conn, table, advance, min(FETCH_ROWS, ROW_GROUP_ROWS)):
+            group.append(batch)
+            found.add(batch)
+            if sum(map(len, group)) >= ROW_GROUP_ROWS or sum(b.nbytes for b in group) >= ROW_GROUP_BYTES:
+                _write_group(writer, group)
+        _write_group(writer, group)
+        writer.add_key_value_metadata({"geo": json.dumps(geo_metadata(found, crs))})
     return found
 
 

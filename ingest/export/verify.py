@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from tqdm import tqdm
 
 from gsqa_core import schema
-from gsqa_core.db import connect, where
+from gsqa_core.db import connect, identifier, where
 from ingest.export import dem, geojson, vector
 from ingest.export.manifest import identity, read_manifest
 from ingest.snapshot.manifest import sha256_of
@@ -99,6 +100,15 @@ def _part_differs(conn: psycopg.Connection, path: Path, entry: dict[str, Any], _
         [f"{entry['rows']:,} rows; the table {entry['table']} has {in_table:,} with ids {ids[0]}..{ids[1]}"]
 
 
+def _flatgeobuf_differs(conn: psycopg.Connection, path: Path, entry: dict[str, Any], _: dict) -> list[str]:
+    import pyogrio  # the `export` extra; a folder with a FlatGeobuf file was written with it
+
+    table = _TABLES[entry["table"]]
+    in_table = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(identifier(table.fullname))).fetchone()[0]
+    in_file = pyogrio.read_info(path)["features"]
+    return [] if in_file == in_table else [f"{in_file:,} features; the table {table.fullname} has {in_table:,} rows"]
+
+
 def _vrt_differs(conn: psycopg.Connection, path: Path, entry: dict[str, Any],
                  sources: dict[str, dem.DemFile]) -> list[str]:
     return [] if path.read_text() == dem.vrt_text(list(sources.values())) else \
@@ -126,4 +136,5 @@ def _cog_differs(conn: psycopg.Connection, path: Path, entry: dict[str, Any],
     return []
 
 
-_COMPARE = {"geoparquet": _table_differs, "geojson": _part_differs, "vrt": _vrt_differs, "cog": _cog_differs}
+_COMPARE = {"geoparquet": _table_differs, "geojson": _part_differs, "flatgeobuf": _flatgeobuf_differs,
+            "vrt": _vrt_differs, "cog": _cog_differs}
