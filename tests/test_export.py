@@ -13,6 +13,7 @@ import duckdb
 import geopandas
 import numpy as np
 import psycopg
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
@@ -373,3 +374,8 @@ def test_the_vrt_is_nodata_where_no_file_lies(tmp_path: Path) -> None:
         assert (mosaic.width, mosaic.nodata) == (2 * 3600 + 600, -32768)
         values = [int(v[0]) for v in mosaic.sample([(-75.95, 39.95), (-75.0, 39.95), (-73.95, 39.95)])]
     assert values == [100, -32768, 101]
+
+
+def test_the_row_checksum_hexes_a_slice_of_wkb_with_its_nulls_in_place() -> None:
+    wkb = pa.array([b"ab", None, b"\x01\x02", b"", None, b"zz"])[2:]  # validity bits starting mid-byte
+    assert vector._hex(wkb).to_pylist() == ["0102", "", None, "7a7a"]

@@ -216,7 +216,9 @@ def _hex(values: pa.Array) -> pa.Array:
     """Binary values as lowercase hex strings (nulls kept), all at once: the data buffer hexed in one call."""
     if not len(values):
         return pa.array([], pa.string())
-    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32, count=len(values) + 1, offset=values.offset * 4)
+    if values.offset:  # a slice: its validity bits start mid-byte; a copy starts at 0 like its offsets below
+        values = pa.concat_arrays([values])
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32, count=len(values) + 1)
     data = values.buffers()[2]
     start, end = int(offsets[0]), int(offsets[-1])
     hexed = binascii.hexlify(memoryview(data)[start:end]) if data is not None else b""
