@@ -46,7 +46,7 @@ BASE_IMAGE ?= debian:bookworm-slim
 # CA certificates added on this host (e.g. a TLS-intercepting proxy's), copied into the loader image.
 EXTRA_CA_DIR ?= /usr/local/share/ca-certificates
 
-.PHONY: help db demo snapshot db-up db-local replicas base-image ca-certificates where down clean venv test system-packages lint
+.PHONY: help db demo snapshot export db-up db-local replicas base-image ca-certificates where down clean venv test system-packages lint
 
 help:
 	@echo "make db        build the images, start the Docker PostGIS, run \`ingest all /data\` in the loader"
@@ -58,6 +58,8 @@ help:
 	@echo "               questions lie in the box and can pass there, vector ones cannot"
 	@echo "make snapshot  TO=DIR: a physical snapshot of the Docker database, what \`make db FROM=DIR\` restores"
 	@echo "               fastest (db is stopped for the copy and started again); FORMAT=dump: a dump instead"
+	@echo "make export    TO=DIR: the Docker database as files for code-writing agents (\`ingest export\`: GeoParquet,"
+	@echo "               COGs, a VRT, export.json); CHECK=1 proves DIR equals the database instead"
 	@echo "make db-local  \`ingest all $(GSQA_DATA)\` against the server named by DATABASE_URL (no Docker, its"
 	@echo "               settings left alone; OFFLINE, BBOX, WHAT as for make db)"
 	@echo "make where     where the database listens and how to verify against it"
@@ -125,6 +127,14 @@ else
 	$(COMPOSE) up --detach --wait db || status=$$?; \
 	$(COMPOSE) --profile restore run --rm --volume $(abspath $(TO)):/out --entrypoint chown restore -R $(GSQA_UID):$(GSQA_GID) /out; exit $$status
 endif
+
+# TO=DIR: `ingest export` of the Docker database into DIR (mounted into the loader, which runs as you);
+# a rerun writes only what is missing; CHECK=1: `ingest export --check` of DIR against the database.
+CHECK ?=
+export: db-up
+	@test -n "$(TO)" || { echo "make export: give TO=DIR, the folder to write the export into" >&2; exit 2; }
+	@mkdir -p "$(TO)"
+	$(COMPOSE) run --rm --volume $(abspath $(TO)):/export loader export /export$(if $(CHECK), --check)
 
 demo: BBOX = $(DEMO_BBOX)
 demo: WHAT = dem

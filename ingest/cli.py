@@ -30,12 +30,13 @@ app = command_group(
 
 Stages, in the order `ingest all` (and `make db`) runs them: init (schema, role), fetch (the published
 sources), dem (the DEM), osm (the five vector tables), finalize (indexes), check (post-load checks);
-`ingest status` says where a build stands.
+`ingest status` says where a build stands; `ingest snapshot` publishes a built database, `ingest export` writes
+it as files for code-writing agents.
 Every command resolves the database the same way: --dsn, then $DATABASE_URL, then libpq's PG* variables.
 
 Exit codes: 0 ok; 1 the run went through but some inputs failed; 2 nothing started (usage error,
 unreachable database, no readable input).""",
-    order=("all", "fetch", "init", "dem", "osm", "finalize", "check", "status", "snapshot", "demo-data"),
+    order=("all", "fetch", "init", "dem", "osm", "finalize", "check", "status", "snapshot", "export", "demo-data"),
 )
 
 
@@ -391,9 +392,7 @@ def all_command(
     from ingest import build, fetch
 
     _check_compression(compression)
-    parts = tuple(part.strip() for part in what.split(",") if part.strip())
-    if not parts or set(parts) - set(fetch.WHAT):
-        raise typer.BadParameter("expected a comma-separated subset of dem,osm", param_hint="--what")
+    parts = _subset(what, fetch.WHAT, "--what")
     options = build.BuildOptions(data_dir, what=parts, offline=offline, bbox=fetch.parse_bbox(bbox) if bbox else None,
                                  workers=workers, compression=compression)
     with _load_stage():
@@ -666,6 +665,83 @@ def snapshot_restore(
         for failed in report.failed_checks:
             typer.echo(f"FAILED {failed.name:22} {failed.detail}")
     raise typer.Exit(1 if report.failed_checks else 0)
+
+
+@app.command("export")
+def export_command(
+    folder: Annotated[Path, typer.Argument(metavar="DIR", help="A new or empty folder, or one holding this "
+                                           "database's export (finished or not).", show_default=False)],
+    check_only: Annotated[bool, typer.Option("--check", help="Write nothing: prove that DIR equals the database "
+                                             "and name every difference.")] = False,
+    what: Annotated[str, typer.Option(metavar="PARTS", help="Comma-separated parts to export, of vector "
+                                      "and dem.")] = "vector,dem",
+    formats: Annotated[str, typer.Option("--format", metavar="FORMATS", help="Comma-separated formats of the "
+                                         "vector tables, of parquet (GeoParquet), geojson (the published "
+                                         "layers' layout: DIR/geojson/LAYER/part-NNNNN.geojson) and flatgeobuf "
+                                         "(DIR/flatgeobuf/TABLE.fgb; needs the export extra: pyogrio).")
+                 ] = "parquet",
+    workers: Annotated[int | None, typer.Option(metavar="N", min=1, help="Processes writing COGs and threads "
+                                                "writing GeoParquet files, each with its own connection "
+                                                "[default: number of cores].", show_default=False)] = None,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The reference database as the files a code-writing agent reads (docs/REFERENCE-DB.md, "The export"):
+    each vector table as one GeoParquet 1.1 file (DIR/vector/TABLE.parquet: every column with its type, the
+    geometry as WKB, CRS as PROJJSON, a bbox covering column, row groups in spatial order), each DEM source
+    file as a Cloud-Optimized GeoTIFF reassembled from its tiles, pixel for pixel (DIR/dem/NAME.tif), a VRT
+    mosaic over them (DIR/dem/dem_us.vrt), and DIR/export.json, the manifest: the database's identity and
+    versions, every file's size, sha256 and rows or pixels. `--format geojson` writes the vector tables as
+    GeoJSON parts in the published layers' layout too (properties: the table's columns, NULLs left out), and
+    `--format flatgeobuf` as FlatGeobuf files (DIR/flatgeobuf/TABLE.fgb). Only a
+    database that passes `ingest check` is exported. Progress goes to stderr.
+
+    Files appear complete or not at all (written under a temporary name, renamed); interrupted (even kill -9),
+    the same command writes only what is missing or changed since. Refused before anything is written: a DIR
+    that holds another database's export or other files.
+
+    --check writes nothing: every file against the manifest (size, sha256), the manifest's database against
+    this one, each table's rows and their order-independent checksum against the GeoParquet file's, each
+    COG's pixels against its tiles.
+
+    Example: ingest export /srv/gsqa-export && ingest export --check /srv/gsqa-export
+
+    Exit codes: 0 exported (or, with --check, equal); 1 --check found differences (listed); 2 nothing written
+    (database not built or not checked, DIR refused, a full disk: the complete files are kept); 130
+    interrupted (Ctrl-C): the complete files are kept, a rerun resumes.
+    """
+    from ingest.export import run, verify
+
+    parts, vector_formats = _subset(what, run.WHAT, "--what"), _subset(formats, run.FORMATS, "--format")
+    _log_to_stderr()
+    with reported_as_exit_code(), interrupted_as_130("the file being written was removed, the complete ones are "
+                                                     "kept; run the same command again to resume"):
+        if check_only:
+            checked = verify.check_export(folder, dsn)
+        else:
+            report = run.export(folder, dsn, parts, vector_formats, workers=workers)
+    if check_only:
+        if as_json:
+            typer.echo(json.dumps(checked.as_json()))
+        else:
+            for difference in checked.differences:
+                typer.echo(f"DIFFERS {difference}")
+            verdict = "equals" if not checked.differences else f"differs from ({len(checked.differences)} differences)"
+            typer.echo(f"{folder}: {checked.files} files; {verdict} the database {checked.database}")
+        raise typer.Exit(1 if checked.differences else 0)
+    if as_json:
+        typer.echo(json.dumps(report.as_json()))
+    else:
+        typer.echo(f"{folder}: {report.files} files ({_size(report.bytes)}); {len(report.written)} written, "
+                   f"{len(report.kept)} already there, in {report.seconds:.1f} s; manifest sha256 "
+                   f"{report.manifest_sha256}")
+
+
+def _subset(given: str, allowed: tuple[str, ...], option: str) -> tuple[str, ...]:
+    chosen = tuple(part.strip() for part in given.split(",") if part.strip())
+    if not chosen or set(chosen) - set(allowed):
+        raise typer.BadParameter(f"expected a comma-separated subset of {','.join(allowed)}", param_hint=option)
+    return chosen
 
 
 def _print_osm_report(report: OsmLoadReport, listed: int = 20) -> None:

@@ -139,6 +139,22 @@ def test_reproduce_check_and_verify_from_the_host(stack: dict, first_build: dict
     assert len(results) == len(POINTS) and {result["status"] for result in results} == {"pass"}
 
 
+def test_make_export_writes_the_files_as_the_user_and_they_equal_the_database(stack: dict, first_build: dict,
+                                                                              tmp_path: Path) -> None:
+    folder = tmp_path / "export"
+    result = make(stack, "export", f"TO={folder}")
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    manifest = json.loads((folder / "export.json").read_text())
+    cogs = [entry for entry in manifest["files"] if entry["format"] == "cog"]
+    assert len(cogs) == 2 and {entry["tiles"] for entry in cogs} == {9}  # the two 600 px tiles, 3x3 tiles each
+    assert {path.stat().st_uid for path in folder.rglob("*")} == {os.getuid()}
+    checked = subprocess.run([str(BIN / "ingest"), "export", "--check", str(folder), "--dsn", stack["dsn"]],
+                             capture_output=True, text=True, timeout=600)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    again = make(stack, "export", f"TO={folder}", "CHECK=1")
+    assert again.returncode == 0 and f"/export: {len(manifest['files'])} files; equals the database" in again.stdout
+
+
 def test_make_replicas_then_verify_across_primary_and_standby(stack: dict, first_build: dict, tmp_path: Path) -> None:
     env = {**stack["env"], "GSQA_REPLICA_PORTS": str(free_port())}
     try:

@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # The two layers of `ingest` that are not loaders; every other module of `ingest` (the packages ingest/dem/ and
 # ingest/osm/) is a loader, which may import gsqa_core, the machinery and its own package, never the runner.
 RUNNER = {"cli", "build", "fetch", "initdb", "check", "demo", "snapshot.manifest", "snapshot.create",
-          "snapshot.card", "snapshot.restore", "snapshot.hub", "snapshot.physical"}
+          "snapshot.card", "snapshot.restore", "snapshot.hub", "snapshot.physical", "export.vector", "export.dem",
+          "export.geojson", "export.flatgeobuf", "export.manifest", "export.run", "export.verify"}
 MACHINERY = {"load_state", "ordered_pool", "diskspace", "indexes"}
 
 

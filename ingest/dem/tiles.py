@@ -28,9 +28,10 @@ GDAL_CACHE_MB = 64  # one band row of tiles is 1.8 MB; the cache only needs a fe
 
 # RFC2 raster WKB: endianness (1 = little), version 0, band count, scale x/y, upper-left x/y, skew x/y,
 # SRID, width, height; then per band a pixel-type byte (with flag bits), the NODATA value, the pixels.
-_TILE_HEADER = struct.Struct("<BHHddddddiHH" "Bh")  # the raster header, then the band's pixel type and NODATA
-_PIXTYPE_16BSI = 5
-_BAND_HAS_NODATA = 0x40
+TILE_HEADER = struct.Struct("<BHHddddddiHH" "Bh")  # the raster header, then the band's pixel type and NODATA
+PIXTYPE_16BSI = 5
+BAND_HAS_NODATA = 0x40
+BAND_OUT_DB = 0x80  # raster2pgsql -R: the pixels are in a file, not in the tile
 
 
 class BadRaster(Exception):
@@ -120,7 +121,7 @@ def _encode_row(grid: Grid, top: int, pixels: np.ndarray, first_index: int) -> T
             skipped.append(index)
         else:
             kept.append((left, block))
-    offsets = [0, *itertools.accumulate(_TILE_HEADER.size + block.nbytes for _, block in kept)]
+    offsets = [0, *itertools.accumulate(TILE_HEADER.size + block.nbytes for _, block in kept)]
     blob = bytearray(offsets[-1])
     for (left, block), start in zip(kept, offsets, strict=False):
         _write_tile(blob, start, grid, left, top, block)
@@ -131,11 +132,11 @@ def _write_tile(blob: bytearray, start: int, grid: Grid, col: int, row: int, blo
     gt = grid.geotransform
     upper_left_x, upper_left_y = grid.tile_origin(col, row)
     height, width = block.shape
-    flags = _PIXTYPE_16BSI | (_BAND_HAS_NODATA if grid.nodata is not None else 0)
+    flags = PIXTYPE_16BSI | (BAND_HAS_NODATA if grid.nodata is not None else 0)
     # Without a NODATA tag raster2pgsql still writes a NODATA field, as 0.
-    _TILE_HEADER.pack_into(blob, start, 1, 0, 1, gt[1], gt[5], upper_left_x, upper_left_y, gt[2], gt[4], SRID,
+    TILE_HEADER.pack_into(blob, start, 1, 0, 1, gt[1], gt[5], upper_left_x, upper_left_y, gt[2], gt[4], SRID,
                            width, height, flags, grid.nodata or 0)
-    pixels = np.frombuffer(blob, dtype="<i2", count=block.size, offset=start + _TILE_HEADER.size)
+    pixels = np.frombuffer(blob, dtype="<i2", count=block.size, offset=start + TILE_HEADER.size)
     pixels.reshape(block.shape)[...] = block
 
 
