@@ -339,19 +339,22 @@ def memory_note(conn: psycopg.Connection) -> str:
     backend's /proc files only as a superuser or with pg_read_server_files."""
     try:
         with conn.transaction():
-            limits, meminfo = conn.execute("SELECT pg_read_file('/proc/self/limits'), "
-                                           "pg_read_file('/proc/meminfo')").fetchone()
+            limits, meminfo, workers = conn.execute(
+                "SELECT pg_read_file('/proc/self/limits'), pg_read_file('/proc/meminfo'), "
+                "current_setting('max_parallel_workers')::int").fetchone()
     except psycopg.Error:
         return ("the memory each backend of the server may take is unknown (reading it needs a superuser or "
                 "pg_read_server_files): docs/SANDBOX.md, \"Memory\", says what make db's server sets")
     soft = next(line.split()[3] for line in limits.splitlines() if line.startswith("Max data size"))
     total_mb = next(int(line.split()[1]) // 1024 for line in meminfo.splitlines() if line.startswith("MemTotal:"))
     models = sandbox.MODEL.connection_limit
+    backends = models + workers
     if soft == "unlimited":
         return (f"each backend of the server may take all of its memory ({total_mb:,} MB): one model statement "
                 f"(an array of 100 million elements) can exhaust it; start the server with a data-size limit of "
                 f"{sandbox.backend_memory_mb(total_mb):,} MB per process (docs/SANDBOX.md, \"Memory\")")
     each_mb = int(soft) // 1024**2
-    share = models * each_mb / total_mb
+    share = backends * each_mb / total_mb
     return (f"each backend of the server may take {each_mb:,} MB of its own memory; {sandbox.MODEL.name}'s "
-            f"{models} connections together {models * each_mb:,} MB, {share:.0%} of the server's {total_mb:,} MB")
+            f"{models} connections and the server's {workers} parallel workers together {backends * each_mb:,} MB, "
+            f"{share:.0%} of the server's {total_mb:,} MB")

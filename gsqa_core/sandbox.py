@@ -138,14 +138,19 @@ CLOSED_LANGUAGES = {"plpgsql": "runs DO blocks, which can catch a cancel and loo
 # that the model role's connections together hold at most this share of the memory the server may use, each
 # at least the floor (an index build's maintenance_work_mem of 1 GB, and room beside it):
 # docker/backend-memory.sh computes the same (tests/test_sandbox_memory.py holds them equal).
+# The model role's own setting keeps its plans serial, but a query a statement runs itself (query_to_xml) is
+# planned after the statement's set_config: the parallel workers of the whole server (max_parallel_workers,
+# make db's docker/postgresql-gsqa.conf) count against the share too.
 MODEL_MEMORY_SHARE = (2, 3)
 BACKEND_MEMORY_FLOOR_MB = 1536
+SERVER_PARALLEL_WORKERS = 2
 
 
 def backend_memory_mb(server_memory_mb: int) -> int:
     """The memory each backend may take (MB) on a server that may use `server_memory_mb`."""
     numerator, denominator = MODEL_MEMORY_SHARE
-    return max(BACKEND_MEMORY_FLOOR_MB, server_memory_mb * numerator // denominator // MODEL.connection_limit)
+    backends = MODEL.connection_limit + SERVER_PARALLEL_WORKERS
+    return max(BACKEND_MEMORY_FLOOR_MB, server_memory_mb * numerator // denominator // backends)
 
 
 # Server settings the sandbox needs; only the server's administrator can change them (postgresql.conf).

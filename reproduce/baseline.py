@@ -136,8 +136,10 @@ class _Doors:
             raise Refused(f"refused: a server-side cursor (stream_results) keeps a statement open past its timeout; "
                           f"fetch the result at once (it is capped at {MAX_ROWS:,} rows)", statement, parameters,
                           None)
-        # What psycopg sends: a statement with parameters (an empty set too) has its placeholders and %% replaced.
-        reading = gate.read(statement, placeholders=parameters is not None)
+        # What psycopg sends: a statement with parameters (an empty set too) has its placeholders and %% replaced;
+        # SQLAlchemy's no_parameters option calls the driver without any, whatever it shows here.
+        sent_as_is = parameters is None or (not parameters and getattr(context, "no_parameters", False))
+        reading = gate.read(statement, placeholders=not sent_as_is)
         if reading.refusal and not reading.savepoint:
             raise Refused(reading.refusal, statement, parameters, None)
         dbapi_connection = cursor.connection

@@ -30,7 +30,7 @@ The database is resolved as everywhere: --dsn, then $DATABASE_URL, then libpq's 
 SQL runs in the sandbox `ingest init` sets up: gold SQL as the login role gsqa_reader, a model's SQL as
 gsqa_model (--reader-dsn, or the main DSN with that user and $GSQA_READER_PASSWORD / $GSQA_MODEL_PASSWORD,
 else the password `ingest init` kept; over TCP on 127.0.0.1 where the local socket refuses it). Only one
-query runs per question (SELECT, WITH, VALUES, TABLE, EXPLAIN, SHOW); anything else is refused in one line.
+query runs per question (SELECT, WITH, VALUES, TABLE); anything else is refused in one line.
 
 Exit codes: 0 ok; 1 the run went through but something failed or differs; 2 nothing started;
 130 interrupted (Ctrl-C).""",

@@ -385,4 +385,4 @@ def _limits(session: dict[str, str]) -> str:
         return f"Queries run as {MODEL.name}, which cannot log in (see below)."
     return (f"Queries run as {session['user']}, which may only read: statement_timeout "
             f"{session['statement_timeout']}, temp_file_limit {session['temp_file_limit']}, work_mem "
-            f"{session['work_mem']}; one query per call (SELECT, WITH, VALUES, TABLE, EXPLAIN, SHOW).")
+            f"{session['work_mem']}; one query per call (SELECT, WITH, VALUES, TABLE).")

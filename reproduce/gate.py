@@ -5,8 +5,10 @@ refusals here too.
 The statement is read by PostgreSQL 15's own parser (libpg_query, through pglast), so the gate sees what the
 server will see: where a `--` comment ends (a carriage return ends it too), nested block comments, dollar
 quotes, `U&` and `E` strings, empty statements, the British `ANALYSE`. It lets through exactly one statement
-that only reads: a SELECT (VALUES and TABLE are SELECTs), SHOW, or EXPLAIN of a SELECT; without `INTO`, row
-locks or a data-modifying WITH anywhere in it. A statement the parser cannot read goes to the server, which
+that only reads: a SELECT (VALUES and TABLE are SELECTs, and WITH may begin one), without `INTO`, row locks
+or a data-modifying WITH anywhere in it. Not SHOW or EXPLAIN: their text cannot be capped on the server as a
+SELECT's rows are (reproduce/runner.py, `capped`), and a setting or a plan can be made of any size (a
+constant folded into a plan's filter is printed whole). A statement the parser cannot read goes to the server, which
 answers with its own syntax error and position (same grammar: nothing of it runs). A NUL character is
 refused, since the server would stop reading at it.
 
@@ -17,7 +19,6 @@ read-only transactions the doors open (gsqa_core/sandbox.py, docs/SANDBOX.md), w
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import re
 import threading
 from dataclasses import dataclass
@@ -26,14 +27,15 @@ import psycopg
 from pglast import parser
 
 # The statement kinds that only read (the parser's node names), and what the refusals call them.
-QUERY_NODES = {"SelectStmt": "SELECT", "VariableShowStmt": "SHOW", "ExplainStmt": "EXPLAIN"}
-QUERIES = ("SELECT", "WITH", "VALUES", "TABLE", "EXPLAIN", "SHOW")
+QUERIES = ("SELECT", "WITH", "VALUES", "TABLE")
 # What an agent's tool call may carry (reproduce serve): more is refused unread, and not kept.
 MAX_SQL_CHARACTERS = 100_000  # the longest gold SQL through serve's tool; score and verify take any length
 # What the gate reads at most at any door: the longest gold SQL has 421,331 characters; more costs the parser
 # about 90 bytes of memory a character.
 MAX_READ_CHARACTERS = 1_000_000
-_ON_THE_CALLERS_STACK = 50_000  # characters: at most 25,000 levels of nesting, a fraction of an 8 MB stack
+# Characters read on the caller's own stack: at most about 160 kB of it (80 bytes a character at the deepest),
+# whatever stack the caller's thread was given (glibc gives 2 MB under an unlimited `ulimit -s`).
+_ON_THE_CALLERS_STACK = 2_000
 _DEEP_STACK_BYTES = 512 * 1024**2  # address space, used as deep as the nesting goes: 1,000,000 characters' worth
 # psycopg's placeholders, which it sends as $n, and its escaped %.
 _STATEMENT_SPAN = re.compile(r'(?:,"stmt_location":(\d+))?(?:,"stmt_len":(\d+))?}\]}$')  # the last RawStmt's
@@ -55,6 +57,8 @@ _WHY = {
     "LOCK": "locks tables",
     **dict.fromkeys(("DECLARE", "FETCH", "MOVE", "CLOSE", "EXECUTE", "DEALLOCATE"), "keeps state in the session"),
     "CALL": "runs a procedure",
+    "SHOW": "prints a setting, which can be of any size; read it with current_setting('name') in a SELECT",
+    "EXPLAIN": "prints a plan, which can be of any size (a constant of the query is printed whole in it)",
     **dict.fromkeys(("LOAD", "CHECKPOINT"), "acts on the server"),
 }
 _WRITES = {"InsertStmt": "INSERT", "UpdateStmt": "UPDATE", "DeleteStmt": "DELETE", "MergeStmt": "MERGE"}
@@ -94,13 +98,13 @@ class Reading:
 def read(statement: str, placeholders: bool = False) -> Reading:
     """Read one statement as the server will. With `placeholders`, the text is a psycopg query with parameters
     (`%(name)s`, `%s`, `%%`), read as psycopg will send it."""
+    if len(statement) > MAX_READ_CHARACTERS:
+        return Reading(f"refused: the SQL has {len(statement):,} characters, more than the {MAX_READ_CHARACTERS:,} "
+                       f"read here (the longest gold SQL has 421,331); {_ONLY}")
     if placeholders:
         statement = _PLACEHOLDER.sub(lambda found: "%" if found.group(0) == "%%" else "$1", statement)
     if "\0" in statement:
         return Reading(f"refused: the SQL holds a NUL character, where the server would stop reading it; {_ONLY}")
-    if len(statement) > MAX_READ_CHARACTERS:
-        return Reading(f"refused: the SQL has {len(statement):,} characters, more than the {MAX_READ_CHARACTERS:,} "
-                       f"read here (the longest gold SQL has 421,331); {_ONLY}")
     try:
         tree = _parse(statement)
     except parser.ParseError:
@@ -128,11 +132,9 @@ def _refusal(statement: str, tree: str, nodes: list[str]) -> str | None:
         return f"refused: no statement (only white space or comments); {_ONLY}"
     if len(nodes) > 1:
         return f"refused: several statements in one; {_ONLY}, one statement at a time"
-    if nodes[0] not in QUERY_NODES:
+    if nodes[0] != "SelectStmt":
         word = _WRITES.get(nodes[0]) or first_keyword(statement)  # `WITH x AS (...) DELETE` is a DELETE
         return f"refused: `{word}` {_WHY.get(word, 'is not a query')}; {_ONLY}"
-    if nodes[0] == "ExplainStmt" and not tree.startswith('{"ExplainStmt":{"query":{"SelectStmt":', _node_at(tree)):
-        return f"refused: `EXPLAIN` runs or plans only a query here; {_ONLY}"
     return next((f"refused: {why}; {_ONLY}" for key, why in _INSIDE if key in tree), None)
 
 
@@ -145,15 +147,23 @@ def _parse(statement: str) -> str:
     return _deep_reader().submit(parser.parse_sql_json, statement).result()
 
 
-@functools.cache
+_DEEP_READER: list[concurrent.futures.ThreadPoolExecutor] = []
+_DEEP_READER_MADE = threading.Lock()
+
+
 def _deep_reader() -> concurrent.futures.ThreadPoolExecutor:
-    previous = threading.stack_size(_DEEP_STACK_BYTES)
-    try:
-        reader = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="gsqa-gate")
-        reader.submit(lambda: None).result()  # the thread starts now, with the large stack
-    finally:
-        threading.stack_size(previous)
-    return reader
+    """The one thread with the large stack, made on first use (under a lock: threading.stack_size is the
+    process's, and must be given back before any other thread starts)."""
+    with _DEEP_READER_MADE:
+        if not _DEEP_READER:
+            previous = threading.stack_size(_DEEP_STACK_BYTES)
+            try:
+                reader = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="gsqa-gate")
+                reader.submit(lambda: None).result()  # the thread starts now, with the large stack
+            finally:
+                threading.stack_size(previous)
+            _DEEP_READER.append(reader)
+        return _DEEP_READER[0]
 
 
 def _statement_nodes(tree: str) -> list[str]:
@@ -164,11 +174,6 @@ def _statement_nodes(tree: str) -> list[str]:
         at += len('{"stmt":{"')
         nodes.append(tree[at:tree.index('"', at)])
     return nodes
-
-
-def _node_at(tree: str) -> int:
-    """Where the first statement's node begins in the JSON tree."""
-    return tree.index('{"stmt":') + len('{"stmt":')
 
 
 def _body(statement: str, tree: str) -> str:
@@ -194,7 +199,7 @@ def first_keyword(statement: str) -> str:
 
 def server_refusal(error: psycopg.Error) -> str | None:
     """The server's refusal of a sandboxed statement in one line, or None for an error of the SQL itself."""
-    if isinstance(error, psycopg.ProgrammingError) and not error.sqlstate:  # the driver's, for no rows at all
+    if isinstance(error, psycopg.ProgrammingError) and "didn't produce a result" in str(error):  # the driver's
         return f"refused: the statement returns no rows; {_ONLY}"
     primary = " ".join((error.diag.message_primary or "").split()) if error.diag else ""
     if error.sqlstate == "42601" and primary == _SEVERAL:

@@ -84,7 +84,7 @@ def test_schema_in_three_formats(demo: str) -> None:
     assert ("  -- rast: SRID 4326; tiles of 256x256 pixels (edge tiles may be smaller); pixel size 0.000277777778 "
             "degrees (1/3600)") in lines
     assert lines[-1] == ("Queries run as gsqa_model, which may only read: statement_timeout 2min, temp_file_limit "
-                         "2GB, work_mem 64MB; one query per call (SELECT, WITH, VALUES, TABLE, EXPLAIN, SHOW).")
+                         "2GB, work_mem 64MB; one query per call (SELECT, WITH, VALUES, TABLE).")
     markdown = reproduce_schema("--dsn", demo, "--format", "markdown")
     assert markdown.returncode == 0, markdown.stderr
     blocks = markdown.stdout.split("\n## ")

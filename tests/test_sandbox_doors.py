@@ -363,10 +363,13 @@ def test_check_says_how_much_memory_each_backend_may_take(demo: tuple[str, Path]
     each = local_server.backend_memory_bytes() // 1024**2
     with open("/proc/meminfo") as meminfo:
         total = next(int(line.split()[1]) // 1024 for line in meminfo if line.startswith("MemTotal:"))
-    models = MODEL.connection_limit
+    with psycopg.connect(demo[0]) as conn:
+        workers = int(conn.execute("SHOW max_parallel_workers").fetchone()[0])
+    backends = MODEL.connection_limit + workers
     assert readiness.check(demo[0]).notes == [
-        f"each backend of the server may take {each:,} MB of its own memory; gsqa_model's {models} connections "
-        f"together {models * each:,} MB, {models * each / total:.0%} of the server's {total:,} MB"]
+        f"each backend of the server may take {each:,} MB of its own memory; gsqa_model's {MODEL.connection_limit} "
+        f"connections and the server's {workers} parallel workers together {backends * each:,} MB, "
+        f"{backends * each / total:.0%} of the server's {total:,} MB"]
 
 
 def test_engine_refuses_what_would_commit_or_outlive_its_timeout_in_one_line(demo: tuple[str, Path],
@@ -431,5 +434,21 @@ def test_sql_nested_past_the_parsers_stack_is_read_and_sql_past_the_gates_length
     assert by_id[ids[0]].detail["error"] == "stack depth limit exceeded"
     assert by_id[ids[1]].detail["error"] == (
         "refused: the SQL has 1,000,022 characters, more than the 1,000,000 read here (the longest gold SQL has "
-        "421,331); only a query runs here (SELECT, WITH, VALUES, TABLE, EXPLAIN, SHOW)")
+        "421,331); only a query runs here (SELECT, WITH, VALUES, TABLE)")
     assert by_id[ids[2]].detail["rows"] == [{"elevation": 1.5}]  # a trailing `;` and comment are not the query's
+
+
+def test_engine_reads_what_the_driver_sends_when_sqlalchemy_sends_no_parameters(demo: tuple[str, Path],
+                                                                                before: dict) -> None:
+    """With no_parameters, SQLAlchemy calls the driver without any, so psycopg sends `%(` as it is: the gate must
+    not read it as a placeholder (that would hide the SET in a comment)."""
+    made = engine(demo[0], timeout=5)
+    try:
+        with made.connect() as conn, pytest.raises(Refused) as refused:
+            conn.execution_options(no_parameters=True).exec_driver_sql(
+                "/*%(*/ SET gsqa.x = 'set' --)s*/ SELECT 1")
+    finally:
+        made.dispose()
+    assert str(refused.value) == ("refused: `SET` changes the session, whose settings the sandbox fixes; only a "
+                                  "query runs here (SELECT, WITH, VALUES, TABLE)")
+    assert leftovers(demo[0]) == before
