@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import logging
 import os
@@ -308,17 +309,49 @@ def select(hub: Hub, what: list[str], tile_names: list[str] | None, bbox: BBox |
     return selected
 
 
+VERIFIED_LOG = f"{STAGING}/verified.tsv"
+
+
+def read_verified(path: Path) -> dict[str, tuple[int, int, str]]:
+    """A verified log's entries: layout path -> (size, mtime_ns, checksum); the last line of a path counts."""
+    entries = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            parts = line.split("\t")
+            if len(parts) == 4 and parts[1].isdigit() and parts[2].isdigit():
+                entries[parts[0]] = (int(parts[1]), int(parts[2]), parts[3])
+    return entries
+
+
+@functools.lru_cache(maxsize=4)
+def _verified_entries(path: Path, _size: int, _mtime_ns: int) -> dict[str, tuple[int, int, str]]:
+    return read_verified(path)
+
+
+def verified_sha256(path: Path, size: int, mtime_ns: int) -> str | None:
+    """The sha256 `ingest fetch` computed as it wrote the file at `path`, when the verified log of the data
+    folder holding it vouches for the file as it is now (same size and mtime); else None. So a stage that
+    logs a source's checksum need not read the source again to compute it."""
+    resolved = path.resolve()
+    for folder in resolved.parents:
+        log = folder / VERIFIED_LOG
+        try:
+            stat = log.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        entry = _verified_entries(log, stat.st_size, stat.st_mtime_ns).get(str(resolved.relative_to(folder)))
+        if entry is not None and entry[:2] == (size, mtime_ns) and len(entry[2]) == 64:  # sha256, not a blob id
+            return entry[2]
+        return None
+    return None
+
+
 class VerifiedLog:
     """DATA_DIR/.fetch/verified.tsv: path, size, mtime_ns and checksum of every file moved into the layout."""
 
     def __init__(self, data_dir: Path) -> None:
-        self.path = data_dir / STAGING / "verified.tsv"
-        self.entries: dict[str, tuple[int, int, str]] = {}
-        if self.path.exists():
-            for line in self.path.read_text().splitlines():
-                parts = line.split("\t")
-                if len(parts) == 4 and parts[1].isdigit() and parts[2].isdigit():
-                    self.entries[parts[0]] = (int(parts[1]), int(parts[2]), parts[3])
+        self.path = data_dir / VERIFIED_LOG
+        self.entries = read_verified(self.path)
         self.lock = threading.Lock()
 
     def holds(self, remote: RemoteFile, local: Path) -> bool:

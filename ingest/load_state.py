@@ -22,6 +22,7 @@ from psycopg.types.json import Jsonb
 from gsqa_core import schema
 from gsqa_core.db import relation_exists, where
 from gsqa_core.errors import GsqaError
+from ingest.fetch import verified_sha256
 
 LOAD_LOG = sql.Identifier(schema.BOOKKEEPING_SCHEMA, "load_log")
 
@@ -37,8 +38,11 @@ class LogEntry:
 
 
 def file_checksum(path: Path) -> str:
+    """The file's sha256: the one `ingest fetch` verified as it wrote the file, while the file is as it left
+    it, so that a fetched source is not read a second time; else computed."""
     stat = path.stat()
-    return _checksum(path.resolve(), stat.st_size, stat.st_mtime_ns)
+    return verified_sha256(path, stat.st_size, stat.st_mtime_ns) or _checksum(path.resolve(), stat.st_size,
+                                                                               stat.st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=16)

@@ -15,6 +15,7 @@ import pytest
 from load_helpers import partial_download, wait_for
 
 from ingest import fetch
+from ingest.load_state import file_checksum
 from testkit.fake_hub import FakeHub
 
 INGEST = str(Path(sys.executable).parent / "ingest")
@@ -121,6 +122,23 @@ def test_a_file_changed_on_disk_is_verified_again_and_replaced(hub: FakeHub, tmp
     assert reads == [f"{fetch.STAGING}/verified.tsv", f"dem/tiles/{TILES[0]}"]
     assert json.loads(result.stdout)["downloaded"] == [f"dem/tiles/{TILES[0]}"]
     assert layout(tmp_path / "data") == expected_layout(hub)
+
+
+def test_the_stages_take_a_fetched_file_s_checksum_from_the_verified_log(hub: FakeHub, tmp_path: Path) -> None:
+    assert run_fetch(hub, tmp_path).returncode == 0
+    tile = tmp_path / "data" / "dem/tiles" / TILES[0]
+    published = hashlib.sha256(hub.files[f"dem/tiles/{TILES[0]}"]).hexdigest()
+    assert file_checksum(tile) == published
+    # The log vouches for a file of the size and mtime it verified (as a rerun of fetch trusts it): other bytes
+    # written with both kept are not read. Once the mtime moves, the file is hashed.
+    stat = tile.stat()
+    tile.write_bytes(b"\1" * stat.st_size)
+    os.utime(tile, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert file_checksum(tile) == published
+    os.utime(tile, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
+    assert file_checksum(tile) == hashlib.sha256(b"\1" * stat.st_size).hexdigest()
+    assert file_checksum(tmp_path / "data" / "dem/tile_list.txt") == hashlib.sha256(  # the log has its blob id
+        hub.files["dem/tile_list.txt"]).hexdigest()
 
 
 def test_tiles_bbox_what_and_dry_run_select_files(hub: FakeHub, tmp_path: Path) -> None:
