@@ -4,15 +4,17 @@
     DATA_DIR/dem/tiles/ASTGTMV003_*_dem.tif  the tiles named there (or those of --tiles / --bbox)
     DATA_DIR/osm/osm_extract/<layer>/*.geojson
 
-Each file streams (huggingface_hub's http_get, over plain HTTP, which retries and resumes a dropped connection
-with a Range request) into DATA_DIR/.fetch/<path>.incomplete through a writer that hashes every byte as it is
-written: the checksum (sha256 of the LFS object, or the git blob id of a small file) is ready when the last byte
-is, so no file is read back to be hashed. A file moves into the layout only after its checksum matched the hub's;
-one that does not match is deleted and named, so a stage never sees a partial or unverified file.
+Each file streams (huggingface_hub's http_get, which retries and resumes a dropped connection with a Range
+request; plain HTTP, not Xet, whose client writes the file itself, out of a hasher's reach) into
+DATA_DIR/.fetch/<path>.incomplete through a writer that hashes every byte as it is written: the checksum
+(sha256 of the LFS object, or the git blob id of a small file) is ready when the last byte is, so no file is
+read back to be hashed. A file moves into the layout only after its checksum matched the hub's; one that does
+not match is deleted and named, so a stage never sees a partial or unverified file.
 DATA_DIR/.fetch/verified.tsv remembers what was verified (path, size, mtime, checksum), so a rerun skips those
-files and re-hashes only files that changed since. A partial file is not resumed across processes: a killed run
-costs the files that were in flight (at most --workers files of 15-30 MB for the DEM), which the next run deletes
-and downloads again.
+files and re-hashes only files that changed since, and the load stages log a fetched file's sha256 from it
+(verified_sha256) instead of reading the file again. A partial file is not resumed across processes: a killed
+run costs the files that were in flight (at most --workers files of 15-30 MB for the DEM), which the next run
+deletes and downloads again.
 """
 
 from __future__ import annotations
