@@ -12,12 +12,12 @@ times, alternating which goes first, each into an empty folder:
                                   (the anchor: huggingface_hub's own download, 8 workers as ours, then each file
                                    read back to be hashed: what `ingest fetch` did before it hashed the stream)
 For each: wall time, client CPU and peak memory (bench/measure.py), and the bytes read, from the kernel's I/O
-accounting of the command's process tree: rchar counts every byte read() from a file (the data folder, and each program's own
-start-up files: the Python modules it imports), not the bytes received from a socket, which are the bytes the
-hub sent (the downloads). read_bytes is what the disk itself served: files just written are still in the page
-cache, so it stays near 0 on a machine with free memory; rchar is the honest count of what is read again.
-So the sources pass once through the socket, and then once more (read back to be hashed) or not at all. The
-medians of the runs, with their spread (min-max), and the ratios.
+accounting of the command's process tree: rchar counts every byte read() from a file (the data folder, and each
+program's own start-up files: the Python modules it imports), not the bytes received from a socket, which are
+the bytes the hub sent (the downloads). read_bytes is what the disk itself served: files just written are still
+in the page cache, so it stays near 0 on a machine with free memory; rchar is the honest count of what is read
+again. So the sources pass once through the socket, and then once more (read back to be hashed) or not at all.
+The medians of the runs, with their spread (min-max), and the ratios.
 """
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ def measured(name: str, command: str, hub: FakeHub, env: dict[str, str], work: P
     counters = {key: int(value) for key, value in (line.split(": ") for line in io_file.read_text().splitlines())}
     return {"wall_s": run.total.wall_s, "client_cpu_s": run.total.client_cpu_s,
             "peak_rss_mb": run.total.peak_client_rss_mb, "peak_pss_mb": run.total.peak_client_pss_mb,
-            "rchar_mb": round(counters["rchar"] / 2**20, 1), "downloaded_mb": round(bytes_sent(hub, requests) / 2**20, 1),
+            "rchar_mb": round(counters["rchar"] / 2**20, 1),
+            "downloaded_mb": round(bytes_sent(hub, requests) / 2**20, 1),
             "read_bytes_mb": round(counters["read_bytes"] / 2**20, 1)}
 
 
@@ -135,8 +136,9 @@ def main() -> None:
     print(f"{header[0]:<24}" + "".join(f"{title:>11}" for title in header[1:]))
     for tool in ("hf download + sha256sum", "ingest fetch"):
         m = result["median"][tool]
-        values = (m["wall_s"], f"{m['wall_min_s']}-{m['wall_max_s']}", m["client_cpu_s"], m["peak_rss_mb"], m["peak_pss_mb"],
-                  m["downloaded_mb"], m["rchar_mb"], round(m["rchar_mb"] / source_mb, 2), m["read_bytes_mb"])
+        values = (m["wall_s"], f"{m['wall_min_s']}-{m['wall_max_s']}", m["client_cpu_s"], m["peak_rss_mb"],
+                  m["peak_pss_mb"], m["downloaded_mb"], m["rchar_mb"], round(m["rchar_mb"] / source_mb, 2),
+                  m["read_bytes_mb"])
         print(f"{tool:<24}" + "".join(f"{value:>11}" for value in values))
     print("read: rchar, bytes read() from files; read/src: per byte of the sources; disk: read_bytes")
     print(f"speed-up (ratio of median walls): {result['median']['ratio_of_median_walls']}x; per round: "

@@ -12,7 +12,7 @@ read back to be hashed. A file moves into the layout only after its checksum mat
 not match is deleted and named, so a stage never sees a partial or unverified file.
 DATA_DIR/.fetch/verified.tsv remembers what was verified (path, size, mtime, checksum), so a rerun skips those
 files and re-hashes only files that changed since, and the load stages log a fetched file's sha256 from it
-(verified_sha256) instead of reading the file again. A partial file is not resumed across processes: a killed
+(load_state.verified_sha256) instead of reading the file again. A partial file is not resumed across processes: a killed
 run costs the files that were in flight (at most --workers files of 15-30 MB for the DEM), which the next run
 deletes and downloads again.
 """
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import hashlib
 import logging
 import os
@@ -38,13 +37,13 @@ from typing import Any
 from tqdm import tqdm
 
 from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
+from ingest.load_state import STAGING, VERIFIED_LOG, read_verified
 
 SOURCE_REPO = "Zoe/GS-QA2-source"
 WHAT = ("dem", "osm")
 TILE_LIST = "dem/tile_list.txt"
 TILES_DIR = "dem/tiles"
 OSM_DIR = "osm/osm_extract"
-STAGING = ".fetch"
 RETRY_DELAYS = (1, 2, 4, 8, 16)  # seconds before each new attempt after a server error or a dropped connection
 _TILE_NAME = re.compile(r"ASTGTMV003_([NS])(\d{2})([EW])(\d{3})_dem\.tif")
 log = logging.getLogger("ingest.fetch")
@@ -309,43 +308,6 @@ def select(hub: Hub, what: list[str], tile_names: list[str] | None, bbox: BBox |
                             if path.startswith(f"{OSM_DIR}/") and path.endswith(".geojson")),
                            key=lambda remote: remote.path)
     return selected
-
-
-VERIFIED_LOG = f"{STAGING}/verified.tsv"
-
-
-def read_verified(path: Path) -> dict[str, tuple[int, int, str]]:
-    """A verified log's entries: layout path -> (size, mtime_ns, checksum); the last line of a path counts."""
-    entries = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            parts = line.split("\t")
-            if len(parts) == 4 and parts[1].isdigit() and parts[2].isdigit():
-                entries[parts[0]] = (int(parts[1]), int(parts[2]), parts[3])
-    return entries
-
-
-@functools.lru_cache(maxsize=4)
-def _verified_entries(path: Path, _size: int, _mtime_ns: int) -> dict[str, tuple[int, int, str]]:
-    return read_verified(path)
-
-
-def verified_sha256(path: Path, size: int, mtime_ns: int) -> str | None:
-    """The sha256 `ingest fetch` computed as it wrote the file at `path`, when the verified log of the data
-    folder holding it vouches for the file as it is now (same size and mtime); else None. So a stage that
-    logs a source's checksum need not read the source again to compute it."""
-    resolved = path.resolve()
-    for folder in resolved.parents:
-        log = folder / VERIFIED_LOG
-        try:
-            stat = log.stat()
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        entry = _verified_entries(log, stat.st_size, stat.st_mtime_ns).get(str(resolved.relative_to(folder)))
-        if entry is not None and entry[:2] == (size, mtime_ns) and len(entry[2]) == 64:  # sha256, not a blob id
-            return entry[2]
-        return None
-    return None
 
 
 class VerifiedLog:
