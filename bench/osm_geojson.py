@@ -1,7 +1,7 @@
 """GeoJSON layer load benchmark: `ingest osm` against ogr2ogr on the same osmx-like layers, server and settings.
 
-    .venv/bin/python bench/osm_geojson.py [--total-mb 1000] [--files-per-layer 4] [--runs 3] [--indexes] [--dsn DSN]
-                                          [--json]
+    .venv/bin/python bench/osm_geojson.py [--total-mb 1000] [--files-per-layer 4] [--runs 3] [--indexes] [--fetched]
+                                          [--dsn DSN] [--json]
 
 Generates osmx-like layers (testkit/osmx_synth.py: named and unnamed POIs with many tags, long road lines,
 parks and lakes with multipolygons and holes, postal-code polygons; one feature per line), then, `--runs`
@@ -13,6 +13,9 @@ Both start from nothing, as in a first build: before each tool's run, outside it
 round before are dropped (ingest's, with their load log, then made again by `ingest init`).
 With --indexes, both sides as they run by default: ogr2ogr with its GiST index (no SPATIAL_INDEX=NONE) and
 then ANALYZE of its tables, against `ingest osm <dir>` (each table's GiST index and ANALYZE).
+With --fetched, the layers are as `ingest fetch` leaves them: its verified log (.fetch/verified.tsv, written
+once, outside the timing) holds each file's sha256, which `ingest osm` then logs without reading the file again
+(as in `make db`); without it, `ingest osm` hashes every file as it loads it (a folder put in place by hand).
 ogr2ogr applies no loader-1 rule: it keeps every feature and every property (tagsMap as one JSON column).
 For each tool: wall time, client CPU (all client processes), server CPU (all postgres processes), peak
 client memory (largest process RSS; PSS of the process tree), input MB/s, rows/s; then the medians with
@@ -23,8 +26,10 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -34,6 +39,7 @@ import psycopg
 
 from bench.dem import drop_tables, init_database, prepare_database, timed
 from gsqa_core import schema
+from ingest.fetch import STAGING, RemoteFile, VerifiedLog
 from testkit.osmx_synth import LAYER_FOLDERS, write_layers
 
 INGEST = Path(sys.executable).parent / "ingest"
@@ -49,6 +55,15 @@ def make_layers(data_dir: Path, total_mb: float, files_per_layer: int) -> Path:
         write_layers(folder, total_mb, files_per_layer)
         (folder / "done").touch()
     return folder
+
+
+def mark_fetched(folder: Path) -> None:
+    """The verified log `ingest fetch` would have written for the layer files of `folder`."""
+    verified = VerifiedLog(folder)
+    for path in sorted(folder.rglob("*.geojson")):
+        with open(path, "rb") as handle:
+            sha256 = hashlib.file_digest(handle, "sha256").hexdigest()
+        verified.add(RemoteFile(str(path.relative_to(folder)), path.stat().st_size, sha256, blob_id=""), path)
 
 
 def ogr2ogr_command(folder: Path, dsn: str, tables: dict[str, str] | None = None, index: bool = False) -> str:
@@ -113,21 +128,28 @@ def main() -> None:
     parser.add_argument("--database", default="gsqa_bench_osm")
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/gsqa-bench-osm"))
     parser.add_argument("--indexes", action="store_true", help="both sides with their GiST indexes and ANALYZE")
+    parser.add_argument("--fetched", action="store_true", help="the layers with `ingest fetch`'s verified log")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
     folder = make_layers(args.data_dir, args.total_mb, args.files_per_layer)
+    shutil.rmtree(folder / STAGING, ignore_errors=True)
+    if args.fetched:
+        mark_fetched(folder)
     mb = sum(path.stat().st_size for path in folder.rglob("*.geojson")) / 1e6
     dsn = prepare_database(args.dsn, args.database, drop=OGR_TABLES)
     subprocess.run(["cat", *map(str, folder.rglob("*.geojson"))], stdout=subprocess.DEVNULL, check=True)
     rounds = [one_round(folder, dsn, mb, ingest_first=bool(n % 2), indexes=args.indexes) for n in range(args.runs)]
     result = {"input_mb": round(mb, 1), "files": len(list(folder.rglob("*.geojson"))), "indexes": args.indexes,
+              "fetched": args.fetched, "loadavg_1min": os.getloadavg()[0],
               "rounds": rounds, "median": summary(rounds)}
     if args.json:
         print(json.dumps(result, indent=2))
         return
     print(f"{result['input_mb']} MB in {result['files']} files, {args.runs} rounds (medians; wall min-max), "
-          + ("with GiST indexes and ANALYZE on both sides" if args.indexes else "without indexes"))
+          + ("with GiST indexes and ANALYZE on both sides" if args.indexes else "without indexes")
+          + (", layers as `ingest fetch` leaves them" if args.fetched else "")
+          + f"; load average at the end {result['loadavg_1min']:.2f}")
     header = ("tool", "wall s", "min-max", "client CPU s", "server CPU s", "max RSS MB", "PSS MB", "MB/s", "rows/s")
     print(f"{header[0]:<12}" + "".join(f"{title:>14}" for title in header[1:]))
     for tool in ("ogr2ogr", "ingest osm"):

@@ -4,13 +4,17 @@
     DATA_DIR/dem/tiles/ASTGTMV003_*_dem.tif  the tiles named there (or those of --tiles / --bbox)
     DATA_DIR/osm/osm_extract/<layer>/*.geojson
 
-huggingface_hub downloads each file into DATA_DIR/.fetch/ and resumes it with a Range request when the
-connection drops; a file is moved into the layout only after its checksum matched the hub's (sha256 of the
-LFS object, or the git blob id of a small file), so a stage never sees a partial or unverified file.
+Each file streams (huggingface_hub's http_get, which retries and resumes a dropped connection with a Range
+request; plain HTTP, not Xet, whose client writes the file itself, out of a hasher's reach) into
+DATA_DIR/.fetch/<path>.incomplete through a writer that hashes every byte as it is written: the checksum
+(sha256 of the LFS object, or the git blob id of a small file) is ready when the last byte is, so no file is
+read back to be hashed. A file moves into the layout only after its checksum matched the hub's; one that does
+not match is deleted and named, so a stage never sees a partial or unverified file.
 DATA_DIR/.fetch/verified.tsv remembers what was verified (path, size, mtime, checksum), so a rerun skips those
-files and re-hashes only files that changed since. huggingface_hub does not resume a partial file across
-processes: a killed run costs the files that were in flight (at most --workers files of 15-30 MB for the
-DEM), which the next run deletes and downloads again.
+files and re-hashes only files that changed since, and the load stages log a fetched file's sha256 from it
+(load_state.verified_sha256) instead of reading the file again. A partial file is not resumed across processes: a killed
+run costs the files that were in flight (at most --workers files of 15-30 MB for the DEM), which the next run
+deletes and downloads again.
 """
 
 from __future__ import annotations
@@ -33,13 +37,13 @@ from typing import Any
 from tqdm import tqdm
 
 from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
+from ingest.load_state import STAGING, VERIFIED_LOG, read_verified
 
 SOURCE_REPO = "Zoe/GS-QA2-source"
 WHAT = ("dem", "osm")
 TILE_LIST = "dem/tile_list.txt"
 TILES_DIR = "dem/tiles"
 OSM_DIR = "osm/osm_extract"
-STAGING = ".fetch"
 RETRY_DELAYS = (1, 2, 4, 8, 16)  # seconds before each new attempt after a server error or a dropped connection
 _TILE_NAME = re.compile(r"ASTGTMV003_([NS])(\d{2})([EW])(\d{3})_dem\.tif")
 log = logging.getLogger("ingest.fetch")
@@ -54,16 +58,17 @@ class RemoteFile:
     sha256: str | None  # LFS objects (the tiles and layers)
     blob_id: str  # git blob sha1 of a file kept in git itself (tile_list.txt)
 
-    def checksum_of(self, local: Path) -> str:
-        """The local file's checksum in the form the hub gives for this file."""
+    def hasher(self) -> Any:
+        """A fresh hash object of the kind the hub gives for this file, fed the file's bytes in order."""
         if self.sha256 is not None:
-            with open(local, "rb") as handle:
-                return hashlib.file_digest(handle, "sha256").hexdigest()
-        blob = hashlib.sha1(f"blob {local.stat().st_size}\0".encode())  # noqa: S324 - git's object id, not security
+            return hashlib.sha256()
+        return hashlib.sha1(f"blob {self.size}\0".encode())  # noqa: S324 - git's object id, not security
+
+    def checksum_of(self, local: Path) -> str:
+        """The local file's checksum in the form the hub gives for this file (the blob id of a file of the
+        listed size: a file of another size never matches, as its size is checked first)."""
         with open(local, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                blob.update(chunk)
-        return blob.hexdigest()
+            return hashlib.file_digest(handle, self.hasher).hexdigest()
 
     @property
     def expected(self) -> str:
@@ -160,56 +165,112 @@ class Hub:
             if isinstance(item, RepoFile):
                 yield RemoteFile(item.path, item.size, item.lfs.sha256 if item.lfs else None, item.blob_id)
 
-    def download(self, remote: RemoteFile, staging: Path, progress: Callable[[int], None]) -> Path:
-        """The file in `staging` (resumed if partly there), retried with backoff on server and network errors."""
-        from huggingface_hub import hf_hub_download
+    def download(self, remote: RemoteFile, staging: Path, progress: Callable[[int], None]) -> tuple[Path, str]:
+        """The file in `staging` and its checksum, hashed as it was written; retried with backoff on server and
+        network errors, each new attempt resuming where the file stands."""
+        from huggingface_hub import hf_hub_url
         from huggingface_hub.errors import RemoteEntryNotFoundError
+        from huggingface_hub.file_download import http_get
+        from huggingface_hub.utils import build_hf_headers
 
-        counted = 0
-
-        class Bar:  # huggingface_hub's progress callbacks, forwarded to the one combined bar
-            def __init__(self, *args: Any, initial: int = 0, **kwargs: Any) -> None:
-                nonlocal counted
-                progress(initial - counted)
-                counted = initial
-
-            def update(self, n: int | float | None = 1) -> None:
-                nonlocal counted
-                counted += int(n or 0)
-                progress(int(n or 0))
-
-            def __enter__(self) -> Bar:
-                return self
-
-            def __exit__(self, *exc: object) -> None:
-                pass
-
-            def close(self) -> None:
-                pass
-
-        for attempt, delay in enumerate((*RETRY_DELAYS, None), start=1):
-            try:
-                return Path(hf_hub_download(self.repo, remote.path, repo_type="dataset", revision=self.revision,
-                                            local_dir=staging, tqdm_class=Bar))
-            except RemoteEntryNotFoundError:
-                raise
-            except Exception as error:
-                status = getattr(getattr(error, "response", None), "status_code", None)
-                if delay is None or (status is not None and status < 500 and status not in (408, 429)):
-                    raise
-                log.warning(f"{remote.path}: {_one_line(error)[:160]}; attempt {attempt + 1} in {delay} s")
-                time.sleep(delay)
-        raise AssertionError("unreachable")
+        url = hf_hub_url(self.repo, remote.path, repo_type="dataset", revision=self.revision)
+        staged = staging / f"{remote.path}.incomplete"
+        staged.parent.mkdir(parents=True, exist_ok=True)
+        bar = _forwarding_bar(progress)
+        try:
+            with open(staged, "wb") as handle:
+                writer = HashingWriter(handle, remote.hasher)
+                for attempt, delay in enumerate((*RETRY_DELAYS, None), start=1):
+                    try:
+                        http_get(url, writer, resume_size=writer.written, headers=build_hf_headers(),
+                                 expected_size=remote.size, tqdm_class=bar)
+                        break
+                    except RemoteEntryNotFoundError:
+                        raise
+                    except Exception as error:
+                        status = getattr(getattr(error, "response", None), "status_code", None)
+                        if delay is None or (status is not None and status < 500 and status not in (408, 429)):
+                            raise
+                        log.warning(f"{remote.path}: {_one_line(error)[:160]}; attempt {attempt + 1} in {delay} s")
+                        time.sleep(delay)
+        except BaseException:
+            staged.unlink(missing_ok=True)  # a partial file is never resumed by another process
+            raise
+        return staged, writer.hexdigest() or remote.checksum_of(staged)
 
     def download_verified(self, remote: RemoteFile, staging: Path, progress: Callable[[int], None]) -> Path:
-        """download(), then the checksum: a file that does not match the hub's is deleted and refused."""
-        staged = self.download(remote, staging, progress)
-        actual = remote.checksum_of(staged)
+        """download(); a file whose checksum does not match the hub's is deleted and refused."""
+        staged, actual = self.download(remote, staging, progress)
         if actual != remote.expected:
             staged.unlink()
             raise ChecksumMismatch(f"checksum mismatch: the hub says {remote.expected}, the download has {actual}; "
                                    "the file was discarded (run again to download it again)")
         return staged
+
+
+class HashingWriter:
+    """The file object http_get writes a download into: every byte goes to the file and to the hash on its way.
+    http_get only appends, but when a server answers a resumed request with the whole file it seeks back to
+    the start and truncates: the hash starts again with it. Any other seek makes the hash unknown (None), and
+    the file is then hashed from disk."""
+
+    def __init__(self, handle: Any, hasher: Callable[[], Any]) -> None:
+        self.handle, self.hasher = handle, hasher
+        self.hash: Any = hasher()
+        self.written = 0  # bytes hashed, in order from the file's start
+
+    def write(self, chunk: bytes) -> int:
+        self.handle.write(chunk)
+        if self.hash is not None:
+            self.hash.update(chunk)
+        self.written += len(chunk)
+        return len(chunk)
+
+    def tell(self) -> int:
+        return self.handle.tell()
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        position = self.handle.seek(offset, whence)
+        if position == 0:
+            self.hash, self.written = self.hasher(), 0
+        elif position != self.written:
+            self.hash = None
+        self.written = position
+        return position
+
+    def truncate(self, size: int | None = None) -> int:
+        return self.handle.truncate(size)
+
+    def hexdigest(self) -> str | None:
+        return None if self.hash is None else self.hash.hexdigest()
+
+
+def _forwarding_bar(progress: Callable[[int], None]) -> type:
+    """A progress-bar class for huggingface_hub that forwards its counts to `progress` (the one combined bar);
+    a bar opened again on a resumed attempt starts at `initial`, which is not counted twice."""
+    counted = 0
+
+    class Bar:
+        def __init__(self, *args: Any, initial: int = 0, **kwargs: Any) -> None:
+            nonlocal counted
+            progress(initial - counted)
+            counted = initial
+
+        def update(self, n: int | float | None = 1) -> None:
+            nonlocal counted
+            counted += int(n or 0)
+            progress(int(n or 0))
+
+        def __enter__(self) -> Bar:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    return Bar
 
 
 class ChecksumMismatch(GsqaError):
@@ -253,13 +314,8 @@ class VerifiedLog:
     """DATA_DIR/.fetch/verified.tsv: path, size, mtime_ns and checksum of every file moved into the layout."""
 
     def __init__(self, data_dir: Path) -> None:
-        self.path = data_dir / STAGING / "verified.tsv"
-        self.entries: dict[str, tuple[int, int, str]] = {}
-        if self.path.exists():
-            for line in self.path.read_text().splitlines():
-                parts = line.split("\t")
-                if len(parts) == 4 and parts[1].isdigit() and parts[2].isdigit():
-                    self.entries[parts[0]] = (int(parts[1]), int(parts[2]), parts[3])
+        self.path = data_dir / VERIFIED_LOG
+        self.entries = read_verified(self.path)
         self.lock = threading.Lock()
 
     def holds(self, remote: RemoteFile, local: Path) -> bool:

@@ -2,7 +2,9 @@
 
 Each source file loads in one transaction together with its load_log row (size, sha256, rows), so the log
 never claims more than was committed. A rerun skips files whose size and checksum still match, and a
-stage whose rows are numbered in file order reloads from the first new or changed file to the end.
+stage whose rows are numbered in file order reloads from the first new or changed file to the end. A source that
+`ingest fetch` verified is logged with the sha256 its verified log holds (DATA_DIR/.fetch/verified.tsv: read here,
+written by the fetch), not read again to be hashed.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from gsqa_core.db import relation_exists, where
 from gsqa_core.errors import GsqaError
 
 LOAD_LOG = sql.Identifier(schema.BOOKKEEPING_SCHEMA, "load_log")
+STAGING = ".fetch"  # `ingest fetch`'s folder in DATA_DIR: downloads in progress, and its verified log
+VERIFIED_LOG = f"{STAGING}/verified.tsv"
 
 
 @dataclass(frozen=True)
@@ -37,8 +41,45 @@ class LogEntry:
 
 
 def file_checksum(path: Path) -> str:
+    """The file's sha256: the one `ingest fetch` verified as it wrote the file, while the file is as it left
+    it, so that a fetched source is not read a second time; else computed."""
     stat = path.stat()
-    return _checksum(path.resolve(), stat.st_size, stat.st_mtime_ns)
+    return verified_sha256(path, stat.st_size, stat.st_mtime_ns) or _checksum(path.resolve(), stat.st_size,
+                                                                               stat.st_mtime_ns)
+
+
+def read_verified(path: Path) -> dict[str, tuple[int, int, str]]:
+    """A verified log's entries: layout path -> (size, mtime_ns, checksum); the last line of a path counts."""
+    entries = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            parts = line.split("\t")
+            if len(parts) == 4 and parts[1].isdigit() and parts[2].isdigit():
+                entries[parts[0]] = (int(parts[1]), int(parts[2]), parts[3])
+    return entries
+
+
+@functools.lru_cache(maxsize=4)
+def _verified_entries(path: Path, _size: int, _mtime_ns: int) -> dict[str, tuple[int, int, str]]:
+    return read_verified(path)
+
+
+def verified_sha256(path: Path, size: int, mtime_ns: int) -> str | None:
+    """The sha256 `ingest fetch` computed as it wrote the file at `path`, when the verified log of the data
+    folder holding it vouches for the file as it is now (same size and mtime); else None. So a stage that
+    logs a source's checksum need not read the source again to compute it."""
+    resolved = path.resolve()
+    for folder in resolved.parents:
+        log = folder / VERIFIED_LOG
+        try:
+            stat = log.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        entry = _verified_entries(log, stat.st_size, stat.st_mtime_ns).get(str(resolved.relative_to(folder)))
+        if entry is not None and entry[:2] == (size, mtime_ns) and len(entry[2]) == 64:  # sha256, not a blob id
+            return entry[2]
+        return None
+    return None
 
 
 @functools.lru_cache(maxsize=16)

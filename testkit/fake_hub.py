@@ -42,6 +42,7 @@ class Faults:
     unlisted: set[str] = field(default_factory=set)  # kept out of the tree and answered 404
     slow: dict[str, float] = field(default_factory=dict)  # path -> seconds per 64 kB chunk
     slow_uploads: float = 0.0  # seconds before each LFS upload is answered
+    ignore_range: set[str] = field(default_factory=set)  # a GET with Range gets the whole file (200), as a CDN may
 
 
 class FakeHub:
@@ -183,7 +184,8 @@ class FakeHub:
         entry = self._tree_entry(name, body)
         etag = entry["lfs"]["oid"] if "lfs" in entry else entry["oid"]
         served = b"X" * len(body) if name in self.faults.corrupt else body
-        start = int(ranged.split("=")[1].split("-")[0]) if ranged and send_body else 0
+        honoured = ranged and send_body and name not in self.faults.ignore_range
+        start = int(ranged.split("=")[1].split("-")[0]) if honoured else 0
         handler.send_response(206 if start else 200)
         handler.send_header("X-Repo-Commit", COMMIT)
         handler.send_header("ETag", f'"{etag}"')

@@ -15,6 +15,7 @@ import pytest
 from load_helpers import partial_download, wait_for
 
 from ingest import fetch
+from ingest.load_state import file_checksum
 from testkit.fake_hub import FakeHub
 
 INGEST = str(Path(sys.executable).parent / "ingest")
@@ -39,10 +40,48 @@ def hub() -> Iterator[FakeHub]:
         yield server
 
 
-def run_fetch(hub: FakeHub, tmp_path: Path, *args: str, wait: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_ENDPOINT": hub.endpoint(), "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_XET": "1"}
+def hub_env(hub: FakeHub, tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "HF_ENDPOINT": hub.endpoint(), "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_XET": "1"}
+
+
+def run_fetch(hub: FakeHub, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([INGEST, "fetch", str(tmp_path / "data"), *args], capture_output=True, text=True,
-                          env=env, timeout=180)
+                          env=hub_env(hub, tmp_path), timeout=180)
+
+
+# `ingest fetch` with an audit hook that lists every file of DATA_DIR opened for reading, to show that no
+# download is read back to be hashed.
+WATCH_READS = """
+import os
+import sys
+from pathlib import Path
+from ingest.cli import main
+
+listing, data, reads = Path(sys.argv.pop()), Path(sys.argv[2]).resolve(), []
+
+def hook(event, args):
+    if event != "open" or isinstance(args[0], int):
+        return
+    reading = (args[2] & 3) == 0 if args[1] is None else args[1].strip("bt") == "r"  # os.open gives flags only
+    path = Path(os.fsdecode(args[0])).resolve()
+    if reading and path.is_relative_to(data):
+        reads.append(str(path.relative_to(data)))
+
+sys.addaudithook(hook)
+try:
+    main()
+finally:
+    listing.write_text("".join(read + chr(10) for read in reads))
+"""
+
+
+def run_fetch_watching_reads(hub: FakeHub, tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str],
+                                                                                  list[str]]:
+    """run_fetch(), and the files of DATA_DIR it opened for reading, in order (verified.tsv included)."""
+    reads = tmp_path / "reads.txt"
+    result = subprocess.run([sys.executable, "-c", WATCH_READS, "fetch", str(tmp_path / "data"), *args, str(reads)],
+                            capture_output=True, text=True, env=hub_env(hub, tmp_path), timeout=180)
+    return result, reads.read_text().splitlines()
 
 
 def layout(data: Path) -> dict[str, str]:
@@ -57,15 +96,17 @@ def expected_layout(hub: FakeHub, paths: list[str] | None = None) -> dict[str, s
 
 
 def test_fetch_writes_the_published_layout_verified_and_a_rerun_downloads_nothing(hub: FakeHub, tmp_path: Path) -> None:
-    first = run_fetch(hub, tmp_path, "--json")
+    first, reads = run_fetch_watching_reads(hub, tmp_path, "--json")
     assert first.returncode == 0, first.stderr
+    assert reads == []  # every file hashed as it was written, none read back
     report = json.loads(first.stdout)
     assert report["files"] == 7 and len(report["downloaded"]) == 7 and not report["failed"] and not report["missing"]
     assert layout(tmp_path / "data") == expected_layout(hub)
     downloads = len([request for request in hub.requests if request[0] == "GET"])
 
-    again = run_fetch(hub, tmp_path, "--json")
+    again, reads = run_fetch_watching_reads(hub, tmp_path, "--json")
     assert again.returncode == 0, again.stderr
+    assert reads == [f"{fetch.STAGING}/verified.tsv"]  # the log vouches for every file: none is hashed again
     assert json.loads(again.stdout)["present"] == 7 and json.loads(again.stdout)["downloaded"] == []
     # Only tile_list.txt is read again (to know the tile set); no tile or layer is downloaded twice.
     assert [request[1] for request in hub.requests if request[0] == "GET"][downloads:] == ["dem/tile_list.txt"]
@@ -75,10 +116,29 @@ def test_a_file_changed_on_disk_is_verified_again_and_replaced(hub: FakeHub, tmp
     assert run_fetch(hub, tmp_path).returncode == 0
     damaged = tmp_path / "data" / "dem/tiles" / TILES[0]
     damaged.write_bytes(b"\0" * damaged.stat().st_size)  # same size, other bytes
-    result = run_fetch(hub, tmp_path, "--json")
+    result, reads = run_fetch_watching_reads(hub, tmp_path, "--json")
     assert result.returncode == 0, result.stderr
+    # The changed file is hashed once where it lies (and found wrong); its new download is not read back.
+    assert reads == [f"{fetch.STAGING}/verified.tsv", f"dem/tiles/{TILES[0]}"]
     assert json.loads(result.stdout)["downloaded"] == [f"dem/tiles/{TILES[0]}"]
     assert layout(tmp_path / "data") == expected_layout(hub)
+
+
+def test_the_stages_take_a_fetched_file_s_checksum_from_the_verified_log(hub: FakeHub, tmp_path: Path) -> None:
+    assert run_fetch(hub, tmp_path).returncode == 0
+    tile = tmp_path / "data" / "dem/tiles" / TILES[0]
+    published = hashlib.sha256(hub.files[f"dem/tiles/{TILES[0]}"]).hexdigest()
+    assert file_checksum(tile) == published
+    # The log vouches for a file of the size and mtime it verified (as a rerun of fetch trusts it): other bytes
+    # written with both kept are not read. Once the mtime moves, the file is hashed.
+    stat = tile.stat()
+    tile.write_bytes(b"\1" * stat.st_size)
+    os.utime(tile, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert file_checksum(tile) == published
+    os.utime(tile, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
+    assert file_checksum(tile) == hashlib.sha256(b"\1" * stat.st_size).hexdigest()
+    assert file_checksum(tmp_path / "data" / "dem/tile_list.txt") == hashlib.sha256(  # the log has its blob id
+        hub.files["dem/tile_list.txt"]).hexdigest()
 
 
 def test_tiles_bbox_what_and_dry_run_select_files(hub: FakeHub, tmp_path: Path) -> None:
@@ -109,6 +169,18 @@ def test_a_connection_dropped_midway_resumes_with_a_range_request(hub: FakeHub, 
     assert layout(tmp_path / "data") == expected_layout(hub)
 
 
+def test_a_resume_answered_with_the_whole_file_is_hashed_from_its_start(hub: FakeHub, tmp_path: Path) -> None:
+    path = f"dem/tiles/{TILES[1]}"
+    big_file(hub, path)
+    hub.faults.drop_midway.add(path)
+    hub.faults.ignore_range.add(path)  # the resumed GET gets 200 and the whole file: the download starts over
+    result, reads = run_fetch_watching_reads(hub, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert hub.gets(path) == [None, f"bytes={CHUNK}-"]
+    assert reads == []
+    assert layout(tmp_path / "data") == expected_layout(hub)
+
+
 def test_a_server_error_is_retried_with_backoff(hub: FakeHub, tmp_path: Path) -> None:
     path = "osm/osm_extract/roads/part-00000.geojson"
     hub.faults.server_errors[path] = 1
@@ -122,8 +194,9 @@ def test_a_server_error_is_retried_with_backoff(hub: FakeHub, tmp_path: Path) ->
 def test_a_wrong_checksum_is_refused_and_the_file_never_enters_the_layout(hub: FakeHub, tmp_path: Path) -> None:
     path = f"dem/tiles/{TILES[2]}"
     hub.faults.corrupt.add(path)
-    result = run_fetch(hub, tmp_path)
+    result, reads = run_fetch_watching_reads(hub, tmp_path)
     assert result.returncode == 1
+    assert reads == []  # the mismatch was found as the file was written
     failed = [line for line in result.stdout.splitlines() if "failed:" in line]
     assert len(failed) == 1 and path in failed[0] and "checksum mismatch" in failed[0]
     assert "Traceback" not in result.stderr
@@ -162,8 +235,7 @@ def test_kill_9_during_a_download_then_rerun_resumes_and_completes(hub: FakeHub,
     path = f"dem/tiles/{TILES[0]}"
     big_file(hub, path)
     hub.faults.slow[path] = 0.02  # about 8 s for the file: caught after its first chunk is written
-    env = {**os.environ, "HF_ENDPOINT": hub.endpoint(), "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_XET": "1"}
-    process = subprocess.Popen([INGEST, "fetch", str(tmp_path / "data"), "--workers", "1"], env=env,
+    process = subprocess.Popen([INGEST, "fetch", str(tmp_path / "data"), "--workers", "1"], env=hub_env(hub, tmp_path),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         # Only the big tile gets a first chunk written before it is finished (the others are one chunk).

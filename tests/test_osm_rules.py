@@ -100,6 +100,12 @@ def test_the_pois_prefilter_never_drops_a_feature_the_rules_keep() -> None:
     assert not may_yield_rows(POIS, b'{"tagsMap": {"name": "x", "shop": "bakery"}}')
     assert may_yield_rows(POIS, b'{"tagsMap": {"n\\u0061me": "x", "tourism": "museum"}}')  # escapes: parse it
     assert may_yield_rows(ROADS, b"anything")
+    assert may_yield_rows(POIS, b'{"tagsMap": {"name": "x", "amenity" :\n "cafe"}}')  # JSON's whitespace
+    assert not may_yield_rows(POIS, b'{"tagsMap": {"name": "x", "amenity": "museum"}}')  # a tourism value
+    assert not may_yield_rows(POIS, b'{"tagsMap": {"name": "x", "amenity": "bench", "leisure": "pitch"}}')
+    assert may_yield_rows(POIS, b'{"tagsMap": {"name": "x", "note": "amenity", "amenity": "cafe"}}')
+    assert may_yield_rows(POIS, b'{"id": {"amenity": "no"}, "tagsMap": {"name": "x", "amenity": "cafe"}}')
+    assert may_yield_rows(POIS, b'{"tagsMap": {"name": "x", "leisure": 5}}')  # not a string: the rules decide
 
 
 # The osmx classification, written out independently of the declaration: (objects, tags) -> (layer, rule shape).

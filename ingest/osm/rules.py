@@ -107,17 +107,27 @@ def poi_passes(tags: dict[str, Any]) -> list[int]:
     return [number for number, (key, values) in enumerate(POI_PASSES) if key in tags and tags[key] in values]
 
 
-_POI_VALUE = re.compile(b'"(?:' + b"|".join(re.escape(value.encode()) for _, values in POI_PASSES
-                                              for value in values) + b')"')
+_POI_KEYS = tuple((f'"{key}"'.encode(), frozenset(value.encode() for value in values)) for key, values in POI_PASSES)
+_STRING_AFTER_KEY = re.compile(rb'[ \t\r\n]*:[ \t\r\n]*"([^"]*)"')
 
 
 def may_yield_rows(layer: Layer, raw: bytes) -> bool:
     """False when the raw JSON text of a feature cannot pass the layer's filter, so it need not be parsed:
-    a pois feature must spell out `"name"` and one of the listed category values (with any escape sequence
-    in the text it is parsed anyway)."""
+    a pois feature must spell out `"name"` and a category key followed by one of its listed values. Anything
+    unusual is parsed anyway: an escape sequence anywhere, a category key that appears twice or is not
+    followed by `: "string"`."""
     if not layer.in_passes or b"\\" in raw:
         return True
-    return b'"name"' in raw and _POI_VALUE.search(raw) is not None
+    if b'"name"' not in raw:
+        return False
+    for key, values in _POI_KEYS:
+        start = raw.find(key)
+        if start < 0:
+            continue
+        value = _STRING_AFTER_KEY.match(raw, start + len(key))
+        if value is None or value[1] in values or raw.find(key, start + 1) >= 0:
+            return True
+    return False
 
 
 def osm_id_of(layer: Layer, feature_id: Any) -> int | None:
