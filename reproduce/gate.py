@@ -33,9 +33,10 @@ MAX_SQL_CHARACTERS = 100_000  # the longest gold SQL through serve's tool; score
 # What the gate reads at most at any door: the longest gold SQL has 421,331 characters; more costs the parser
 # about 90 bytes of memory a character.
 MAX_READ_CHARACTERS = 1_000_000
-# Characters read on the caller's own stack: at most about 160 kB of it (80 bytes a character at the deepest),
-# whatever stack the caller's thread was given (glibc gives 2 MB under an unlimited `ulimit -s`).
-_ON_THE_CALLERS_STACK = 2_000
+# Characters read on the caller's own stack: at most about 800 kB of it (80 bytes a character at the deepest),
+# within any stack the caller's thread may have been given (glibc gives 2 MB under an unlimited `ulimit -s`);
+# longer SQL takes a hop to the large stack's thread.
+_ON_THE_CALLERS_STACK = 10_000
 _DEEP_STACK_BYTES = 512 * 1024**2  # address space, used as deep as the nesting goes: 1,000,000 characters' worth
 # psycopg's placeholders, which it sends as $n, and its escaped %.
 _STATEMENT_SPAN = re.compile(r'(?:,"stmt_location":(\d+))?(?:,"stmt_len":(\d+))?}\]}$')  # the last RawStmt's
@@ -179,7 +180,7 @@ def _statement_nodes(tree: str) -> list[str]:
 def _body(statement: str, tree: str) -> str:
     """The one statement's text as the parser delimits it: without a `;` and what follows it (libpg_query's
     stmt_location and stmt_len count bytes of UTF-8; no stmt_len: to the end)."""
-    found = _STATEMENT_SPAN.search(tree)
+    found = _STATEMENT_SPAN.search(tree, len(tree) - 80)  # the last RawStmt's own fields end the tree
     if found is None or found.group(2) is None:
         return statement[len(statement.encode()[:int(found.group(1) or 0)].decode()):] if found else statement
     begin, length = int(found.group(1) or 0), int(found.group(2))
