@@ -103,7 +103,8 @@ DataOption = Annotated[Path | None, typer.Option(
     "<config>/*.parquet as on Hugging Face. Default: the Hugging Face dataset Zoe/GS-QA2 (cached).",
     show_default=False)]
 TimeoutOption = Annotated[float, typer.Option("--timeout", metavar="SECONDS", min=MIN_TIMEOUT_S, max=MAX_TIMEOUT_S,
-                                              help="Seconds per question (server-side).")]
+                                              help="Seconds each statement may run, on the server (a client "
+                                              "watchdog stops it 2 s later).")]
 ResumeOption = Annotated[Path | None, typer.Option("--resume", metavar="FILE", help="Append results to FILE; "
                                                    "skip questions already in it.", show_default=False,
                                                    dir_okay=False)]

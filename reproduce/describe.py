@@ -247,8 +247,9 @@ def as_json(description: Description) -> dict[str, Any]:
 
 
 def as_text(description: Description) -> str:
-    """Plain text in the manner of the benchmark's schema prompt: one block per table, then the limits."""
-    lines = [f"PostgreSQL {description.server} with PostGIS {description.postgis} ({description.database}). "
+    """Plain text in the manner of the benchmark's schema prompt: one block per table, then the limits. No host,
+    port or database name: a prompt is the same on every deployment of one database."""
+    lines = [f"PostgreSQL {description.server} with PostGIS {description.postgis}. "
              f"{LEFT_OUT} Shares of NULLs and values are the planner's statistics (a sample).", ""]
     for table in description.tables:
         if table.rows is None:

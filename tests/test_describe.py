@@ -12,6 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from demo_helpers import build_demo
+from psycopg.conninfo import conninfo_to_dict
 from sandbox_helpers import MODEL_SESSION_SETTINGS
 
 from gsqa_core import schema
@@ -78,6 +79,8 @@ def test_schema_in_three_formats(demo: str) -> None:
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
     assert lines[0].startswith("PostgreSQL ") and f"with PostGIS {expected.postgis}" in lines[0]
+    where = conninfo_to_dict(demo)
+    assert where["dbname"] not in text.stdout and f":{where['port']}" not in text.stdout  # the same prompt anywhere
     assert "Table public.dem_us (450 tiles)" in lines and "  poi_name character varying(255)" in lines
     assert "  -- geometry: SRID 4326; geometry types present: POINT (262)" in lines
     assert "  -- rast: 1 band of 16BSI; nodata not set (no pixel reads as NULL)" in lines
