@@ -445,6 +445,9 @@ def serve(
     with tools:
         where = "stdio" if transport == "stdio" else f"http://{host}:{port}/mcp"
         open_ids = len(tools.question_ids())
+        if trajectory is None:
+            print("warning: no --trajectory: the calls are not kept, so this run cannot be scored or continued",
+                  file=sys.stderr)
         print(f"reproduce serve: {open_ids:,} of {len(tools.records):,} questions open, on {where}"
               + (f", calls kept in {trajectory}" if trajectory else ""), file=sys.stderr, flush=True)
         protocol.serve(tools, transport, host, port)

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -236,3 +237,12 @@ def test_an_address_in_use_is_one_line_and_starts_nothing(demo, tmp_path: Path) 
     assert served.stderr == (f"error: --host 127.0.0.1 --port {port}: cannot listen there (Address already in use); "
                              "give another --port\n")
     assert not path.exists()
+
+
+def test_a_server_without_a_trajectory_warns_that_its_run_cannot_be_scored(demo) -> None:
+    args = [arg for arg in serve_args(demo, Path("unused")) if arg not in ("--trajectory", "unused")]
+    served = subprocess.run([str(BIN / "reproduce"), *args], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                            timeout=120)  # stdin at its end: the stdio server ends
+    assert served.returncode == 0, served.stderr
+    assert served.stderr.splitlines()[0] == ("warning: no --trajectory: the calls are not kept, so this run cannot be "
+                                             "scored or continued")

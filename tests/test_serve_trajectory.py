@@ -54,3 +54,16 @@ def test_the_writer_drops_a_cut_line_before_appending(tmp_path: Path) -> None:
     assert [json.loads(line)["type"] for line in path.read_text().splitlines()] == ["run", "call"]
     assert trajectory.is_trajectory(path.read_bytes())
     assert not trajectory.is_trajectory(b'{"id": "x", "sql": "SELECT 1"}')
+
+
+def test_the_writer_writes_strict_json_whatever_an_agent_sent(tmp_path: Path) -> None:
+    path = write(tmp_path / "t.jsonl", RUN)
+    writer = trajectory.Writer(path)
+    writer.write(call("q/a/0", "submit_answer", 1, arguments={"answer": [{"x": float("nan"), "y": [float("-inf")]}]}))
+    writer.close()
+
+    def no_bare_constants(name: str) -> None:
+        raise AssertionError(f"{name} is not JSON")
+
+    last = json.loads(path.read_text().splitlines()[-1], parse_constant=no_bare_constants)
+    assert last["arguments"]["answer"] == [{"x": "nan", "y": ["-inf"]}]
