@@ -435,8 +435,8 @@ def _calls(calls: list[dict[str, Any]], stop: str | None) -> str:
         outcome = call.get("outcome", "")
         if "rows" in call:
             outcome += f", {call['rows']} rows" + (" (truncated)" if call.get("truncated") else "")
-        if call.get("error"):
-            outcome += f": {call['error']}"
+        if error := call.get("error"):  # a refusal's line already begins with "refused: "
+            outcome = error if error.startswith(f"{outcome}: ") else f"{outcome}: {error}"
         items.append(f"<li><b>{html.escape(str(call.get('tool', '')))}</b> {html.escape(outcome)} "
                      f"({call.get('seconds', 0):.3g} s)" + (f"<pre>{html.escape(str(shown))}</pre>" if shown else "")
                      + "</li>")

@@ -295,3 +295,17 @@ def test_anything_a_call_raises_is_one_line_and_kept(demo, tmp_path: Path, monke
             tools.submit_answer(f"{R1}/0", 1.0)
     failed = lines(path)[-1]
     assert (failed["tool"], failed["outcome"], failed["call"]) == ("submit_answer", "error", 2)
+
+
+def test_the_html_page_words_a_refused_call_once(demo, tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with open_tools(request(demo, path)) as tools:
+        with pytest.raises(ToolRefused):
+            tools.query(f"{R1}/0", "SELECT 1; SELECT 2")
+        tools.submit_answer(f"{R1}/0", 1.0)
+    scored = reproduce("score", path, "--config", "raster_only", "--template", "R1", "--data", demo[1],
+                       "--html", tmp_path / "scores.html")
+    assert scored.returncode == 0, scored.stderr  # a wrong answer is a score, not a failure to score
+    page = (tmp_path / "scores.html").read_text()
+    assert "<b>query</b> refused: several statements in one; only a query runs here" in page
+    assert "refused: refused:" not in page
