@@ -366,7 +366,7 @@ def score(
 
 @app.command()
 @manual(clip=f"{REPORTED_CHARACTERS:,}", sql_limit=f"{gate.MAX_SQL_CHARACTERS:,}",
-        answer_limit=f"{gate.MAX_ANSWER_CHARACTERS:,}")
+        answer_limit=f"{gate.MAX_ANSWER_CHARACTERS:,}", reply_limit=f"{gate.MAX_REPLY_BYTES:,}")
 def serve(
     config: ConfigOption = "all", template: TemplateOption = [], question: IdOption = [],  # noqa: B006
     data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
@@ -396,7 +396,8 @@ def serve(
     (its text and the answer it expects: components, units, format), schema() (what `reproduce schema`
     says), query(question_id, sql) (one read-only query in the sandbox as gsqa_model, as `score` runs a
     model's SQL: rows as JSON (NULLs as null) and geometries as WKT, the first --max-rows, values
-    past ${clip} characters cut; an error or refusal in one line) and submit_answer(question_id, answer) (rows
+    past ${clip} characters cut, and no more rows than fit in ${reply_limit} bytes, with a note when rows were
+    left out; an error or refusal in one line) and submit_answer(question_id, answer) (rows
     like the stored answers, a value, or a list of values: recorded, never judged here; it ends the
     question's episode); SQL past ${sql_limit} characters and answers past ${answer_limit} characters of JSON
     are refused. Each selected question is an episode with its own budget: --max-calls calls (every
@@ -405,7 +406,8 @@ def serve(
     after submit_answer (one per question, however many arrive at once), its tools answer with an error
     saying why. An unknown question id is an error naming it; the other questions go on. An MCP client gets
     each error as the tool's error result, the SDK's "Error executing tool NAME: " before the line. The open
-    question ids are the resource gsqa://questions. All agents of one server share its
+    question ids are the resource gsqa://questions. Every reply is one compact JSON text (no structured
+    content besides, which the SDK would send as a second copy). All agents of one server share its
     questions, so one server is one run (one --model and --method); start another server (or --port) for
     another run.
 

@@ -41,7 +41,10 @@ _DEEP_STACK_BYTES = 512 * 1024**2  # address space, used as deep as the nesting 
 # psycopg's placeholders, which it sends as $n, and its escaped %.
 _STATEMENT_SPAN = re.compile(r'(?:,"stmt_location":(\d+))?(?:,"stmt_len":(\d+))?}\]}$')  # the last RawStmt's
 _PLACEHOLDER = re.compile(r"%%|%(\([^)]*\))?[sbt]")
-MAX_ANSWER_CHARACTERS = 10_000_000  # of an answer as JSON; the largest stored answer (6,885 rows) is about 2 MB
+MAX_ANSWER_CHARACTERS = 10_000_000
+# What a tool's reply may be, as compact JSON: an MCP client reads it inside a JSON-RPC message (the official
+# SDK's streamable HTTP client refuses an event past 1 MiB), where escaping can nearly double it.
+MAX_REPLY_BYTES = 400_000  # of an answer as JSON; the largest stored answer (6,885 rows) is about 2 MB
 # What an SQLAlchemy session sends for a nested transaction (the parser's TransactionStmt kinds); engine() lets
 # them pass: they cannot end the transaction its session began, a ROLLBACK TO only undoes part of it.
 SAVEPOINT_KINDS = ("TRANS_STMT_SAVEPOINT", "TRANS_STMT_RELEASE", "TRANS_STMT_ROLLBACK_TO")

@@ -14,6 +14,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -21,6 +22,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from reproduce import configs, dataset
+from reproduce.gate import MAX_REPLY_BYTES
 from reproduce.serve import trajectory
 from reproduce.serve.protocol import mcp_server
 from reproduce.serve.tools import APPLICATION_NAME, ServeRequest, open_tools
@@ -246,3 +248,28 @@ def test_a_server_without_a_trajectory_warns_that_its_run_cannot_be_scored(demo)
     assert served.returncode == 0, served.stderr
     assert served.stderr.splitlines()[0] == ("warning: no --trajectory: the calls are not kept, so this run cannot be "
                                              "scored or continued")
+
+
+def test_a_reply_past_what_a_client_reads_is_cut_to_its_first_rows_and_says_so(demo, tmp_path: Path) -> None:
+    """100 rows of 3 texts of 1,999 characters, inside every default cap, were 1.4 MB pretty-printed and twice
+    (text and structured content): the official client refused the event. Now one compact text of at most
+    MAX_REPLY_BYTES, its first rows, and a note."""
+    wide = "SELECT g AS n, repeat('a', 1999) AS x, repeat('b', 1999) AS y, repeat('c', 1999) AS z " \
+           "FROM generate_series(1, 100) g"
+
+    async def ask(url: str) -> Any:
+        async with Client(url) as client:
+            return await client.call_tool("query", {"question_id": f"{R1}/0", "sql": wide})
+
+    with http_server(serve_args(demo, tmp_path / "run.jsonl"), tmp_path / "serve.log") as server:
+        result = asyncio.run(ask(server.url))
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=30) == 0
+    assert not result.is_error and len(result.content) == 1 and result.structured_content is None
+    text = result.content[0].text
+    reply = json.loads(text)
+    fit = len(reply["rows"])
+    assert len(text.encode()) <= MAX_REPLY_BYTES < len(text.encode()) + 6_100  # one more row would not fit
+    assert [row["n"] for row in reply["rows"]] == list(range(1, fit + 1)) and reply["row_count"] == 100
+    assert reply["truncated"] is True and reply["note"].startswith(
+        f"only the first {fit} of the 100 rows fit in a reply of {MAX_REPLY_BYTES:,} bytes; select fewer")

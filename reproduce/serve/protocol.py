@@ -1,14 +1,16 @@
 """The agent tools (reproduce/serve/tools.py) over the Model Context Protocol, with the official Python SDK's
 MCPServer: the same four methods registered as the tools `question`, `schema`, `query` and `submit_answer`
-(the SDK runs each call in a worker thread, so a slow query holds no other client), a refusal turned into
-the tool's error result (is_error, the one line as its text), and the open question ids as the resource
-gsqa://questions. Transports: stdio, or streamable HTTP at http://HOST:PORT/mcp for many agents at once.
+(the SDK runs each call in a worker thread, so a slow query holds no other client), each reply one compact JSON
+text (tools.reply_text, at most gate.MAX_REPLY_BYTES for a query), a refusal turned into the tool's error
+result (is_error, the one line as its text), and the open question ids as the resource gsqa://questions.
+Transports: stdio, or streamable HTTP at http://HOST:PORT/mcp for many agents at once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import json
 import os
 import signal
@@ -25,7 +27,7 @@ except ModuleNotFoundError as missing:
                               name=missing.name) from None
 
 from gsqa_core.errors import GsqaError
-from reproduce.serve.tools import ToolRefused, Tools
+from reproduce.serve.tools import ToolRefused, Tools, reply_text
 
 INSTRUCTIONS = """GS-QA2's reference database (PostgreSQL with PostGIS) for answering geospatial questions.
 For each question id: call question(question_id) for its text and the answer it expects, schema() for the
@@ -43,7 +45,7 @@ def mcp_server(tools: Tools, name: str = "gsqa-refdb") -> MCPServer:
     for method, hints in ((tools.question, READS), (tools.schema, READS), (tools.query, READS),
                           (tools.submit_answer, RECORDS)):
         server.add_tool(_refusals_as_tool_errors(method), name=method.__name__, annotations=hints,
-                        description=method.__doc__)
+                        description=method.__doc__, structured_output=False)
     server.resource("gsqa://questions", name="questions", mime_type="application/json",
                     description="The ids of the questions whose episodes are still open.")(
         lambda: json.dumps(tools.question_ids()))
@@ -54,11 +56,14 @@ def _refusals_as_tool_errors(method: Callable[..., Any]) -> Callable[..., Any]:
     """The method, its ToolRefused raised as the SDK's ToolError: an error result with the line as its text,
     logged without a traceback."""
     @functools.wraps(method)
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def call(*args: Any, **kwargs: Any) -> str:
         try:
-            return method(*args, **kwargs)
+            return reply_text(method(*args, **kwargs))
         except ToolRefused as refused:
             raise ToolError(str(refused)) from None
+    # Sent once, as compact text (no structured content: mcp_server): a dict would go as pretty-printed text
+    # and as structured content besides.
+    call.__signature__ = inspect.signature(method).replace(return_annotation=str)
     return call
 
 
