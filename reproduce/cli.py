@@ -406,7 +406,9 @@ def serve(
     after submit_answer (one per question, however many arrive at once), its tools answer with an error
     saying why. An unknown question id is an error naming it; the other questions go on. An MCP client gets
     each error as the tool's error result, the SDK's "Error executing tool NAME: " before the line. The open
-    question ids are the resource gsqa://questions. Every reply is one compact JSON text (no structured
+    question ids are the resource gsqa://questions, one table's schema gsqa://schema/NAME, and the prompt
+    gsqa_agent gives the benchmark's agent instructions (the tools, the budget, the answer's form; with a
+    question_id, the question and the answer it expects): neither counts as a call. Every reply is one compact JSON text (no structured
     content besides, which the SDK would send as a second copy). All agents of one server share its
     questions, so one server is one run (one --model and --method); start another server (or --port) for
     another run.

@@ -273,3 +273,23 @@ def test_a_reply_past_what_a_client_reads_is_cut_to_its_first_rows_and_says_so(d
     assert [row["n"] for row in reply["rows"]] == list(range(1, fit + 1)) and reply["row_count"] == 100
     assert reply["truncated"] is True and reply["note"].startswith(
         f"only the first {fit} of the 100 rows fit in a reply of {MAX_REPLY_BYTES:,} bytes; select fewer")
+
+
+def test_the_agent_prompt_and_one_table_s_schema_cost_no_call(demo, gold) -> None:
+    async def read(tools) -> tuple:
+        async with Client(mcp_server(tools)) as client:
+            prompts = [prompt.name for prompt in (await client.list_prompts()).prompts]
+            prompt = await client.get_prompt("gsqa_agent", {"question_id": f"{R1}/0"})
+            table = await client.read_resource("gsqa://schema/pois")
+            asked = json.loads((await client.call_tool("question", {"question_id": f"{R1}/0"})).content[0].text)
+            return prompts, prompt.messages[0].content.text, table.contents[0].text, asked
+
+    with open_tools(ServeRequest(config="raster_only", data=demo[1], dsn=demo[0], progress=False)) as tools:
+        prompts, prompt, table, asked = asyncio.run(read(tools))
+    assert prompts == ["gsqa_agent"]
+    assert prompt.startswith("You answer geospatial questions of the GS-QA2 benchmark")
+    assert ("Budget per question: 20 calls and 600 s from its first call; each statement at most 120 s; a query "
+            "returns at most 100 rows.") in prompt
+    assert f"Question {R1}/0: {gold[f'{R1}/0'].question}" in prompt
+    assert table.startswith("PostgreSQL ") and "Table public.pois (" in table and "Table public.roads" not in table
+    assert asked["budget_left"]["calls"] == 19  # the prompt and the resource were no calls

@@ -2,7 +2,8 @@
 MCPServer: the same four methods registered as the tools `question`, `schema`, `query` and `submit_answer`
 (the SDK runs each call in a worker thread, so a slow query holds no other client), each reply one compact JSON
 text (tools.reply_text, at most gate.MAX_REPLY_BYTES for a query), a refusal turned into the tool's error
-result (is_error, the one line as its text), and the open question ids as the resource gsqa://questions.
+result (is_error, the one line as its text), the open question ids as the resource gsqa://questions, each
+table's schema as gsqa://schema/{name}, and the agent instructions as the prompt gsqa_agent.
 Transports: stdio, or streamable HTTP at http://HOST:PORT/mcp for many agents at once.
 """
 
@@ -49,6 +50,12 @@ def mcp_server(tools: Tools, name: str = "gsqa-refdb") -> MCPServer:
     server.resource("gsqa://questions", name="questions", mime_type="application/json",
                     description="The ids of the questions whose episodes are still open.")(
         lambda: json.dumps(tools.question_ids()))
+    server.resource("gsqa://schema/{name}", name="table", mime_type="text/plain",
+                    description="One reference table as the schema tool describes it (pois, roads, parks, lakes, "
+                                "regions, dem_us).")(_refusals_as_tool_errors(tools.table_text))
+    server.prompt(name="gsqa_agent", description="The benchmark's agent instructions: the tools, the budget, the "
+                  "answer's form; with question_id, the question and the answer it expects.")(
+        _refusals_as_tool_errors(tools.instructions))
     return server
 
 

@@ -20,6 +20,7 @@ Nothing a call returns comes from the stored answers or the gold SQL.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import functools
 import hashlib
@@ -259,16 +260,42 @@ class Tools:
             return reply
 
     def _schema_text(self) -> str:
-        """The description, read once per server on the first call (it reads every geometry once): not at
+        return describe.as_text(self._description())
+
+    def table_text(self, name: str) -> str:
+        """One reference table as `schema` describes it (an agent's per-table resource; not a call)."""
+        found = [table for table in self._description().tables if table.name.split(".")[-1] == name]
+        if not found:
+            raise ToolRefused(f"unknown table {name!r}: the tables are "
+                              f"{', '.join(table.name.split('.')[-1] for table in self._description().tables)}")
+        return describe.as_text(dataclasses.replace(self._description(), tables=found))
+
+    def _description(self) -> describe.Description:
+        """The description, read once per server on first use (it reads every geometry once): not at
         start-up, where a client would wait for the server's first answer."""
         with self._describing:
             if self._schema is None:
                 try:
-                    self._schema = describe.as_text(self._describe())
+                    self._schema = self._describe()
                 except (GsqaError, psycopg.Error) as error:
                     raise ToolRefused(f"the database cannot be described now: {' '.join(str(error).split())}"
                                       ) from None
             return self._schema
+
+    def instructions(self, question_id: str | None = None) -> str:
+        """What an agent of the benchmark is told (the MCP prompt): the tools, the budget, the answer's form;
+        with a question id, the question and the answer it expects (as question() gives them, not a call)."""
+        budget = self.budget
+        text = (f"{AGENT_INSTRUCTIONS}\nBudget per question: {budget['calls']} calls and {budget['seconds']:g} s "
+                f"from its first call; each statement at most {budget['timeout']:g} s; a query returns at most "
+                f"{budget['rows']:,} rows.")
+        if question_id is None:
+            return text
+        record = self.records.get(question_id) if isinstance(question_id, str) else None
+        if record is None:
+            raise ToolRefused(f"unknown question id {question_id!r}")
+        return (f"{text}\n\nQuestion {record.id}: {record.question}\nThe answer it expects: "
+                f"{json.dumps(expected_answer(record.template_id))}")
 
     # --- episodes -------------------------------------------------------------------------------------
 
@@ -444,6 +471,14 @@ def _bounded(arguments: dict[str, Any]) -> tuple[dict[str, Any], int]:
         if size > gate.MAX_ANSWER_CHARACTERS:
             return {"answer": f"(not kept: {size:,} characters)"}, size
     return arguments, 0
+
+
+AGENT_INSTRUCTIONS = """You answer geospatial questions of the GS-QA2 benchmark with its reference database
+(PostgreSQL 15 with PostGIS: OpenStreetMap tables and a DEM raster) through four tools: question(question_id)
+gives the question and the answer it expects; schema() describes the tables; query(question_id, sql) runs one
+read-only SELECT (rows come back as JSON, geometries as WKT); submit_answer(question_id, answer) records your
+answer, once, and ends the question. Answer with a JSON list of rows whose keys are the expected columns, or with
+one value where one is expected. Every call on a question counts against its budget."""
 
 
 def expected_answer(template_id: str) -> dict[str, Any]:
