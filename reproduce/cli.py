@@ -408,10 +408,10 @@ def serve(
     each error as the tool's error result, the SDK's "Error executing tool NAME: " before the line. The open
     question ids are the resource gsqa://questions, one table's schema gsqa://schema/NAME, and the prompt
     gsqa_agent gives the benchmark's agent instructions (the tools, the budget, the answer's form; with a
-    question_id, the question and the answer it expects): neither counts as a call. Every reply is one compact JSON text (no structured
-    content besides, which the SDK would send as a second copy). All agents of one server share its
-    questions, so one server is one run (one --model and --method); start another server (or --port) for
-    another run.
+    question_id, the question and the answer it expects): neither counts as a call. Every reply is one
+    compact JSON text (no structured content besides, which the SDK would send as a second copy). All agents
+    of one server share its questions, so one server is one run (one --model and --method); start another
+    server (or --port) for another run.
 
     --trajectory FILE (one server per file) keeps every call as a JSON line, written when the call ends:
     question id, tool, arguments, outcome, rows, the sha256 of the result, seconds, budget left; the
