@@ -277,8 +277,8 @@ def privilege_differences(conn: psycopg.Connection, role: Role) -> list[str]:
     found += [f"it may create schemas and extensions in database {database}"] if create else []
     found += [f"it may create temporary tables in database {database}"] if temp else []
     found += [f"it may read schema {schema.BOOKKEEPING_SCHEMA}, where the passwords are kept"] if bookkeeping else []
-    found += [f"it holds {privileges} on {name} (in {schema.BOOKKEEPING_SCHEMA}, where the passwords are kept)"
-              for name, privileges in bookkeeping_grants(conn, role)]
+    found += [f"it holds SELECT on {name} (in {schema.BOOKKEEPING_SCHEMA}, where the passwords are kept)"
+              for name in bookkeeping_reads(conn, role)]
     unreadable = [table.fullname for table in schema.REFERENCE_TABLES
                   if conn.execute("SELECT to_regclass(%s) IS NOT NULL AND NOT has_table_privilege(%s, %s, 'SELECT')",
                                   [table.fullname, role.name, table.fullname]).fetchone()[0]]
@@ -288,16 +288,16 @@ def privilege_differences(conn: psycopg.Connection, role: Role) -> list[str]:
 TABLE_WRITES = "INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER"
 
 
-def bookkeeping_grants(conn: psycopg.Connection, role: Role) -> list[tuple[str, str]]:
-    """(qualified name, "SELECT") of each table or sequence of the bookkeeping schema the role may read,
-    through a grant to it or to PUBLIC: useless without USAGE on the schema, until someone grants that too.
-    (Writes there are `writable`'s, as anywhere.)"""
-    return conn.execute(
-        "SELECT format('%%I.%%I', n.nspname, c.relname), 'SELECT' FROM pg_class c "
+def bookkeeping_reads(conn: psycopg.Connection, role: Role) -> list[str]:
+    """The qualified name of each table or sequence of the bookkeeping schema the role may read, through a
+    grant to it or to PUBLIC: useless without USAGE on the schema, until someone grants that too. (Writes
+    there are `writable`'s, as anywhere.)"""
+    return [name for (name,) in conn.execute(
+        "SELECT format('%%I.%%I', n.nspname, c.relname) FROM pg_class c "
         "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %(schema)s "
         "AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S') AND CASE WHEN c.relkind = 'S' "
         "THEN has_sequence_privilege(%(role)s, c.oid, 'SELECT') ELSE has_table_privilege(%(role)s, c.oid, 'SELECT') "
-        "END ORDER BY 1", {"schema": schema.BOOKKEEPING_SCHEMA, "role": role.name}).fetchall()
+        "END ORDER BY 1", {"schema": schema.BOOKKEEPING_SCHEMA, "role": role.name})]
 
 
 def writable(conn: psycopg.Connection, role: Role) -> list[tuple[str, str]]:

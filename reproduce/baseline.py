@@ -148,8 +148,7 @@ class _Doors:
         if reading.savepoint:
             return statement, parameters  # a nested transaction's own, which must also run when it is aborted
         if dbapi_connection.autocommit:  # AUTOCOMMIT: this statement gets a transaction of its own, ended after
-            dbapi_connection.autocommit = False
-            dbapi_connection.read_only = True
+            dbapi_connection.autocommit = False  # idle, so read_only was set above
             conn.info[_EMULATED] = True
         dbapi_connection.execute(self.again, self.values)
         conn.info[_WATCHDOG].start(self.timeout)

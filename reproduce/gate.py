@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import psycopg
 from pglast import parser
 
-# The statement kinds that only read (the parser's node names), and what the refusals call them.
+# How a query may begin, as the refusals say it: one SELECT (a VALUES, TABLE or WITH is one too).
 QUERIES = ("SELECT", "WITH", "VALUES", "TABLE")
 # What an agent's tool call may carry (reproduce serve): more is refused unread, and not kept.
 MAX_SQL_CHARACTERS = 100_000  # the longest gold SQL through serve's tool; score and verify take any length
@@ -38,13 +38,15 @@ MAX_READ_CHARACTERS = 1_000_000
 # longer SQL takes a hop to the large stack's thread.
 _ON_THE_CALLERS_STACK = 10_000
 _DEEP_STACK_BYTES = 512 * 1024**2  # address space, used as deep as the nesting goes: 1,000,000 characters' worth
+# The last RawStmt's own fields, which end libpg_query's JSON tree: where the statement begins and how long it
+# is, in bytes of UTF-8 (stmt_len absent: to the end).
+_STATEMENT_SPAN = re.compile(r'(?:,"stmt_location":(\d+))?(?:,"stmt_len":(\d+))?}\]}$')
 # psycopg's placeholders, which it sends as $n, and its escaped %.
-_STATEMENT_SPAN = re.compile(r'(?:,"stmt_location":(\d+))?(?:,"stmt_len":(\d+))?}\]}$')  # the last RawStmt's
 _PLACEHOLDER = re.compile(r"%%|%(\([^)]*\))?[sbt]")
-MAX_ANSWER_CHARACTERS = 10_000_000
+MAX_ANSWER_CHARACTERS = 10_000_000  # of an answer as JSON; the largest stored answer (6,885 rows) is about 2 MB
 # What a tool's reply may be, as compact JSON: an MCP client reads it inside a JSON-RPC message (the official
 # SDK's streamable HTTP client refuses an event past 1 MiB), where escaping can nearly double it.
-MAX_REPLY_BYTES = 400_000  # of an answer as JSON; the largest stored answer (6,885 rows) is about 2 MB
+MAX_REPLY_BYTES = 400_000
 # What an SQLAlchemy session sends for a nested transaction (the parser's TransactionStmt kinds); engine() lets
 # them pass: they cannot end the transaction its session began, a ROLLBACK TO only undoes part of it.
 SAVEPOINT_KINDS = ("TRANS_STMT_SAVEPOINT", "TRANS_STMT_RELEASE", "TRANS_STMT_ROLLBACK_TO")
@@ -120,9 +122,8 @@ def read(statement: str, placeholders: bool = False) -> Reading:
     if refused or nodes != ["SelectStmt"]:
         savepoint = nodes == ["TransactionStmt"] and any(f'"kind":"{kind}"' in tree for kind in SAVEPOINT_KINDS)
         return Reading(refused, savepoint=savepoint)
-    body = _body(statement, tree)
-    at = statement.index(body)
-    return Reading(None, reads_rows=True, body=body, around=(statement[:at], statement[at + len(body):]))
+    begin, end = _span(statement, tree)
+    return Reading(None, reads_rows=True, body=statement[begin:end], around=(statement[:begin], statement[end:]))
 
 
 def refusal(statement: str) -> str | None:
@@ -180,14 +181,14 @@ def _statement_nodes(tree: str) -> list[str]:
     return nodes
 
 
-def _body(statement: str, tree: str) -> str:
-    """The one statement's text as the parser delimits it: without a `;` and what follows it (libpg_query's
-    stmt_location and stmt_len count bytes of UTF-8; no stmt_len: to the end)."""
-    found = _STATEMENT_SPAN.search(tree, len(tree) - 80)  # the last RawStmt's own fields end the tree
-    if found is None or found.group(2) is None:
-        return statement[len(statement.encode()[:int(found.group(1) or 0)].decode()):] if found else statement
-    begin, length = int(found.group(1) or 0), int(found.group(2))
-    return statement.encode()[begin:begin + length].decode()
+def _span(statement: str, tree: str) -> tuple[int, int]:
+    """Where the one statement begins and ends in `statement` (characters), as the parser delimits it: without
+    the empty statements before it, nor a `;` and what follows it."""
+    found = _STATEMENT_SPAN.search(tree, len(tree) - 80)
+    encoded = statement.encode()
+    begin = int(found.group(1) or 0)
+    end = begin + int(found.group(2)) if found.group(2) else len(encoded)
+    return len(encoded[:begin].decode()), len(encoded[:end].decode())
 
 
 def first_keyword(statement: str) -> str:

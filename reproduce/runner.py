@@ -108,7 +108,7 @@ class Server:
     admin: str | None = None
 
 
-def _json_value(value: Any) -> Any:
+def json_value(value: Any) -> Any:
     """Database values as the answers store them, and as JSON can carry them: numerics as floats, geometry as
     hex EWKB text, arrays and records as lists, NaN and infinities and any other type (ranges, addresses,
     dates) as their text."""
@@ -121,9 +121,9 @@ def _json_value(value: Any) -> Any:
     if isinstance(value, (bytes, memoryview)):
         return bytes(value).hex()
     if isinstance(value, list | tuple):
-        return [_json_value(item) for item in value]
+        return [json_value(item) for item in value]
     if isinstance(value, dict):  # json and jsonb
-        return {str(key): _json_value(item) for key, item in value.items()}
+        return {str(key): json_value(item) for key, item in value.items()}
     return str(value)
 
 
@@ -290,7 +290,7 @@ class Session:
         for row in cur.stream(statement):
             if names is None:
                 names = [column.name for column in cur.description]
-            values = {name: _json_value(value) for name, value in zip(names, row, strict=True)
+            values = {name: json_value(value) for name, value in zip(names, row, strict=True)
                       if value is not None or self.keep_nulls}
             if len(rows) == self.max_rows and self.truncate:
                 return rows, True  # closing the stream cancels the rest on the server
@@ -333,9 +333,10 @@ def capped(body: str, max_bytes: int, max_rows: int) -> str:
     and that stops after max_rows + 1 rows. The client never holds more.
 
     The SQL stays a subquery of its own behind OFFSET 0 (pulled up, its output expressions would be computed
-    again for each use); each row is one composite value, whose text is counted by a running sum and whose
-    columns are taken apart again, so no column name needs to be known, and the WHERE sees only the rows the
-    SQL returns (nothing is pushed into it past the fence)."""
+    again for each use); each row is made one composite value once, whose text is measured once (a row over
+    the cap stops before anything keeps it), counted by a running sum, and taken apart into its columns again,
+    so no column name needs to be known; the checks see only the rows the SQL returns (nothing is pushed into
+    it past the fence)."""
     # The aliases are names no query of the benchmark's uses: a column of the SQL named like the subquery's
     # alias would be taken for the whole row.
     row_over = f"('{VALUE_CAP_MARK} row ' || gsqa_s.gsqa_size)::int > 0"

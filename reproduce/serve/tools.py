@@ -291,9 +291,7 @@ class Tools:
                 f"{budget['rows']:,} rows.")
         if question_id is None:
             return text
-        record = self.records.get(question_id) if isinstance(question_id, str) else None
-        if record is None:
-            raise ToolRefused(f"unknown question id {question_id!r}")
+        record = self.records[self._known(question_id)]
         return (f"{text}\n\nQuestion {record.id}: {record.question}\nThe answer it expects: "
                 f"{json.dumps(expected_answer(record.template_id))}")
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import math
 import os
 import threading
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from typing import Any
 
 from gsqa_core.errors import GsqaError
 from reproduce.resume import drop_cut_line
+from reproduce.runner import json_value
 
 FORMAT = "gsqa-trajectory/1"
 STOP_REASONS = ("submitted", "budget", "none")
@@ -106,17 +106,6 @@ def _take(found: Trajectory, line: dict[str, Any], where: str) -> None:
         episode.stop, episode.why = line["reason"], line.get("why", "")
 
 
-def _finite(value: Any) -> Any:
-    """The value with every NaN or infinity replaced by its text (`"nan"`, `"inf"`), which strict JSON can carry."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(item) for item in value]
-    return value
-
-
 class Writer:
     """Appends lines to the file, one write each, flushed to the kernel before the call returns (a kill -9
     loses nothing written; a power cut may lose the last lines: no fsync, which would cost each call a
@@ -139,8 +128,9 @@ class Writer:
         self._lock = threading.Lock()
 
     def write(self, line: dict[str, Any]) -> None:
-        # ASCII: any text, lone surrogates too; strict JSON: NaN and infinities as their text, as query rows give them
-        data = (json.dumps(_finite(line), default=str, allow_nan=False) + "\n").encode()
+        # ASCII: any text, lone surrogates too; strict JSON: NaN, infinities and any other value as the runner
+        # gives query rows (their text)
+        data = (json.dumps(json_value(line), allow_nan=False) + "\n").encode()
         with self._lock:
             if self._fd < 0:
                 return  # a call that ended after the server closed: nothing left to keep it in
