@@ -27,9 +27,11 @@ from psycopg.conninfo import make_conninfo
 
 from gsqa_core.errors import GsqaError
 from testkit import local_server
+from testkit.refdb import load_stored_answers
 
 # Real benchmark records and the reference DDL, copied into the repository (tests/data/README.md).
 DATA = Path(__file__).resolve().parent / "data"
+STORED_TEMPLATES = ["R1", "R2", "R3", "R4", "VR1", "VR2", "VR3"]  # the stored_db fixture's
 HOW_TO_START = (
     "The tests start their own PostgreSQL from the server binaries: `make test` installs them (as root; "
     "otherwise it prints the apt-get line to run). Or point DATABASE_URL (or PGHOST/PGPORT/PGUSER) at a server "
@@ -191,6 +193,30 @@ def demo_db(request: pytest.FixtureRequest, server_dsn: str, demo_template: tupl
     initialize(dsn)
     yield dsn, data
     drop_database(server_dsn, psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
+
+
+@pytest.fixture(scope="module")
+def demo(demo_db: tuple[str, Path]) -> tuple[str, Path]:
+    """The module's demo database and its benchmark records: (its DSN, the benchmark folder)."""
+    return demo_db[0], demo_db[1] / "benchmark"
+
+
+@pytest.fixture(scope="module")
+def demo_dsn(demo_db: tuple[str, Path]) -> str:
+    """The module's demo database's DSN."""
+    return demo_db[0]
+
+
+@pytest.fixture(scope="module")
+def stored_db(initialized_dsn: str) -> str:
+    """The module's database holding the world of tests/data/benchmark's R1-R4 and VR1-VR3 records, in which
+    their stored answers hold (testkit.refdb)."""
+    from reproduce import configs, dataset
+
+    records = dataset.load(DATA / "benchmark", [configs.template(t) for t in STORED_TEMPLATES]).records
+    with psycopg.connect(initialized_dsn) as conn:
+        load_stored_answers(conn, records)
+    return initialized_dsn
 
 
 @pytest.fixture(scope="module")

@@ -28,14 +28,9 @@ TIMEOUT = 1.0
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def demo(demo_db: tuple[str, Path]) -> str:
-    return demo_db[0]
-
-
 @pytest.fixture
-def db(demo: str) -> Iterator[sqlalchemy.Engine]:
-    made = engine(demo, timeout=TIMEOUT)
+def db(demo_dsn: str) -> Iterator[sqlalchemy.Engine]:
+    made = engine(demo_dsn, timeout=TIMEOUT)
     yield made
     made.dispose()
 
@@ -62,17 +57,17 @@ def test_the_inspector_lists_the_reference_tables_with_their_types_and_no_warnin
     assert [type(column["type"]) for column in columns["dem_us"]] == [sqlalchemy.INTEGER, Raster, sqlalchemy.TEXT]
 
 
-def test_a_text_query_runs_as_the_model_role_with_its_limits(db: sqlalchemy.Engine, demo: str) -> None:
+def test_a_text_query_runs_as_the_model_role_with_its_limits(db: sqlalchemy.Engine, demo_dsn: str) -> None:
     with db.connect() as conn:
         row = conn.execute(text(
             "SELECT current_user, current_setting('application_name'), current_setting('statement_timeout'), "
             "current_setting('transaction_read_only'), current_setting('temp_file_limit'), "
             "current_setting('work_mem'), (SELECT count(*) FROM dem_us), "
             "(SELECT count(*) FROM pois WHERE tourism = :kind)"), {"kind": "museum"}).one()
-    with psycopg.connect(demo) as conn:
+    with psycopg.connect(demo_dsn) as conn:
         museums = conn.execute("SELECT count(*) FROM pois WHERE tourism = 'museum'").fetchone()[0]
     assert tuple(row) == (MODEL.name, APPLICATION_NAME, "1s", "on", "2GB", "64MB",
-                          admin_count(demo, "dem_us"), museums)
+                          admin_count(demo_dsn, "dem_us"), museums)
     assert museums > 0
 
 
@@ -93,17 +88,17 @@ REFUSED = [
 
 
 @pytest.mark.parametrize("statement, refusal", REFUSED)
-def test_what_reproduce_refuses_the_engine_refuses_in_the_same_line(db: sqlalchemy.Engine, demo: str, statement: str,
-                                                                    refusal: str) -> None:
-    before = admin_count(demo, "pois")
+def test_what_reproduce_refuses_the_engine_refuses_in_the_same_line(db: sqlalchemy.Engine, demo_dsn: str,
+                                                                    statement: str, refusal: str) -> None:
+    before = admin_count(demo_dsn, "pois")
     with db.connect() as conn, pytest.raises(Refused) as raised:
         conn.execute(text(statement))
     assert str(raised.value) == refusal and isinstance(raised.value, sqlalchemy.exc.DBAPIError)
-    session = Session(login_dsn(demo, MODEL), timeout=TIMEOUT)
+    session = Session(login_dsn(demo_dsn, MODEL), timeout=TIMEOUT)
     outcome = session.run(statement)
     session.close()
     assert (outcome.kind, outcome.error) == ("error", refusal)
-    assert admin_count(demo, "pois") == before > 0
+    assert admin_count(demo_dsn, "pois") == before > 0
 
 
 def test_a_statement_past_the_timeout_is_cancelled_on_the_server(db: sqlalchemy.Engine) -> None:
@@ -121,8 +116,8 @@ def test_a_statement_cannot_lift_the_timeout_of_the_next(db: sqlalchemy.Engine) 
     assert type(raised.value.orig) is psycopg.errors.QueryCanceled
 
 
-def test_a_connection_goes_back_to_the_pool_with_its_session_reset(demo: str) -> None:
-    made = engine(demo, pool_size=1, max_overflow=0)
+def test_a_connection_goes_back_to_the_pool_with_its_session_reset(demo_dsn: str) -> None:
+    made = engine(demo_dsn, pool_size=1, max_overflow=0)
     try:
         with made.connect() as conn:
             first = conn.execute(text("SELECT pg_backend_pid(), set_config('application_name', 'x', false)")).one()[0]
@@ -135,9 +130,9 @@ def test_a_connection_goes_back_to_the_pool_with_its_session_reset(demo: str) ->
 
 
 @pytest.mark.parametrize("timeout", [0, -1, 0.05, float("nan"), float("inf"), 3e6, "1", True])
-def test_a_timeout_out_of_the_servers_range_is_refused_in_one_line(demo: str, timeout: object) -> None:
+def test_a_timeout_out_of_the_servers_range_is_refused_in_one_line(demo_dsn: str, timeout: object) -> None:
     with pytest.raises(GsqaError) as raised:
-        engine(demo, timeout=timeout)
+        engine(demo_dsn, timeout=timeout)
     assert str(raised.value) == (f"timeout={timeout!r}: give seconds from 0.1 to 2,147,483.647, the server-side "
                                  "limit of each statement")
 
@@ -153,20 +148,20 @@ def test_a_missing_database_gets_the_advice_the_cli_gives(server_dsn: str) -> No
                             "which builds gsqa, or point --dsn / DATABASE_URL at the right database.")
 
 
-def test_no_engine_for_a_reader_that_may_end_other_backends(demo: str) -> None:
+def test_no_engine_for_a_reader_that_may_end_other_backends(demo_dsn: str) -> None:
     grant = "GRANT EXECUTE ON FUNCTION pg_catalog.pg_terminate_backend(integer, bigint) TO PUBLIC"
-    with psycopg.connect(demo, autocommit=True) as conn:  # this database only, to leave concurrent runs alone
+    with psycopg.connect(demo_dsn, autocommit=True) as conn:  # this database only, to leave concurrent runs alone
         conn.execute(grant)
     try:
         with pytest.raises(GsqaError, match=r"no engine for baselines: gsqa_model is not as declared: it may execute "
                                             r"pg_terminate_backend\(integer, bigint\)"):
-            engine(demo)
+            engine(demo_dsn)
     finally:
-        with psycopg.connect(demo, autocommit=True) as conn:
+        with psycopg.connect(demo_dsn, autocommit=True) as conn:
             conn.execute(grant.replace("GRANT", "REVOKE").replace(" TO ", " FROM "))
 
 
-def test_no_engine_when_the_reader_cannot_log_in(demo: str) -> None:
+def test_no_engine_when_the_reader_cannot_log_in(demo_dsn: str) -> None:
     with pytest.raises(GsqaError, match="no engine for baselines: gsqa_model cannot log in: .* Nothing listens there"):
         engine(login=with_user("postgresql://127.0.0.1:1/gsqa_nowhere", MODEL.name, None))
 
@@ -179,10 +174,10 @@ def test_without_the_baseline_extra_the_import_says_what_to_install() -> None:
                                             "pip install 'gsqa-refdb[baseline]'")
 
 
-def test_the_readme_example_runs_on_the_demo_database(demo: str) -> None:
+def test_the_readme_example_runs_on_the_demo_database(demo_dsn: str) -> None:
     readme = (ROOT / "README.md").read_text()
     example = readme.split("## Run your baseline", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     done = subprocess.run([sys.executable, "-c", example], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "DATABASE_URL": demo})
+                          env={**os.environ, "DATABASE_URL": demo_dsn})
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["geography(GEOMETRY,4326)", str(admin_count(demo, "dem_us"))]
+    assert done.stdout.splitlines() == ["geography(GEOMETRY,4326)", str(admin_count(demo_dsn, "dem_us"))]

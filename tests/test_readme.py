@@ -10,9 +10,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import typer.main
 from conftest import drop_database
 from psycopg.conninfo import conninfo_to_dict
 
+from ingest.cli import app as ingest_app
+from reproduce.cli import app as reproduce_app
 from testkit import local_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,6 +34,13 @@ def libpq_environment(server_dsn: str) -> dict[str, str]:
 
 def test_the_readme_has_runnable_blocks() -> None:
     assert len(runnable_blocks()) >= 1
+
+
+@pytest.mark.parametrize("tool, app", [("ingest", ingest_app), ("reproduce", reproduce_app)])
+def test_the_command_table_names_every_command(tool: str, app: typer.Typer) -> None:
+    readme = (ROOT / "README.md").read_text()
+    listed = set(re.findall(rf"^\| `{tool} ([a-z-]+)", readme, re.M))
+    assert listed == set(typer.main.get_command(app).commands)
 
 
 @pytest.mark.parametrize("number", range(len(runnable_blocks())))

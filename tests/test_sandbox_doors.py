@@ -88,11 +88,6 @@ AT_OUR_DOORS = {**HOSTILE, **DOORS_ONLY}
 READ_WRITE = "SELECT set_config('default_transaction_read_only', 'off', false)"  # a query: the gate lets it by
 
 
-@pytest.fixture(scope="module")
-def demo(demo_db: tuple[str, Path]) -> tuple[str, Path]:
-    return demo_db[0], demo_db[1] / "benchmark"
-
-
 @pytest.fixture
 def before(demo: tuple[str, Path]) -> dict:
     return leftovers(demo[0])

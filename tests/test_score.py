@@ -24,7 +24,6 @@ from reproduce import configs, dataset
 from reproduce.score import ScoreRequest, score
 from reproduce.verify import Request, verify
 from testkit.cli import reproduce
-from testkit.refdb import load_stored_answers
 from testkit.tools import missing
 
 BIN = Path(sys.executable).parent
@@ -33,14 +32,6 @@ UNREACHABLE = "postgresql://nobody@127.0.0.1:1/gsqa_nowhere"
 TEMPLATES = ["R1", "R2", "R3", "R4", "VR1", "VR2", "VR3"]
 R1 = "raster_only/elevation+poi"
 METRE_OF_LATITUDE = 1 / 111_195.08  # degrees, on the verdicts' sphere (radius 6,371,008.8 m)
-
-
-@pytest.fixture(scope="module")
-def stored_db(initialized_dsn: str) -> str:
-    records = dataset.load(BENCHMARK, [configs.template(t) for t in TEMPLATES]).records
-    with psycopg.connect(initialized_dsn) as conn:
-        load_stored_answers(conn, records)
-    return initialized_dsn
 
 
 def records_of(template: str) -> list[dataset.Record]:

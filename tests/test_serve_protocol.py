@@ -33,11 +33,6 @@ R1 = "raster_only/elevation+poi"
 
 
 @pytest.fixture(scope="module")
-def demo(demo_db: tuple[str, Path]) -> tuple[str, Path]:
-    return demo_db[0], demo_db[1] / "benchmark"
-
-
-@pytest.fixture(scope="module")
 def gold(demo: tuple[str, Path]) -> dict:
     return {record.id: record for record in dataset.load(demo[1], [configs.template("R1")]).records}
 

@@ -22,11 +22,6 @@ R1 = "raster_only/elevation+poi"
 
 
 @pytest.fixture(scope="module")
-def demo(demo_db: tuple[str, Path]) -> tuple[str, Path]:
-    return demo_db[0], demo_db[1] / "benchmark"
-
-
-@pytest.fixture(scope="module")
 def records(demo: tuple[str, Path]) -> dict:
     loaded = dataset.load(demo[1], [configs.template("R1"), configs.template("V5")]).records
     return {record.id: record for record in loaded}

@@ -13,17 +13,9 @@ from conftest import DATA
 
 from reproduce import configs, dataset
 from reproduce.verify import Request, verify
-from testkit.refdb import load_stored_answers, points_in
+from testkit.refdb import points_in
 
 TEMPLATES = ["R1", "R2", "R3", "R4", "VR1", "VR2", "VR3"]
-
-
-@pytest.fixture(scope="module")
-def stored_db(initialized_dsn: str) -> str:
-    records = dataset.load(DATA / "benchmark", [configs.template(t) for t in TEMPLATES]).records
-    with psycopg.connect(initialized_dsn) as conn:
-        load_stored_answers(conn, records)
-    return initialized_dsn
 
 
 def run(dsn: str, *templates: str) -> dict[str, str]:
