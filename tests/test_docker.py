@@ -126,3 +126,25 @@ def test_make_db_passes_offline_bbox_and_what_to_ingest_all() -> None:
     assert "run --rm loader all /data --what dem --offline --bbox -75,40,-73,42" in result.stdout, result.stdout
     demo = run("make", "-n", "demo")
     assert "all /data --what dem  --bbox -75,40,-73,42" in demo.stdout, demo.stdout
+
+
+def test_the_build_context_holds_only_what_the_dockerfiles_copy(tmp_path: Path) -> None:
+    """.dockerignore: every COPY source is in the build context; the venv, the data folder (71 GB after a full
+    fetch), the tests and what a checkout compiles in place are not."""
+    from docker.utils.build import exclude_paths
+
+    ignore = (ROOT / ".dockerignore").read_text()
+    patterns = [line.strip() for line in ignore.splitlines() if line.strip() and not line.startswith("#")]
+    context = exclude_paths(str(ROOT), patterns)
+    copied = {source.rstrip("/") for dockerfile in ROOT.glob("Dockerfile*")
+              for line in dockerfile.read_text().splitlines() if line.startswith("COPY ") and "--from" not in line
+              for source in line.split()[1:-1]}
+    assert copied and all(any(path == source or path.startswith(source + "/") for path in context)
+                          for source in copied)
+    for name in (".venv/bin/python", "data/dem/tiles/a.tif", "ingest/osm/_osmread.so", "ingest/__pycache__/a.pyc",
+                 "ingest/load.py", "tests/test_a.py", "README.md"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    (tmp_path / ".dockerignore").write_text(ignore)
+    sent = {path for path in exclude_paths(str(tmp_path), patterns) if (tmp_path / path).is_file()}
+    assert sent == {".dockerignore", "ingest/load.py", "README.md"}
