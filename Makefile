@@ -45,8 +45,9 @@ DATABASE_URL_HOST = postgresql://postgres:$(POSTGRES_PASSWORD)@127.0.0.1:$(GSQA_
 BASE_IMAGE ?= debian:bookworm-slim
 # CA certificates added on this host (e.g. a TLS-intercepting proxy's), copied into the loader image.
 EXTRA_CA_DIR ?= /usr/local/share/ca-certificates
+SANDBOX_IMAGE = gsqa-refdb-sandbox
 
-.PHONY: help db demo snapshot export db-up db-local replicas base-image ca-certificates where down clean venv test system-packages lint
+.PHONY: help db demo snapshot export db-up db-local replicas base-image sandbox-image ca-certificates where down clean venv test system-packages lint
 
 help:
 	@echo "make db        build the images, start the Docker PostGIS, run \`ingest all /data\` in the loader"
@@ -66,6 +67,7 @@ help:
 	@echo "make replicas  N hot standbys of the database (N=2) for reproduce verify --replica, on the loopback"
 	@echo "               ports GSQA_REPLICA_PORTS (55433-55440); switches db once to wal_level = replica (a restart)"
 	@echo "make base-image  build $(BASE_IMAGE) locally with debootstrap (no registry needed)"
+	@echo "make sandbox-image  the image code agents' Python runs in (\`reproduce serve --tools python\`)"
 	@echo "make down      stop the containers (data is kept)"
 	@echo "make clean     stop the containers and delete the database volume (asks first)"
 	@echo "make venv      create $(VENV) with the project and its dev tools"
@@ -154,6 +156,11 @@ replicas:
 
 base-image:
 	bash docker/base-image.sh $(BASE_IMAGE)
+
+# The image is named in reproduce/serve/python_sandbox.py (IMAGE) too; a test holds the two equal.
+sandbox-image: ca-certificates
+	@docker image inspect $(BASE_IMAGE) >/dev/null 2>&1 || docker pull $(BASE_IMAGE) >/dev/null 2>&1 || bash docker/base-image.sh $(BASE_IMAGE)
+	docker build --file Dockerfile.sandbox --tag $(SANDBOX_IMAGE) .
 
 ca-certificates:
 	@for cert in $(wildcard $(EXTRA_CA_DIR)/*.crt); do cmp -s "$$cert" docker/ca-certificates/$$(basename "$$cert") || cp "$$cert" docker/ca-certificates/; done

@@ -1,0 +1,247 @@
+"""The container a code agent's Python runs in (`reproduce serve --tools python`; docs/SANDBOX.md "Code agents").
+
+One container per episode, from `make sandbox-image`'s image, started at the episode's first call and removed
+when it ends: no network, a read-only root, every capability dropped, no-new-privileges, a non-root user,
+CPU, memory (no swap), process and scratch limits, the export mounted read-only at /data, no logs kept by the
+engine, never the Docker socket. Each call runs the code in a fresh Python process through the image's
+/opt/sandbox/run_call.py (`docker exec`), which bounds its output and kills what it leaves behind; if the call
+outlives its timeout by more than GRACE_SECONDS, the container is killed and the next call starts a new one.
+
+Containers carry a label naming the serve process that started them (host, pid, start time), so that the
+next serve on this host removes those of a serve that was killed (`reap_orphans`).
+
+The engine is driven with the docker CLI rather than the docker SDK: a call needs the code on stdin and a
+bounded read of the reply, which `docker exec -i` gives directly, and the CLI is there wherever the engine is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+IMAGE = "gsqa-refdb-sandbox"  # `make sandbox-image` (Makefile's SANDBOX_IMAGE)
+LABEL = "gsqa-refdb.serve"
+DATA_MOUNT = "/data"
+GRACE_SECONDS = 10.0  # past a call's timeout, before the container itself is killed
+START_TIMEOUT = 60.0
+REPLY_BYTES = 1 << 20  # run_call.py's JSON line: the kept output plus a few hundred bytes
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one episode's container may take (the `docker run` options below)."""
+
+    cpus: float = 1.0
+    memory_mb: int = 2048  # swap included: none
+    pids: int = 128
+    scratch_mb: int = 512  # /tmp, the code's working folder, for the episode's life
+    shm_mb: int = 64
+    output_bytes: int = 20_000  # of stdout and of stderr each: half head, half tail
+
+
+@dataclass(frozen=True)
+class PythonRun:
+    """One call: how it ended, the output kept, what it took."""
+
+    exit: int | None  # None when a signal ended it
+    signal: str | None
+    timed_out: bool
+    seconds: float
+    peak_kb: int
+    stdout: str
+    stderr: str
+    stdout_bytes: int
+    stderr_bytes: int
+    container_killed: bool = False  # the call outlived its timeout and grace: the scratch folder is gone
+
+    @property
+    def outcome(self) -> str:
+        """ok, error (a non-zero exit), timeout, killed (a signal: the memory limit, mostly), lost."""
+        if self.container_killed:
+            return "lost"
+        if self.timed_out:
+            return "timeout"
+        if self.signal:
+            return "killed"
+        return "ok" if self.exit == 0 else "error"
+
+
+class SandboxUnavailable(Exception):
+    """No engine, no image, or a container that would not start: one line saying what to do."""
+
+
+def unavailable() -> str | None:
+    """Why `--tools python` cannot run here, in one line; None when it can."""
+    if shutil.which("docker") is None:
+        return "the docker CLI is not installed: install Docker Engine (docker.io), then `make sandbox-image`"
+    probe = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", IMAGE], capture_output=True,
+                           text=True, timeout=30)
+    if probe.returncode == 0:
+        return None
+    if "No such image" in probe.stderr or "No such object" in probe.stderr:
+        return f"the image {IMAGE} is missing: run `make sandbox-image`"
+    return f"the Docker engine does not answer ({_first_line(probe.stderr)}): start it, or run serve without python"
+
+
+def docker_run_options(limits: Limits, export: Path) -> list[str]:
+    """The container's confinement, as `docker run` options."""
+    return ["--network", "none", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+            "--user", sandbox_user(), "--cpus", str(limits.cpus), "--memory", f"{limits.memory_mb}m",
+            "--memory-swap", f"{limits.memory_mb}m", "--pids-limit", str(limits.pids),
+            "--tmpfs", f"/tmp:rw,nosuid,nodev,noexec,size={limits.scratch_mb}m,mode=1777",
+            "--shm-size", f"{limits.shm_mb}m", "--ulimit", "core=0",
+            "--mount", f"type=bind,source={export.resolve()},target={DATA_MOUNT},readonly",
+            "--log-driver", "none"]
+
+
+def sandbox_user() -> str:
+    """Whom the code runs as: the user running serve (so that the export reads as it does for them), never
+    root: under root, the image's unprivileged user 1000."""
+    return f"{os.getuid()}:{os.getgid()}" if os.getuid() != 0 else "1000:1000"
+
+
+def unreadable_export(export: Path) -> str | None:
+    """Why the sandbox's user could not read the export folder, in one line; None when it can."""
+    if not (export / "export.json").is_file():
+        return f"{export} is not an `ingest export` folder (no export.json)"
+    others_can_read = export.stat().st_mode & 0o005 == 0o005 and (export / "export.json").stat().st_mode & 0o004
+    if os.getuid() == 0 and not others_can_read:
+        return f"{export} is not readable by the sandbox's user (uid 1000, serve runs as root): chmod -R o+rX it"
+    return None
+
+
+class PythonSandbox:
+    """One episode's container: started at the first call, removed by close()."""
+
+    def __init__(self, export: Path, limits: Limits = Limits(), name: str | None = None) -> None:
+        self.export, self.limits = export, limits
+        self.name = name or f"gsqa-python-{uuid.uuid4().hex[:12]}"
+        self.started = False
+        self._lock = threading.Lock()  # one call at a time per container
+
+    def run(self, code: str, timeout: float) -> PythonRun:
+        """The code in a fresh Python process; ends at `timeout` seconds (the process group and whatever it
+        left are killed), or at timeout + grace by killing the container."""
+        with self._lock:
+            if not self.started:
+                self._start()
+            argv = ["docker", "exec", "--interactive", self.name, "python3", "/opt/sandbox/run_call.py",
+                    str(timeout), str(self.limits.output_bytes)]
+            started = time.monotonic()
+            reply, finished = _bounded_run(argv, code.encode(), timeout + GRACE_SECONDS, REPLY_BYTES)
+            run = _parsed(reply) if finished else None
+            if run is None:  # the runner itself was killed (memory) or hung: start afresh next time
+                self._kill()
+                return PythonRun(None, "SIGKILL", not finished, round(time.monotonic() - started, 3), 0, "", "",
+                                 0, 0, container_killed=True)
+            return run
+
+    def close(self) -> None:
+        """Remove the container (and its scratch folder); nothing happens if it never started."""
+        with self._lock:
+            if self.started:
+                self._kill()
+
+    def _start(self) -> None:
+        argv = ["docker", "run", "--detach", "--name", self.name, "--label", f"{LABEL}={owner_label()}",
+                *docker_run_options(self.limits, self.export), IMAGE]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=START_TIMEOUT)
+        if done.returncode != 0:
+            subprocess.run(["docker", "rm", "--force", self.name], capture_output=True, timeout=START_TIMEOUT)
+            raise SandboxUnavailable(f"the sandbox container did not start: {_first_line(done.stderr)}")
+        self.started = True
+
+    def _kill(self) -> None:
+        subprocess.run(["docker", "rm", "--force", self.name], capture_output=True, timeout=START_TIMEOUT)
+        self.started = False
+
+
+def owner_label() -> str:
+    """This process on this host, as a container label: host, pid and the pid's start time (a pid reused by
+    another process after a reboot or a wrap-around does not pass for this one)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"
+
+
+def reap_orphans() -> list[str]:
+    """Remove the containers that a serve on this host started and that outlived it (kill -9); returns
+    their names. Containers of a serve still running are left alone."""
+    listed = subprocess.run(["docker", "ps", "--all", "--filter", f"label={LABEL}", "--format",
+                             f'{{{{.Names}}}}\t{{{{.Label "{LABEL}"}}}}'], capture_output=True, text=True, timeout=60)
+    orphans = []
+    for line in listed.stdout.splitlines():
+        name, _, owner = line.partition("\t")
+        host, _, rest = owner.partition(":")
+        pid, _, started = rest.partition(":")
+        if host == socket.gethostname() and pid.isdigit() and _start_time(int(pid)) != started:
+            orphans.append(name)
+    if orphans:
+        subprocess.run(["docker", "rm", "--force", *orphans], capture_output=True, timeout=120)
+    return orphans
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time in clock ticks since boot (/proc/PID/stat, field 22); "" if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _bounded_run(argv: list[str], stdin: bytes, timeout: float, max_bytes: int) -> tuple[bytes, bool]:
+    """A process's stdout, at most max_bytes of it (the rest read and dropped), and whether it ended within
+    timeout (else it is killed)."""
+    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    kept = bytearray()
+
+    def read() -> None:
+        while chunk := process.stdout.read1(65536):
+            kept.extend(chunk[:max(0, max_bytes - len(kept))])
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        process.stdin.write(stdin)
+        process.stdin.close()
+    except BrokenPipeError:
+        pass
+    deadline = time.monotonic() + timeout
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        return bytes(kept), False
+    reader.join(max(0.0, deadline - time.monotonic()))
+    return bytes(kept), True
+
+
+def _parsed(reply: bytes) -> PythonRun | None:
+    """run_call.py's last line; None if there is none (it was killed before it could write it)."""
+    lines = reply.decode("utf-8", "replace").strip().splitlines()
+    try:
+        data = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        return None
+    return PythonRun(data["exit"], data["signal"], data["timed_out"], data["seconds"], data["peak_kb"],
+                     _joined(data["stdout"]), _joined(data["stderr"]), data["stdout"]["bytes"],
+                     data["stderr"]["bytes"])
+
+
+def _joined(stream: dict) -> str:
+    """Head and tail, with the cut marked where bytes were left out."""
+    if not stream["cut"]:
+        return stream["head"] + stream["tail"]
+    return f"{stream['head']}\n[... {stream['cut']:,} bytes cut ...]\n{stream['tail']}"
+
+
+def _first_line(text: str) -> str:
+    return (text.strip().splitlines() or ["no message"])[0]

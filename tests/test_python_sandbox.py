@@ -1,0 +1,181 @@
+"""The code agents' container (reproduce/serve/python_sandbox.py) against a real Docker engine: a call runs
+the code and returns its output bounded; hostile code is contained, each attempt in one outcome, and the
+container is as it was for the next call; nothing outlives the episode or a killed serve."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from docker_helpers import base_image
+
+from reproduce.serve import python_sandbox
+from reproduce.serve.python_sandbox import IMAGE, LABEL, Limits, PythonSandbox
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.docker
+LIMITS = Limits(memory_mb=512, pids=64, scratch_mb=64, output_bytes=2_000)
+
+
+@pytest.fixture(scope="module")
+def image(engine) -> str:
+    """The sandbox image, built as `make sandbox-image` builds it where it is missing."""
+    if python_sandbox.unavailable():
+        base_image()
+        built = subprocess.run(["make", "sandbox-image"], cwd=ROOT, capture_output=True, text=True, timeout=1800)
+        assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    assert python_sandbox.unavailable() is None
+    return IMAGE
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("export")
+    (folder / "layer.txt").write_text("the export\n")
+    (folder / "export.json").write_text("{}\n")
+    folder.chmod(0o755)  # as `ingest export` leaves it; pytest's folders are the owner's only
+    assert python_sandbox.unreadable_export(folder) is None
+    return folder
+
+
+@pytest.fixture(scope="module")
+def sandbox(image: str, export: Path) -> Iterator[PythonSandbox]:
+    made = PythonSandbox(export, LIMITS)
+    yield made
+    made.close()
+
+
+def still_works(sandbox: PythonSandbox) -> None:
+    after = sandbox.run("print(open('/data/layer.txt').read().strip())", 10)
+    assert (after.outcome, after.stdout) == ("ok", "the export\n")
+
+
+def test_a_call_runs_the_code_over_the_export(sandbox: PythonSandbox) -> None:
+    run = sandbox.run("import sys\nprint(open('/data/layer.txt').read().strip())\nprint('note', file=sys.stderr)", 10)
+    assert (run.outcome, run.exit, run.stdout, run.stderr) == ("ok", 0, "the export\n", "note\n")
+    assert run.peak_kb > 0
+
+
+def test_the_scratch_folder_lives_as_long_as_the_episode(sandbox: PythonSandbox) -> None:
+    assert sandbox.run("open('kept.txt', 'w').write('x')", 10).outcome == "ok"
+    assert sandbox.run("print(open('/tmp/work/kept.txt').read())", 10).stdout == "x\n"
+
+
+def test_an_exception_is_an_error_with_its_traceback(sandbox: PythonSandbox) -> None:
+    run = sandbox.run("1 / 0", 10)
+    assert (run.outcome, run.exit) == ("error", 1)
+    assert run.stderr.endswith("ZeroDivisionError: division by zero\n")
+
+
+def test_output_is_kept_as_head_and_tail_with_the_cut_marked(sandbox: PythonSandbox) -> None:
+    run = sandbox.run("import sys\nsys.stdout.write('a' * 1000 + 'b' * 10_000_000 + 'c' * 1000)", 20)
+    assert run.outcome == "ok" and run.stdout_bytes == 10_002_000
+    assert run.stdout == "a" * 1000 + "\n[... 10,000,000 bytes cut ...]\n" + "c" * 1000
+
+
+HOSTILE = {
+    "a fork bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", 3,
+                    "timeout"),
+    "memory past the limit": ("x = bytearray(1024 ** 3)\nx[::4096] = b'1' * len(x[::4096])", 20, "killed"),
+    "a CPU spin past the timeout": ("while True:\n    pass", 2, "timeout"),
+    "a sleep past the timeout": ("import time\ntime.sleep(600)", 2, "timeout"),
+    "10 GB to stdout": ("import os\nblock = b'x' * (1 << 20)\nfor _ in range(10240):\n    os.write(1, block)", 60,
+                        None),  # as fast as the pipe: ok or timeout, bounded either way
+    "filling the scratch tmpfs": ("open('/tmp/work/fill', 'wb').write(b'x' * (200 << 20))", 20, "error"),
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_code_is_contained_and_the_next_call_works(sandbox: PythonSandbox, name: str) -> None:
+    code, timeout, outcome = HOSTILE[name]
+    run = sandbox.run(code, timeout)
+    if outcome:
+        assert run.outcome == outcome, run
+    assert len(run.stdout) + len(run.stderr) <= 2 * LIMITS.output_bytes + 100
+    assert not run.container_killed
+    listed = sandbox.run("import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))", 10)
+    assert len(eval(listed.stdout)) == 3  # init, the call's runner and this code: nothing left of the last call
+    sandbox.run("import os\nos.remove('/tmp/work/fill') if os.path.exists('/tmp/work/fill') else None", 10)
+    still_works(sandbox)
+
+
+REFUSED = {
+    "writing under the data mount": ("open('/data/x', 'w')", "Read-only file system"),
+    "writing to the root": ("open('/usr/x', 'w')", "Read-only file system"),
+    "the network": ("import socket\nsocket.create_connection(('10.0.0.1', 80), timeout=2)", "Network is unreachable"),
+    "the host's shadow file": ("open('/etc/shadow').read()", "Permission denied"),
+    "becoming root": ("import os\nos.setuid(0)", "Operation not permitted"),
+    "mounting": ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                 "if libc.mount(b'none', b'/mnt', b'tmpfs', 0, None) != 0:\n"
+                 "    raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))", "Operation not permitted"),
+    "PID 1's root": ("import os\nos.listdir('/proc/1/root')", "Permission denied"),
+    "the Docker socket": ("import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('/var/run/docker.sock')",
+                          "No such file or directory"),
+    "a program dropped in scratch": ("import os, shutil\nshutil.copy('/bin/true', '/tmp/work/t')\n"
+                                     "os.chmod('/tmp/work/t', 0o755)\nos.execv('/tmp/work/t', ['t'])",
+                                     "Permission denied"),
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_what_the_container_refuses_is_an_error_naming_why(sandbox: PythonSandbox, name: str) -> None:
+    code, refusal = REFUSED[name]
+    run = sandbox.run(code, 10)
+    assert run.outcome == "error", run
+    assert refusal in run.stderr.splitlines()[-1]
+    still_works(sandbox)
+
+
+def test_only_loopback_is_there(sandbox: PythonSandbox) -> None:
+    assert sandbox.run("import socket\nprint(socket.if_nameindex())", 10).stdout == "[(1, 'lo')]\n"
+
+
+def test_a_call_the_runner_does_not_end_in_time_costs_the_container_and_the_next_call_starts_another(
+        image: str, export: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(python_sandbox, "GRACE_SECONDS", -0.9)  # the host gives up before the runner's timeout
+    sandbox = PythonSandbox(export, LIMITS)
+    try:
+        run = sandbox.run("import time\ntime.sleep(30)", 1.0)
+        assert (run.outcome, run.container_killed) == ("lost", True)
+        monkeypatch.setattr(python_sandbox, "GRACE_SECONDS", 10.0)
+        still_works(sandbox)
+    finally:
+        sandbox.close()
+    assert containers(sandbox.name) == []
+
+
+def containers(name: str) -> list[str]:
+    listed = subprocess.run(["docker", "ps", "--all", "--filter", f"name=^{name}$", "--format", "{{.Names}}"],
+                            capture_output=True, text=True, timeout=60)
+    return listed.stdout.split()
+
+
+def test_close_removes_the_container(image: str, export: Path) -> None:
+    sandbox = PythonSandbox(export, LIMITS)
+    assert sandbox.run("print(1)", 10).outcome == "ok"
+    assert containers(sandbox.name) == [sandbox.name]
+    sandbox.close()
+    assert containers(sandbox.name) == []
+
+
+def test_the_next_serve_removes_the_containers_of_a_killed_one(image: str, export: Path, tmp_path: Path) -> None:
+    script = (f"from pathlib import Path\nfrom reproduce.serve.python_sandbox import PythonSandbox, Limits\n"
+              f"s = PythonSandbox(Path({str(export)!r}), Limits(memory_mb=256))\nprint(s.name, flush=True)\n"
+              f"s.run('print(1)', 10)\nprint('started', flush=True)\nimport time\ntime.sleep(600)\n")
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    name = process.stdout.readline().strip()
+    assert process.stdout.readline().strip() == "started"
+    assert python_sandbox.reap_orphans() == []  # its serve is alive: left alone
+    process.kill()
+    process.wait()
+    assert containers(name) == [name]
+    assert python_sandbox.reap_orphans() == [name]
+    assert containers(name) == []
+
+
+def test_the_image_name_is_the_makefiles() -> None:
+    assert f"SANDBOX_IMAGE = {IMAGE}\n" in (ROOT / "Makefile").read_text()
+    assert LABEL.startswith("gsqa-refdb.")
