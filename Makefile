@@ -208,5 +208,5 @@ COMPOSE_BIN = $(shell $(PYTHON) -c 'import compose, pathlib; print(pathlib.Path(
 
 lint: $(VENV)/bin/ingest
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/hadolint Dockerfile Dockerfile.postgis
+	$(VENV)/bin/hadolint Dockerfile Dockerfile.postgis Dockerfile.sandbox
 	$(COMPOSE_BIN) -f docker-compose.yml --profile loader config --quiet

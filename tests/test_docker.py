@@ -52,7 +52,7 @@ def test_host_port_is_configurable() -> None:
 
 
 def test_dockerfiles_pass_hadolint() -> None:
-    result = run(str(BIN / "hadolint"), "Dockerfile", "Dockerfile.postgis")
+    result = run(str(BIN / "hadolint"), "Dockerfile", "Dockerfile.postgis", "Dockerfile.sandbox")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
