@@ -1,6 +1,7 @@
-"""A Docker engine for the tests marked `docker` (tests/test_make_db.py, tests/test_fresh_machine.py): the one
-that answers, else dockerd started here (as root, with docker.io installed); else the test is skipped with the
-reason, or fails under GSQA_REQUIRE_TOOLS=1 (set by .ci/run). And the base image both images start from."""
+"""A Docker engine for the tests marked `docker` (tests/test_make_db.py, tests/test_fresh_machine.py,
+tests/test_python_sandbox.py): the one that answers, else dockerd started here (as root, with docker.io
+installed) and stopped at the end of the session; else the test is skipped with the reason, or fails under
+GSQA_REQUIRE_TOOLS=1 (set by .ci/run). And the base image the images start from."""
 
 from __future__ import annotations
 
@@ -36,12 +37,12 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
         except docker.errors.DockerException:
             return None
 
-    client = ping()
+    client, daemon = ping(), None
     if client is None:
         if os.geteuid() != 0 or shutil.which("dockerd") is None:
             _unavailable("no engine answers and dockerd cannot be started here (not root, or docker.io missing)")
         log = open(tmp_path_factory.mktemp("dockerd") / "dockerd.log", "w")  # noqa: SIM115 - lives with dockerd
-        subprocess.Popen(["dockerd"], stdout=log, stderr=log, start_new_session=True)
+        daemon = subprocess.Popen(["dockerd"], stdout=log, stderr=log, start_new_session=True)
         for _ in range(300):
             client = ping()
             if client is not None:
@@ -51,6 +52,9 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
             _unavailable(f"dockerd did not answer within 30 s (log: {log.name})")
     yield client
     client.close()
+    if daemon is not None:  # started here: stopped here, so that `make test` leaves no daemon behind
+        daemon.terminate()
+        daemon.wait(60)
 
 
 
