@@ -129,6 +129,40 @@ def test_what_the_container_refuses_is_an_error_naming_why(sandbox: PythonSandbo
     still_works(sandbox)
 
 
+AGAINST_THE_SANDBOX = {
+    "signals to init": ("import os, signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL):\n"
+                        "    os.kill(1, s)\nprint('sent')", "ok"),
+    "a junk request to init, and one held open": (
+        "import socket, time\nfor _ in range(2):\n    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n"
+        "    s.connect('\\0gsqa-sandbox-calls')\ns.send(b'x' * 60)\nheld = socket.socket(socket.AF_UNIX, "
+        "socket.SOCK_SEQPACKET)\nheld.connect('\\0gsqa-sandbox-calls')\ntime.sleep(3)\nprint('sent')", "ok"),
+}
+
+
+@pytest.mark.parametrize("name", list(AGAINST_THE_SANDBOX))
+def test_code_that_turns_on_the_sandbox_leaves_it_as_it_was(sandbox: PythonSandbox, name: str) -> None:
+    assert sandbox.run("open('/tmp/work/mark', 'w').write('kept')", 10).outcome == "ok"
+    code, outcome = AGAINST_THE_SANDBOX[name]
+    run = sandbox.run(code, 10)
+    assert (run.outcome, run.stdout) == (outcome, "sent\n"), run
+    assert sandbox.run("print(open('/tmp/work/mark').read())", 10).stdout == "kept\n"  # the same container
+    still_works(sandbox)
+
+
+def test_code_that_kills_its_runner_loses_the_container_and_the_next_call_gets_another(
+        image: str, export: Path) -> None:
+    sandbox = PythonSandbox(export, LIMITS)
+    try:
+        run = sandbox.run("import os, signal\nfor pid in os.listdir('/proc'):\n    if pid.isdigit():\n"
+                          "        try:\n            cmd = open(f'/proc/{pid}/cmdline').read()\n"
+                          "        except OSError:\n            continue\n        if 'run_call' in cmd:\n"
+                          "            os.kill(int(pid), signal.SIGKILL)", 10)
+        assert (run.outcome, run.container_killed) == ("lost", True)
+        still_works(sandbox)
+    finally:
+        sandbox.close()
+
+
 def test_only_loopback_is_there(sandbox: PythonSandbox) -> None:
     assert sandbox.run("import socket\nprint(socket.if_nameindex())", 10).stdout == "[(1, 'lo')]\n"
 

@@ -1,20 +1,165 @@
-"""PID 1 of a sandbox container: reaps every process that ends (orphans of the agent's code are re-parented
-here), and stays. A call's kill(-1) spares PID 1, so the container outlives the processes a call leaves
-behind; docker-init would not (it exits with its one child). SIGTERM ends it (`docker stop`). Like the call
-runner, it is not dumpable: the agent's code (the same user) cannot open its /proc/1/ entries."""
+"""PID 1 of a sandbox container: the warm parent of every call's process, and the reaper of what they leave.
 
+A call (run_call.py, started by `docker exec`) connects to this process's socket and passes the write ends of
+its output pipes; this process forks, and the child runs /tmp/.call.py as `__main__` in a session of its own,
+in /tmp/work, with those pipes as stdout and stderr. The child is a new process each call, forked from one
+that has already imported the libraries the agents use (PRELOADED, after the episode's first call, while the
+model thinks), so a call does not pay their import. When a call's process ends, its exit status and peak
+memory go back over the connection.
+
+PID 1 survives a call's kill(-1) and ignores the signals it has no handler for (the agent's code cannot
+SIGTERM it); it is not dumpable, so the code (the same user) cannot open its /proc/1/ entries or its socket's
+peer. A connection that does not send its request at once is dropped: nothing the code sends can block it.
+"""
+
+import array
 import ctypes
+import json
 import os
+import runpy
+import select
 import signal
+import socket
+import sys
+import traceback
 
-ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+ADDRESS = "\0gsqa-sandbox-calls"  # abstract: nothing on the scratch tmpfs to delete or replace
+SCRIPT, WORKDIR = "/tmp/.call.py", "/tmp/work"
+PRELOADED = ("numpy", "pandas", "pyarrow.parquet", "shapely", "pyproj", "geopandas", "rasterio")
+libc = ctypes.CDLL(None)
 
-signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD, signal.SIGTERM})
-while True:
+
+def run_the_call(output: int, errors: int) -> None:
+    """In the forked child: the script as a fresh `python /tmp/.call.py` would run it; never returns."""
+    os.setsid()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.set_wakeup_fd(-1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    for fd, target in ((null, 0), (output, 1), (errors, 2)):
+        os.dup2(fd, target)
+        os.close(fd)
+    libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: the call's own process is the agent's to inspect
+    os.makedirs(WORKDIR, exist_ok=True)
+    os.chdir(WORKDIR)
+    sys.argv = [SCRIPT]
+    status = 0
     try:
-        while os.waitpid(-1, os.WNOHANG)[0]:
+        runpy.run_path(SCRIPT, run_name="__main__")
+    except SystemExit as stop:
+        status = _exit_status(stop.code)
+    except BaseException as error:  # what python3 would print: the traceback from the script's frames on
+        tb = error.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename != SCRIPT:
+            tb = tb.tb_next
+        traceback.print_exception(type(error), error, tb)
+        status = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
             pass
-    except ChildProcessError:
-        pass
-    if signal.sigwaitinfo({signal.SIGCHLD, signal.SIGTERM}).si_signo == signal.SIGTERM:
-        break
+    os._exit(status)
+
+
+def _exit_status(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def preload() -> None:
+    for name in PRELOADED:
+        try:
+            __import__(name)
+        except Exception:  # noqa: BLE001 - a library that does not import is imported by the call, or fails there
+            pass
+
+
+class CallServer:
+    """The socket calls connect to, the calls running and the wake-up pipe of SIGCHLD."""
+
+    def __init__(self) -> None:
+        self.wake_read, wake_write = os.pipe()
+        os.set_blocking(wake_write, False)
+        signal.set_wakeup_fd(wake_write)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Python's KeyboardInterrupt would end PID 1
+        self.inherited = (self.wake_read, wake_write)
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.server.bind(ADDRESS)
+        self.server.listen(16)
+        self.waiting: dict[int, socket.socket] = {}  # a call's pid -> the connection its status goes back on
+        self.calls = 0
+
+    def serve(self) -> None:
+        while True:
+            ready, _, _ = select.select([self.server, self.wake_read], [], [])
+            if self.wake_read in ready:
+                os.read(self.wake_read, 4096)
+                self.reap()
+            if self.server in ready:
+                self.start_call()
+            if self.calls == 1 and not self.waiting and "geopandas" not in sys.modules:
+                preload()
+
+    def start_call(self) -> None:
+        connection, _ = self.server.accept()
+        fds = _passed_fds(connection)
+        if len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            connection.close()
+            return
+        pid = os.fork()
+        if pid == 0:
+            self.server.close()
+            connection.close()
+            for fd in self.inherited:
+                os.close(fd)
+            run_the_call(*fds)
+        for fd in fds:
+            os.close(fd)
+        _send(connection, {"pid": pid})
+        self.waiting[pid] = connection
+        self.calls += 1
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if (connection := self.waiting.pop(pid, None)) is not None:
+                _send(connection, {"status": os.waitstatus_to_exitcode(status), "peak_kb": usage.ru_maxrss})
+                connection.close()
+
+
+def _passed_fds(connection: socket.socket) -> list[int]:
+    """The file descriptors a request carries; none if it does not come within a second."""
+    connection.settimeout(1.0)
+    fds = array.array("i")
+    try:
+        _, ancillary, _, _ = connection.recvmsg(64, socket.CMSG_LEN(2 * fds.itemsize))
+    except OSError:
+        return []
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+    return list(fds)
+
+
+def _send(connection: socket.socket, message: dict) -> None:
+    try:
+        connection.send(json.dumps(message).encode())
+    except OSError:
+        pass  # the caller is gone (killed past its grace): nothing to tell
+
+
+libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+CallServer().serve()

@@ -3,9 +3,11 @@
 One container per episode, from `make sandbox-image`'s image, started at the episode's first call and removed
 when it ends: no network, a read-only root, every capability dropped, no-new-privileges, a non-root user,
 CPU, memory (no swap), process and scratch limits, the export mounted read-only at /data, no logs kept by the
-engine, never the Docker socket. Each call runs the code in a fresh Python process through the image's
-/opt/sandbox/run_call.py (`docker exec`), which bounds its output and kills what it leaves behind; if the call
-outlives its timeout by more than GRACE_SECONDS, the container is killed and the next call starts a new one.
+engine, never the Docker socket. Each call runs the code in a new process through the image's
+/opt/sandbox/run_call.py (`docker exec`), which bounds its output and kills what it leaves behind; the process
+is forked by the container's init (docker/sandbox/init.py), which has imported the libraries agents use after
+the episode's first call, so later calls do not pay their import. If a call outlives its timeout by more than
+GRACE_SECONDS, or its runner gives no result, the container is killed and the next call starts a new one.
 
 Containers carry a label naming the serve process that started them (host, pid, start time), so that the
 next serve on this host removes those of a serve that was killed (`reap_orphans`).
