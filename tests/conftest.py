@@ -220,6 +220,20 @@ def stored_db(initialized_dsn: str) -> str:
 
 
 @pytest.fixture(scope="module")
+def demo_export(demo_db: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`ingest export` of the module's demo database, readable by everyone (as the sandbox's user needs)."""
+    finalized = subprocess.run([str(BIN / "ingest"), "finalize", "--dsn", demo_db[0]], capture_output=True,
+                               text=True, timeout=300)  # a copy of a database has no statistics: check wants them
+    assert finalized.returncode == 0, finalized.stderr
+    folder = tmp_path_factory.mktemp("export") / "out"
+    done = subprocess.run([str(BIN / "ingest"), "export", str(folder), "--dsn", demo_db[0]], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    folder.chmod(0o755)
+    return folder
+
+
+@pytest.fixture(scope="module")
 def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The synthetic dataset of README's "Try it" (`ingest demo-data`), written once per test module."""
     data = tmp_path_factory.mktemp("demo") / "data"

@@ -11,25 +11,13 @@ import warnings
 from pathlib import Path
 
 import geopandas
-import pytest
 import rasterio
-from load_helpers import ingest
 from pyproj import Geod
 
 from reproduce import configs, dataset
 from testkit.cli import reproduce
 
 UNREACHABLE = "postgresql://nobody@127.0.0.1:1/gsqa_nowhere"  # the agent and the score need no database
-
-
-@pytest.fixture(scope="module")
-def exported(demo_db: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    finalized = ingest("finalize", "--dsn", demo_db[0])  # a copy of a database has no statistics: check wants them
-    assert finalized.returncode == 0, finalized.stderr
-    folder = tmp_path_factory.mktemp("export") / "out"
-    done = ingest("export", str(folder), "--dsn", demo_db[0])
-    assert done.returncode == 0, done.stderr
-    return folder
 
 
 class CodeAgent:
@@ -65,11 +53,11 @@ class CodeAgent:
                  "osm_id": int(nearest.osm_id), "tourism": nearest.tourism}]
 
 
-def test_a_code_agent_on_the_export_answers_all_120_demo_questions(exported: Path, demo_db: tuple[str, Path],
+def test_a_code_agent_on_the_export_answers_all_120_demo_questions(demo_export: Path, demo_db: tuple[str, Path],
                                                                    tmp_path: Path) -> None:
     data = demo_db[1] / "benchmark"
     records = dataset.load(data, [configs.template("R1"), configs.template("V5")]).records
-    agent = CodeAgent(exported)
+    agent = CodeAgent(demo_export)
     predictions = tmp_path / "code-agent.jsonl"
     predictions.write_text("".join(json.dumps({"id": record.id, "answer": agent.answer(record.question)}) + "\n"
                                    for record in records))
