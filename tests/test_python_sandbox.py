@@ -4,6 +4,7 @@ container is as it was for the next call; nothing outlives the episode or a kill
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,8 +13,10 @@ from pathlib import Path
 import pytest
 from docker_helpers import base_image
 
+from reproduce import configs, dataset
 from reproduce.serve import python_sandbox
 from reproduce.serve.python_sandbox import IMAGE, LABEL, Limits, PythonSandbox
+from testkit import code_agent
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.docker
@@ -213,3 +216,16 @@ def test_the_next_serve_removes_the_containers_of_a_killed_one(image: str, expor
 def test_the_image_name_is_the_makefiles() -> None:
     assert f"SANDBOX_IMAGE = {IMAGE}\n" in (ROOT / "Makefile").read_text()
     assert LABEL.startswith("gsqa-refdb.")
+
+
+def test_the_scripted_code_agent_gets_the_same_answers_in_the_container_as_on_the_host(
+        image: str, demo_export: Path, demo_db: tuple[str, Path]) -> None:
+    records = dataset.load(demo_db[1] / "benchmark", [configs.template("R1"), configs.template("V5")]).records
+    sandbox = PythonSandbox(demo_export, Limits())
+    try:
+        for record in records[:5] + records[-5:]:
+            run = sandbox.run(code_agent.program(record.question), 60)
+            assert run.outcome == "ok", run
+            assert json.loads(run.stdout) == code_agent.answer_here(record.question, str(demo_export))
+    finally:
+        sandbox.close()
