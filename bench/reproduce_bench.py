@@ -50,7 +50,7 @@ from gsqa_core.sandbox import READER
 from ingest.initdb import initialize
 from reproduce import compare, configs, dataset
 from reproduce.dataset import Record
-from reproduce.predictions import Prediction
+from reproduce.predictions.layouts import Prediction
 from reproduce.runner import Outcome, Runner, Server
 from reproduce.schedule import earlier_durations
 from reproduce.score import SqlJob

@@ -1,4 +1,5 @@
-"""Benchmark records from any of their published layouts, as one record model.
+"""Benchmark records from any of their published layouts, as one record model, and laid out again in them: the
+one owner of the layouts, reading (`load`) and writing (`write`, for `reproduce rebase`).
 
 Layouts, detected by content (docs/BENCHMARK-FORMAT.md, Layouts):
 - the Hugging Face dataset Zoe/GS-QA2 (the default; downloaded once into the huggingface_hub cache), or a
@@ -6,7 +7,8 @@ Layouts, detected by content (docs/BENCHMARK-FORMAT.md, Layouts):
 - raw GS-QA2 JSONL: `qa2/<group>/<template>.jsonl`, ids `<group>/<template>/<n>`, n the 0-based line;
 - raw GS-QA vector: `T<k>/<n>/question.json` (n zero- or space-padded), ids `vector/<type>/<n-1>`.
 A --data directory may hold `qa2/` and `vector/` (or `T*/`) side by side, or be one layout itself.
-Questions a selected template should have but the data lacks come back as skips with the reason.
+Questions a selected template should have but the data lacks come back as skips with the reason. `write` lays
+records out as `jsonl` (qa2/ and vector/) or `parquet` (one file per config, the card's front matter naming them).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
@@ -28,6 +31,11 @@ from reproduce.configs import Template
 
 HF_REPO = "Zoe/GS-QA2"
 RASTER_GROUPS = ("raster_only", "extended", "raster_vector")
+LAYOUTS = ("jsonl", "parquet")  # what `write` lays records out as: the raw layout or the Hugging Face one
+# The Hugging Face release's columns as text, in its order; its other columns (answers, question_entities, and
+# any member a writer adds, such as rebase's provenance) hold JSON text.
+HF_TEXT_COLUMNS = ("id", "template_id", "group", "template", "question", "sql", "answer_type")
+HF_FILE = "test-00000-of-00001.parquet"  # what `write` names a config's one file
 _FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---", re.S)
 
 
@@ -82,7 +90,7 @@ def load(data: Path | None, templates: list[Template]) -> Dataset:
         return _load_parquet_dir(_download(templates), templates, source_prefix=f"hf:{HF_REPO}@")
     if not data.is_dir():
         raise GsqaError(f"--data {data}: not a directory (expected qa2/, vector/ or <config>/*.parquet inside)")
-    if _parquet_files(data, "raster_only") or _parquet_files(data, "vector") or _front_matter(data):
+    if _parquet_files(data, "raster_only") or _parquet_files(data, "vector") or _read_front_matter(data):
         return _load_parquet_dir(data, templates, source_prefix="")
     qa2_root, vector_root = _raw_roots(data)
     if qa2_root is None and vector_root is None:
@@ -139,8 +147,17 @@ def _read(dataset: Dataset, path: Path, root: Path) -> bytes:
     return content
 
 
+def _qa2_file(qa2_root: Path, group: str, stem: str) -> Path:
+    return qa2_root / group / f"{stem}.jsonl"
+
+
+def _vector_file(vector_root: Path, number: int, n: int) -> Path:
+    """Question n (1-based) of template T<number>, its folder zero-padded as `write` makes it."""
+    return vector_root / f"T{number}" / f"{n:03d}" / "question.json"
+
+
 def _load_jsonl_template(dataset: Dataset, qa2_root: Path | None, chosen: Template, data: Path) -> None:
-    path = (qa2_root or data / "qa2") / chosen.group / f"{chosen.stem}.jsonl"
+    path = _qa2_file(qa2_root or data / "qa2", chosen.group, chosen.stem)
     if not path.is_file():
         _skip_all(dataset, chosen, f"file {path.relative_to(data)} is not in {data}")
         return
@@ -164,7 +181,7 @@ def _load_vector_template(dataset: Dataset, vector_root: Path | None, chosen: Te
     for n in range(1, chosen.questions + 1):
         path = found[n] / "question.json" if n in found else None
         if path is None or not path.is_file():
-            where = folder.relative_to(data) / f"{n:03d}" / "question.json"
+            where = _vector_file(vector_root or data, chosen.number, n).relative_to(data)
             dataset.skipped.append(Skip(f"vector/{chosen.stem}/{n - 1}", chosen.id, f"file {where} is missing"))
             continue
         raw = _parse_json(_read(dataset, path, data), str(path))
@@ -223,18 +240,31 @@ def _download(templates: list[Template]) -> Path:
         ) from None
 
 
-def _front_matter(root: Path) -> dict[str, Any]:
+def _read_front_matter(root: Path) -> dict[str, Any]:
+    """The YAML front matter of the folder's README card ({} without one)."""
     readme = root / "README.md"
     match = _FRONT_MATTER.match(readme.read_text()) if readme.is_file() else None
     return (yaml.safe_load(match.group(1)) or {}) if match else {}
 
 
+def front_matter(card: dict[str, Any]) -> str:
+    """A README card's front matter as the reader reads it ("" for an empty card): YAML between `---` lines."""
+    if not card:
+        return ""
+    plain = json.loads(json.dumps(card, default=str))  # safe_dump takes plain types only
+    return "---\n" + yaml.safe_dump(plain, sort_keys=False, allow_unicode=True) + "---\n"
+
+
+def _config_glob(group: str) -> str:
+    return f"{group}/*.parquet"
+
+
 def _parquet_files(root: Path, group: str) -> list[Path]:
     """The test-split files of a config: the README's data_files globs, else <config>/*.parquet."""
-    for entry in _front_matter(root).get("configs", []):
+    for entry in _read_front_matter(root).get("configs", []):
         if entry.get("config_name") == group:
             return sorted(path for pattern in _test_globs(entry.get("data_files", [])) for path in root.glob(pattern))
-    return sorted((root / group).glob("*.parquet"))
+    return sorted(root.glob(_config_glob(group)))
 
 
 def _test_globs(data_files: Any) -> list[str]:
@@ -275,3 +305,58 @@ def _parquet_rows(dataset: Dataset, path: Path, root: Path) -> list[dict[str, An
         return pq.read_table(path).to_pylist()
     except (OSError, ValueError) as error:
         raise GsqaError(f"{path}: not a readable parquet file ({error})") from None
+
+
+# --- writing ------------------------------------------------------------------------------------------------
+
+
+def document(record: Record) -> dict[str, Any]:
+    """A record's members as the layouts store them (its id and template are where it is stored)."""
+    return {"question": record.question, "sql": record.sql, "answers": record.answers,
+            "answer_type": record.answer_type, "question_entities": record.question_entities}
+
+
+def write(root: Path, layout: str, documents: list[tuple[Record, dict[str, Any]]]) -> dict[str, Any]:
+    """Lay records out under `root` in `layout` (one of LAYOUTS), in the order given: each record where the
+    reader finds it, stored as its document (`document(record)`, maybe with other members, which the reader
+    leaves alone). Returns the front matter the folder's README card needs for the reader (`front_matter`):
+    the Hugging Face layout's configs and their files, none for the raw layout (the reader tells it by its
+    folders)."""
+    if layout == "parquet":
+        return _write_parquet(root, documents)
+    _write_raw(root, documents)
+    return {}
+
+
+def _write_raw(root: Path, documents: list[tuple[Record, dict[str, Any]]]) -> None:
+    """qa2/<config>/<template>.jsonl, one record a line; vector/T<k>/<nnn>/question.json, naming its template."""
+    lines: dict[Path, list[str]] = {}
+    for record, content in documents:
+        if record.group == "vector":
+            number = int(record.id.rsplit("/", 1)[1]) + 1
+            path = _vector_file(root / "vector", configs.template(record.template_id).number, number)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(content | {"type": record.template}, indent=2, default=str) + "\n")
+        else:
+            lines.setdefault(_qa2_file(root / "qa2", record.group, record.template), []).append(
+                json.dumps(content, default=str))
+    for path, content in lines.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(content) + "\n")
+
+
+def _write_parquet(root: Path, documents: list[tuple[Record, dict[str, Any]]]) -> dict[str, Any]:
+    """One parquet file per config, the release's columns first; the front matter naming each config's files."""
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for record, content in documents:
+        members = {"id": record.id, "template_id": record.template_id, "group": record.group,
+                   "template": record.template, **content}
+        text = {name: members.pop(name) for name in HF_TEXT_COLUMNS}
+        rows.setdefault(record.group, []).append(
+            text | {name: json.dumps(value, default=str) for name, value in members.items()})
+    for group, table in rows.items():
+        path = root / group / HF_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(table), path, compression="zstd")
+    return {"configs": [{"config_name": group, "data_files": [{"split": "test", "path": _config_glob(group)}]}
+                        for group in sorted(rows)]}

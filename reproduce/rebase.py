@@ -29,11 +29,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gsqa_core.errors import GsqaError
 from gsqa_core.sandbox import READER
-from reproduce import compare, configs, session
+from reproduce import compare, dataset, session
 from reproduce.dataset import Record
 from reproduce.resume import ResumeFile
 from reproduce.runner import Outcome
@@ -116,7 +114,7 @@ def _by_measure(items: list[Rebased]) -> dict[str, dict[str, float]]:
     return {measure: {"answers": len(found), **_spread(found)} for measure, found in values.items()}
 
 
-FORMATS = ("jsonl", "parquet")
+FORMATS = dataset.LAYOUTS  # --format: the layouts the records are written in
 
 
 def rebase(request: Request, out: Path, keep_failed: bool = False, layout: str = "jsonl",
@@ -138,8 +136,8 @@ def rebase(request: Request, out: Path, keep_failed: bool = False, layout: str =
             resume.close()
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    written = (_write_parquet if layout == "parquet" else _write_records)(partial, report.rebased, keep_failed)
-    _write_reports(partial, report, prepared, command, written if layout == "parquet" else [])
+    front = dataset.write(partial, layout, [(item.record, _new_record(item, keep_failed)) for item in report.rebased])
+    _write_reports(partial, report, prepared, command, front)
     if out.exists():
         out.rmdir()
     os.replace(partial, out)
@@ -179,51 +177,12 @@ def _new_record(item: Rebased, keep_failed: bool) -> dict[str, Any]:
                   "seconds": round(outcome.seconds, 3), "unstable": compare.instability(record.template_id, record.sql)}
     if failed:
         provenance |= {"kept_old": not keep_failed, "error": outcome.error}
-    return {"question": record.question, "sql": record.sql, "answers": answers, "answer_type": record.answer_type,
-            "question_entities": record.question_entities, "rebase": provenance}
-
-
-def _write_parquet(root: Path, items: list[Rebased], keep_failed: bool) -> list[str]:
-    """The Hugging Face layout: one parquet file per config, the release's fields (JSON strings where it has
-    them) plus `rebase`; returns the configs written."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for item in items:
-        record, new = item.record, _new_record(item, keep_failed)
-        rows[record.group].append({
-            "id": record.id, "template_id": record.template_id, "group": record.group, "template": record.template,
-            "question": new["question"], "sql": new["sql"], "answer_type": new["answer_type"],
-            **{name: json.dumps(new[name], default=str) for name in ("answers", "question_entities", "rebase")}})
-    for group, table in rows.items():
-        path = root / group / "test-00000-of-00001.parquet"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.Table.from_pylist(table), path, compression="zstd")
-    return sorted(rows)
-
-
-def _write_records(root: Path, items: list[Rebased], keep_failed: bool) -> list[str]:
-    lines: dict[Path, list[str]] = defaultdict(list)
-    for item in items:
-        record = item.record
-        if record.group == "vector":
-            number = int(record.id.rsplit("/", 1)[1]) + 1
-            path = root / "vector" / f"T{configs.template(record.template_id).number}" / f"{number:03d}"
-            path.mkdir(parents=True, exist_ok=True)
-            document = _new_record(item, keep_failed) | {"type": record.template}
-            (path / "question.json").write_text(json.dumps(document, indent=2, default=str) + "\n")
-        else:
-            lines[root / "qa2" / record.group / f"{record.template}.jsonl"].append(
-                json.dumps(_new_record(item, keep_failed), default=str))
-    for path, content in lines.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(content) + "\n")
-    return sorted({item.record.group for item in items})
+    return dataset.document(record) | {"answers": answers, "rebase": provenance}
 
 
 def _write_reports(root: Path, report: RebaseReport, prepared: Prepared, command: str,
-                   parquet_configs: list[str]) -> None:
+                   front: dict[str, Any]) -> None:
+    """drift.json, DRIFT.md and the README card (its front matter `front`, what the layout needs, and more)."""
     made = {"command": command, "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "database": {"target": prepared.target.described, **prepared.facts},
             "timeout": prepared.request.timeout}
@@ -236,7 +195,7 @@ def _write_reports(root: Path, report: RebaseReport, prepared: Prepared, command
     (root / "drift.json").write_text(json.dumps(drift, indent=1, default=str) + "\n")
     (root / "DRIFT.md").write_text(_drift_markdown(drift))
     (root / "README.md").write_text(
-        _front_matter(parquet_configs, made) + "# GS-QA2 answers re-based on a rebuilt reference database\n\n"
+        dataset.front_matter(_card(front, made)) + "# GS-QA2 answers re-based on a rebuilt reference database\n\n"
         f"Made by `{made['command'] or 'reproduce rebase'}` on {made['date']} against {made['database']['target']} "
         f"({made['database']['version']}; {made['database']['postgis_full_version']}), timeout {made['timeout']} s.\n"
         "Every record is the GS-QA2 record with its answers replaced by what its gold SQL returned there; "
@@ -246,19 +205,16 @@ def _write_reports(root: Path, report: RebaseReport, prepared: Prepared, command
         "(V7) are CC BY-SA.\n")
 
 
-def _front_matter(parquet_configs: list[str], made: dict[str, Any]) -> str:
-    """The dataset card's YAML for the Hugging Face layout: licence, the configs and their files, and how
-    the answers were made (none for the raw layout, which the reader tells by its folders)."""
-    if not parquet_configs:
-        return ""
-    card = {"license": "odbl", "pretty_name": "GS-QA2 (answers re-based)", "tags": ["geospatial", "text-to-sql"],
-            "configs": [{"config_name": group, "data_files": [{"split": "test", "path": f"{group}/*.parquet"}]}
-                        for group in parquet_configs],
+def _card(front: dict[str, Any], made: dict[str, Any]) -> dict[str, Any]:
+    """The dataset card's front matter where the layout has one (the Hugging Face one): licence, the layout's
+    `front` (its configs and their files), and how the answers were made."""
+    if not front:
+        return {}
+    return {"license": "odbl", "pretty_name": "GS-QA2 (answers re-based)", "tags": ["geospatial", "text-to-sql"],
+            **front,
             "rebase": {"command": made["command"], "date": made["date"], "timeout": made["timeout"],
                        "database": {key: made["database"][key] for key in ("target", "version", "postgis_full_version",
                                                                            "row_counts")}}}
-    plain = json.loads(json.dumps(card, default=str))  # safe_dump takes plain types only
-    return "---\n" + yaml.safe_dump(plain, sort_keys=False, allow_unicode=True) + "---\n"
 
 
 def _drift_markdown(drift: dict[str, Any]) -> str:

@@ -1,6 +1,6 @@
 """`reproduce score` as a library call: a model's predictions judged against the stored answers.
 
-Each run (one model and method: a file or a folder of predictions, reproduce/predictions.py) is paired with
+Each run (one model and method: a file or a folder of predictions, reproduce/predictions/) is paired with
 the benchmark questions by id. SQL predictions run exactly as `verify` runs gold SQL (the same Runner: one
 statement, server-side timeout, capped rows), but as the model role gsqa_model, which cannot see the query
 text of gold runs (--gold's run goes as gsqa_reader); all models' SQL on one queue; answer
@@ -28,7 +28,7 @@ from gsqa_core.sandbox import MODEL, READER, Role
 from reproduce import compare, schedule, session
 from reproduce.dataset import Record, Skip
 from reproduce.paper import paper_verdict
-from reproduce.predictions import Prediction, PredictionRun, Problem, read_run
+from reproduce.predictions.layouts import Prediction, PredictionRun, Problem, read_run
 from reproduce.resume import ResumeFile
 from reproduce.runner import Outcome
 

@@ -16,7 +16,8 @@ MACHINERY = {"load_state", "ordered_pool", "diskspace", "indexes"}
 
 
 def test_reproduce_imports_no_loader_module():
-    reproduce_modules = sorted(path.stem for path in (ROOT / "reproduce").glob("*.py") if path.stem != "__init__")
+    reproduce_modules = sorted(".".join(path.relative_to(ROOT / "reproduce").with_suffix("").parts)
+                               for path in (ROOT / "reproduce").rglob("*.py") if path.name != "__init__.py")
     script = ("import importlib, sys\n"
               f"for name in {reproduce_modules!r}:\n"
               "    importlib.import_module('reproduce.' + name)\n"
@@ -37,16 +38,21 @@ def test_the_command_line_tools_do_not_import_sqlalchemy():
     assert done.stdout.splitlines() == ["", "True"], done.stdout
 
 
-def ingest_imports(path: Path) -> set[str]:
-    """The modules of `ingest` a file imports, anywhere in it (a function's import counts too), as dotted names
-    below `ingest`: `dem.tiles`, `check`."""
+def imported(path: Path) -> set[str]:
+    """What a file imports, anywhere in it (a function's import counts too), as dotted names (`from M import n`
+    gives M and M.n)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
             found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
-    return {name.removeprefix("ingest.") for name in found if name.startswith("ingest.")}
+    return found
+
+
+def ingest_imports(path: Path) -> set[str]:
+    """The modules of `ingest` a file imports, as dotted names below `ingest`: `dem.tiles`, `check`."""
+    return {name.removeprefix("ingest.") for name in imported(path) if name.startswith("ingest.")}
 
 
 def ingest_modules() -> dict[str, Path]:
@@ -88,3 +94,11 @@ def test_no_module_imports_another_modules_private_name():
                 wrong += [f"{path.relative_to(ROOT)}: {node.module}.{alias.name}" for alias in node.names
                           if alias.name.startswith("_") and not any(folder.glob(alias.name + ".*"))]
     assert wrong == []
+
+
+def test_only_the_command_line_imports_serve():
+    """reproduce/serve stands on the library (the kernel, the predictions and their file formats), which never
+    imports it back: only the command line (reproduce/cli.py) and serve's own modules do."""
+    importers = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "reproduce").rglob("*.py")
+                       if any(name.split(".")[:2] == ["reproduce", "serve"] for name in imported(path)))
+    assert [path for path in importers if not path.startswith("reproduce/serve/")] == ["reproduce/cli.py"]

@@ -9,7 +9,7 @@ import pytest
 
 from gsqa_core.errors import GsqaError
 from reproduce.configs import question_id
-from reproduce.predictions import answer_rows, read_run, sql_blocks
+from reproduce.predictions.layouts import answer_rows, read_run, sql_blocks
 
 R1 = "raster_only/elevation+poi"
 SELECTED = {f"{R1}/{n}" for n in range(20)} | {f"vector/intersects:area_total+area/{n}" for n in range(100)} \

@@ -23,7 +23,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from reproduce import configs, dataset
 from reproduce.gate import MAX_REPLY_BYTES
-from reproduce.serve import trajectory
+from reproduce.predictions import trajectory
 from reproduce.serve.protocol import mcp_server
 from reproduce.serve.tools import APPLICATION_NAME, ServeRequest, open_tools
 from testkit.cli import reproduce

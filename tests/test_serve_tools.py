@@ -14,7 +14,7 @@ import pytest
 
 from gsqa_core.errors import GsqaError
 from reproduce import configs, dataset
-from reproduce.serve import trajectory
+from reproduce.predictions import trajectory
 from reproduce.serve.tools import APPLICATION_NAME, ServeRequest, ToolRefused, open_tools
 from testkit.cli import reproduce
 

@@ -23,7 +23,6 @@ import contextlib
 import dataclasses
 import datetime
 import functools
-import hashlib
 import json
 import math
 import os
@@ -44,9 +43,9 @@ from gsqa_core.errors import GsqaError
 from gsqa_core.sandbox import MODEL
 from reproduce import compare, configs, describe, gate, session
 from reproduce.dataset import Record
-from reproduce.predictions import address_only, answer_rows
+from reproduce.predictions import trajectory
+from reproduce.predictions.layouts import address_only, answer_rows
 from reproduce.runner import MIN_TIMEOUT_S, Outcome, ServerLost, Session
-from reproduce.serve import trajectory
 
 APPLICATION_NAME = "gsqa-serve"  # what pg_stat_activity shows for the tools' connections
 
@@ -380,12 +379,13 @@ class Tools:
         return True
 
     def _write_stop(self, question: str, episode: _Episode) -> None:
-        self._write({"type": "stop", "question_id": question, "reason": episode.stop, "why": episode.why,
-                     "calls": episode.calls, "elapsed": round(episode.elapsed(), 3)})
+        self._write("stop", question_id=question, reason=episode.stop, why=episode.why, calls=episode.calls,
+                    elapsed=round(episode.elapsed(), 3))
 
-    def _write(self, line: dict[str, Any]) -> None:
+    def _write(self, kind: str, **members: Any) -> None:
+        """A line of the trajectory (trajectory.LINES declares its members)."""
         if self._writer:
-            self._writer.write(line)
+            self._writer.write(trajectory.line_of(kind, **members))
 
 
 class _Call:
@@ -435,24 +435,17 @@ class _Call:
 
     def done(self, outcome: str, rows: int | None = None, result: Any = None, error: str = "",
              truncated: bool = False) -> None:
-        """Write the call's line (once)."""
+        """Write the call's line (once): a member that does not apply is left out."""
         self.written, self.outcome = True, outcome
-        line: dict[str, Any] = {"type": "call", "question_id": self.question, "tool": self.tool,
-                                "arguments": self.arguments, "outcome": outcome}
-        if rows is not None:
-            line["rows"] = rows
-        if truncated:
-            line["truncated"] = True
-        if result is not None:
-            line["result_sha256"] = hashlib.sha256(json.dumps(result, sort_keys=True, default=str)
-                                                   .encode()).hexdigest()
-        if error:
-            line["error"] = error
-        line["seconds"] = round(time.perf_counter() - self.began, 4)
+        optional = {"rows": rows, "truncated": truncated or None, "error": error or None,
+                    "result_sha256": None if result is None else trajectory.digest(result)}
         if self.episode is not None:
-            line.update(call=self.number, elapsed=round(self.episode.elapsed(), 3), budget_left=self.budget_left)
-        line["at"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
-        self.tools._write(line)
+            optional |= {"call": self.number, "elapsed": round(self.episode.elapsed(), 3),
+                         "budget_left": self.budget_left}
+        self.tools._write("call", question_id=self.question, tool=self.tool, arguments=self.arguments,
+                          outcome=outcome, seconds=round(time.perf_counter() - self.began, 4),
+                          at=datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
+                          **{name: value for name, value in optional.items() if value is not None})
 
 
 def _bounded(arguments: dict[str, Any]) -> tuple[dict[str, Any], int]:
@@ -515,11 +508,10 @@ def open_tools(request: ServeRequest) -> Tools:
     done = _continued(request, data.checksum)
     prepared = session.prepare(request, data.records, [MODEL])
     tools = Tools(request, data.records, prepared, done)
-    tools._write({"format": trajectory.FORMAT, "type": "run", **_depends_on(request, data.checksum),
-                  "config": request.config, "templates": request.templates, "ids": request.ids,
-                  "questions": len(data.records), "database": prepared.target.described,
-                  "tool_version": package_version("gsqa-refdb"), "pid": os.getpid(),
-                  "started_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")})
+    tools._write("run", **_depends_on(request, data.checksum), config=request.config, templates=request.templates,
+                 ids=request.ids, questions=len(data.records), database=prepared.target.described,
+                 tool_version=package_version("gsqa-refdb"), pid=os.getpid(),
+                 started_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
     return tools
 
 

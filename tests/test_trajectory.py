@@ -1,12 +1,14 @@
-"""reproduce/serve/trajectory.py: the episodes a trajectory file gives back, its unreadable lines, and the line
-a kill cut short."""
+"""reproduce/predictions/trajectory.py: the episodes a trajectory file gives back, its unreadable lines, and the
+line a kill cut short."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from reproduce.serve import trajectory
+import pytest
+
+from reproduce.predictions import trajectory
 
 RUN = {"format": trajectory.FORMAT, "type": "run", "model": "m", "method": "agent"}
 
@@ -67,3 +69,17 @@ def test_the_writer_writes_strict_json_whatever_an_agent_sent(tmp_path: Path) ->
 
     last = json.loads(path.read_text().splitlines()[-1], parse_constant=no_bare_constants)
     assert last["arguments"]["answer"] == [{"x": "nan", "y": ["-inf"]}]
+
+
+def test_lines_are_made_with_their_members_in_the_order_the_files_have_them() -> None:
+    written = ('{"type": "call", "question_id": "q/a/0", "tool": "query", "arguments": {"sql": "SELECT 1"}, '
+               '"outcome": "rows", "rows": 1, "result_sha256": "ab", "seconds": 0.01, "call": 2, "elapsed": 0.5, '
+               '"budget_left": {"calls": 18, "seconds": 599.5}, "at": "2026-01-01T00:00:00.000+00:00"}')
+    members = {name: value for name, value in json.loads(written).items() if name != "type"}
+    assert json.dumps(trajectory.line_of("call", **dict(reversed(members.items())))) == written
+    assert trajectory.line_of("run", model="m", method="agent") == RUN
+    assert trajectory.reported(json.loads(written)) == {
+        "tool": "query", "arguments": {"sql": "SELECT 1"}, "outcome": "rows", "rows": 1, "seconds": 0.01, "call": 2,
+        "budget_left": {"calls": 18, "seconds": 599.5}}
+    with pytest.raises(ValueError, match="^a stop line has no member answer$"):
+        trajectory.line_of("stop", question_id="q/a/0", answer=[])

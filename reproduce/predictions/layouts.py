@@ -7,7 +7,7 @@ Predictions):
 - the GS-QA2 raster text-to-SQL runner's files, one JSON object per question (`predicted_sql`, `source_stem`);
 - the GS-QA vector runs' arrays of {"id", "content"}: `sql_generate.json` (model text with ```sql blocks) and
   `*_json_parse.json` (the parser model's text with ```json answers);
-- an agent's trajectory from `reproduce serve --trajectory` (reproduce/serve/trajectory.py): each submitted
+- an agent's trajectory from `reproduce serve --trajectory` (its format: trajectory.py beside): each submitted
   answer is an answer prediction, an episode without one has none (the reason says how it stopped), and
   each question's calls are kept for the reports.
 Every id scheme maps to the canonical `<group>/<template>/<n>` (`configs.question_id`). A line or file that cannot
@@ -27,7 +27,7 @@ from typing import Any
 from gsqa_core.errors import GsqaError
 from reproduce import configs
 from reproduce.compare import LOCATION, components_of
-from reproduce.serve import trajectory
+from reproduce.predictions import trajectory
 
 _SQL_BLOCK = re.compile(r"```[ \t]*sql\b(.*?)```", re.S | re.I)
 _JSON_BLOCK = re.compile(r"```[ \t]*json\b(.*?)```", re.S | re.I)
@@ -386,8 +386,6 @@ def _flattened(value: Any) -> Iterator[Any]:
 
 # --- an agent's trajectory (reproduce serve) --------------------------------------------------------------
 
-CALL_FIELDS = ("call", "tool", "arguments", "outcome", "rows", "truncated", "error", "seconds", "budget_left")
-
 
 def _read_trajectory(run: PredictionRun, file: Path, content: bytes) -> None:
     found = trajectory.read(file, content)
@@ -399,7 +397,7 @@ def _read_trajectory(run: PredictionRun, file: Path, content: bytes) -> None:
         if question not in run.selected:
             run.outside += 1
             continue
-        run.calls[question] = [{key: call[key] for key in CALL_FIELDS if key in call} for call in episode.calls]
+        run.calls[question] = [trajectory.reported(call) for call in episode.calls]
         meta = {"calls": len(episode.calls), "seconds": episode.elapsed, "stop": episode.stop}
         if episode.where:
             _add_answer(run, Prediction(question, episode.where, meta=meta), episode.answer)

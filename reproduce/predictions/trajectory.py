@@ -1,5 +1,7 @@
-"""An agent run's trajectory (`reproduce serve --trajectory FILE`): JSON Lines, one line per tool call, written
-and flushed as each call ends, so that a server killed mid-episode leaves every finished call on disk.
+"""An agent run's trajectory (`reproduce serve --trajectory FILE`), the one owner of its format: the kinds of
+line and their members (LINES), the lines made (`line_of`), written (Writer) and read back (`read`). JSON Lines,
+one line per tool call, written and flushed as each call ends, so that a server killed mid-episode leaves every
+finished call on disk.
 
 Lines, each with a `type`:
 - `run`: written when a server starts on the file: the format, model, method, budgets, dataset checksum and
@@ -11,12 +13,13 @@ Lines, each with a `type`:
   stop line stopped for reason `none` (the server ended first).
 
 `read` gives the episodes back: the server resumes them (calls used, seconds elapsed, done or not), and
-`reproduce score FILE` judges each submitted answer like an answer prediction.
+`reproduce score FILE` judges each submitted answer like an answer prediction (reproduce/predictions/layouts.py).
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import threading
@@ -31,6 +34,18 @@ from reproduce.runner import json_value
 FORMAT = "gsqa-trajectory/1"
 STOP_REASONS = ("submitted", "budget", "none")
 DEPENDS_ON = ("model", "method", "budget", "dataset")  # what a rerun on the same file must keep
+# Each kind of line and its members, in the order they are written; a member is left out where it does not
+# apply (a call's rows when it returned none, its budget left for schema, which is no question's call).
+LINES: dict[str, tuple[str, ...]] = {
+    "run": ("format", "type", *DEPENDS_ON, "config", "templates", "ids", "questions", "database", "tool_version",
+            "pid", "started_at"),
+    "call": ("type", "question_id", "tool", "arguments", "outcome", "rows", "truncated", "result_sha256", "error",
+             "seconds", "call", "elapsed", "budget_left", "at"),
+    "stop": ("type", "question_id", "reason", "why", "calls", "elapsed"),
+}
+# What `reproduce score` shows of each call beside the verdict: the call line but what only the file needs.
+REPORTED = tuple(name for name in LINES["call"]
+                 if name not in ("type", "question_id", "result_sha256", "elapsed", "at"))
 
 
 @dataclass
@@ -52,6 +67,25 @@ class Trajectory:
     header: dict[str, Any] = field(default_factory=dict)  # the first run line
     episodes: dict[str, Episode] = field(default_factory=dict)
     problems: list[tuple[str, str]] = field(default_factory=list)  # (file:line, why)
+
+
+def line_of(kind: str, **members: Any) -> dict[str, Any]:
+    """A line of `kind` with its members in the declared order (ValueError for a member LINES does not declare)."""
+    declared = LINES[kind]
+    if unknown := sorted(set(members) - set(declared)):
+        raise ValueError(f"a {kind} line has no member {', '.join(unknown)}")
+    members = {**members, "type": kind} | ({"format": FORMAT} if kind == "run" else {})
+    return {name: members[name] for name in declared if name in members}
+
+
+def digest(result: Any) -> str:
+    """A call's `result_sha256`: what the agent got, as canonical JSON."""
+    return hashlib.sha256(json.dumps(result, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def reported(call: dict[str, Any]) -> dict[str, Any]:
+    """What `reproduce score` shows of a call line (REPORTED)."""
+    return {name: call[name] for name in REPORTED if name in call}
 
 
 def is_trajectory(content: bytes) -> bool:
@@ -77,11 +111,13 @@ def read(path: Path, content: bytes | None = None) -> Trajectory:
             line = json.loads(raw)
             _take(found, line, where)
         except (ValueError, KeyError, TypeError, AttributeError):
-            found.problems.append((where, "not a trajectory line (expected a JSON object with a type of run, call "
-                                          "or stop)"))
+            found.problems.append((where, f"not a trajectory line (expected a JSON object with a type of {_KINDS})"))
     if not found.header:
         found.problems.append((str(path), f"no run line (expected the first line of a {FORMAT} file)"))
     return found
+
+
+_KINDS = f"{', '.join(list(LINES)[:-1])} or {list(LINES)[-1]}"
 
 
 def _take(found: Trajectory, line: dict[str, Any], where: str) -> None:
@@ -89,7 +125,7 @@ def _take(found: Trajectory, line: dict[str, Any], where: str) -> None:
     if kind == "run":
         found.header = found.header or line
         return
-    if kind not in ("call", "stop"):
+    if kind not in LINES:
         raise ValueError(kind)
     question = line["question_id"]
     if question is None:
