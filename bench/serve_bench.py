@@ -205,7 +205,7 @@ class Overhead:
 async def overhead(dsn: str, data: Path, folder: Path, server: HttpServer, work: dict[str, Work],
                    runs: int) -> Overhead:
     found = Overhead(work)
-    request = ServeRequest(config=CONFIG, data=data, dsn=dsn, max_calls=HUGE, max_seconds=HUGE, progress=False,
+    request = ServeRequest(config=CONFIG, data=data, dsn=dsn, max_calls=HUGE, max_seconds=HUGE,
                            trajectory=folder / "in-process.jsonl")
     with psycopg.connect(login_dsn(dsn, MODEL), autocommit=True, application_name=DIRECT_APPLICATION) as conn, \
             open_tools(request) as tools:

@@ -60,7 +60,16 @@ from gsqa_core.db import resolve_dsn
 from gsqa_core.errors import GsqaError
 from gsqa_core.roles import audit, login_dsn, refuse_tampered
 from reproduce import gate
-from reproduce.runner import MAX_BYTES, MAX_ROWS, MAX_TIMEOUT_S, MIN_TIMEOUT_S, Watchdog, capped, too_large
+from reproduce.runner import (
+    DEFAULT_TIMEOUT_S,
+    MAX_BYTES,
+    MAX_ROWS,
+    MAX_TIMEOUT_S,
+    MIN_TIMEOUT_S,
+    Watchdog,
+    capped,
+    too_large,
+)
 
 APPLICATION_NAME = "gsqa-baseline"  # what pg_stat_activity shows for the engine's connections
 
@@ -76,7 +85,7 @@ class Refused(sqlalchemy.exc.DBAPIError):
         return self.line
 
 
-def engine(dsn: str | None = None, timeout: float = 120.0, login: str | None = None,
+def engine(dsn: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, login: str | None = None,
            **engine_options: Any) -> sqlalchemy.Engine:
     """An SQLAlchemy engine logged in as gsqa_model on the database `dsn` resolves to (--dsn, DATABASE_URL,
     PG*, then `make db`'s database), or on `login` (a DSN of the model role itself); every statement gets

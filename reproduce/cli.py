@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -18,9 +19,10 @@ from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
 from gsqa_core.sandbox import MODEL, READER
 from reproduce import compare, configs, gate, readiness, report
 from reproduce import verify as verification
-from reproduce.runner import MAX_ROWS, MAX_TIMEOUT_S, MIN_TIMEOUT_S
-from reproduce.session import REPORTED_CHARACTERS
-from reproduce.verify import Request, Run, Shown
+from reproduce.runner import DEFAULT_TIMEOUT_S, MAX_ROWS, MAX_TIMEOUT_S, MIN_TIMEOUT_S
+from reproduce.serve.tools import ServeRequest
+from reproduce.session import REPORTED_CHARACTERS, Request, RunRequest
+from reproduce.verify import Run, Shown
 
 app = command_group(
     "reproduce",
@@ -128,21 +130,31 @@ JunitOption = Annotated[Path | None, typer.Option("--junit", metavar="FILE", sho
 HtmlOption = Annotated[Path | None, typer.Option("--html", metavar="FILE", show_default=False, dir_okay=False,
                                                  help="One self-contained HTML page.")]
 CORES = os.cpu_count() or 1
+AnyRequest = TypeVar("AnyRequest", bound=Request)
+
+
+def _request(kind: type[AnyRequest], parameters: dict[str, Any]) -> AnyRequest:
+    """A command's request, by keyword: each of the command's parameters (its `locals()`) fills the request's
+    field of the same name, a --config choice as its name; the other parameters are the command's own."""
+    names = {field.name for field in dataclasses.fields(kind)}
+    return kind(**{name: value.value if isinstance(value, enum.Enum) else value
+                   for name, value in parameters.items() if name in names})
 
 
 @app.command()
 @manual(tolerances=compare.tolerances_text(), postgis=schema.MIN_POSTGIS_TEXT)
 def verify(
     config: ConfigOption,
-    data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None, timeout: TimeoutOption = 120,
-    workers: WorkersOption = CORES, template: TemplateOption = [], question: IdOption = [],  # noqa: B006
+    data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
+    workers: WorkersOption = CORES, templates: TemplateOption = [], ids: IdOption = [],  # noqa: B006
     json_out: JsonOutOption = None, junit: JunitOption = None, html: HtmlOption = None,
     resume: ResumeOption = None,
     force: ForceOption = False,
     baseline: Annotated[Path | None, typer.Option("--baseline", metavar="FILE",
                                                   help="An earlier --json-out: list status changes.",
                                                   show_default=False, dir_okay=False)] = None,
-    max_rows: MaxRowsOption = MAX_ROWS, replica: ReplicaOption = [],  # noqa: B006
+    max_rows: MaxRowsOption = MAX_ROWS, replicas: ReplicaOption = [],  # noqa: B006
 ) -> None:
     """Re-run the benchmark SQL of the selected questions as gsqa_reader and compare every result with the
     stored answer under the paper's tolerances (${tolerances}), plus a strict row-level comparison reported
@@ -188,14 +200,13 @@ def verify(
     a replica that lags or differs);
     130 interrupted: running queries were cancelled on the server and the --resume file flushed.
     """
-    request = Request(ConfigName(config).value, data, dsn, reader_dsn, timeout, workers, template, question,
-                      resume, force, max_rows=max_rows, replicas=replica, durations=baseline)
+    request = _request(RunRequest, locals())
     with reported_as_exit_code():
         report.check_writable([json_out, junit, html, resume])
         previous = report.read_baseline(baseline) if baseline else None
         kept = f"; finished questions are in {resume}" if resume else ""
         with interrupted_as_130(f"running queries were cancelled{kept}"):
-            run = verification.verify(request)
+            run = verification.verify(request, durations=baseline)
     _print_run(run, previous)
     for path, render in ((json_out, lambda: report.as_json(run.provenance, run.results)),
                          (junit, lambda: report.junit(run.results)),
@@ -223,8 +234,9 @@ def rebase(
     config: ConfigOption,
     out: Annotated[Path, typer.Option("--out", metavar="DIR", help="A new folder for the re-based dataset.",
                                       file_okay=False)],
-    data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None, timeout: TimeoutOption = 120,
-    workers: WorkersOption = CORES, template: TemplateOption = [],  # noqa: B006
+    data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
+    workers: WorkersOption = CORES, templates: TemplateOption = [],  # noqa: B006
     keep_failed: Annotated[bool, typer.Option("--keep-failed", help="Write what a failed question gave (empty, "
                                               "timeout, error) instead of keeping its published answer.")] = False,
     max_rows: MaxRowsOption = MAX_ROWS,
@@ -256,12 +268,11 @@ def rebase(
     --out not empty, unreadable data, a --resume file of another dataset, database or timeout, unreachable
     database, failed preflight); 130 interrupted: nothing written to --out, the --resume file flushed.
     """
+    request = _request(RunRequest, locals())
     from reproduce import rebase as rebasing
 
     if layout not in rebasing.FORMATS:
         raise typer.BadParameter(f"{layout!r} is not one of {', '.join(rebasing.FORMATS)}", param_hint="--format")
-    request = Request(ConfigName(config).value, data, dsn, reader_dsn, timeout, workers, template, [],
-                      resume, force, max_rows=max_rows)
     with reported_as_exit_code():
         kept = f"; finished questions are in {resume}, run the same command to go on" if resume else ""
         with interrupted_as_130(f"running queries were cancelled, nothing was written to --out{kept}"):
@@ -281,17 +292,17 @@ def rebase(
 
 @app.command()
 def score(
-    prediction: Annotated[list[Path], typer.Argument(metavar="PRED...", help="One run of one model and method: a file "
-                                                     "or a folder of predictions (JSON Lines, or the GS-QA2 runs' "
-                                                     "files).", show_default=False)] = [],  # noqa: B006
-    name: Annotated[list[str], typer.Option("--name", metavar="NAME", help="A name for each PRED, in order "
-                                            "(default: its file or folder name).")] = [],  # noqa: B006
+    predictions: Annotated[list[Path], typer.Argument(metavar="PRED...", help="One run of one model and method: a "
+                                                      "file or a folder of predictions (JSON Lines, or the GS-QA2 "
+                                                      "runs' files).", show_default=False)] = [],  # noqa: B006
+    names: Annotated[list[str], typer.Option("--name", metavar="NAME", help="A name for each PRED, in order "
+                                             "(default: its file or folder name).")] = [],  # noqa: B006
     gold: Annotated[bool, typer.Option("--gold", help="Also score the dataset's own SQL as a run named gold "
                                        "(it scores as `verify` verifies).")] = False,
-    config: ConfigOption = "all", template: TemplateOption = [], question: IdOption = [],  # noqa: B006
+    config: ConfigOption = "all", templates: TemplateOption = [], ids: IdOption = [],  # noqa: B006
     data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
-    replica: ReplicaOption = [], workers: WorkersOption = CORES,  # noqa: B006
-    timeout: TimeoutOption = 120,
+    replicas: ReplicaOption = [], workers: WorkersOption = CORES,  # noqa: B006
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
     resume: ResumeOption = None,
     force: ForceOption = False,
     json_out: JsonOutOption = None,
@@ -337,12 +348,10 @@ def score(
     from reproduce import score as scoring
     from reproduce import score_report
 
-    if not prediction and not gold:
+    if not predictions and not gold:
         raise typer.BadParameter("give at least one PRED (a predictions file or folder), or --gold",
                                  param_hint="PRED")
-    request = scoring.ScoreRequest(ConfigName(config).value, data, dsn, reader_dsn, timeout, workers, template,
-                                   question, resume, force, max_rows=max_rows, replicas=replica,
-                                   predictions=prediction, names=name, gold=gold)
+    request = _request(scoring.ScoreRequest, locals())
     with reported_as_exit_code():
         report.check_writable([json_out, csv_out, html, junit, resume])
         kept = f"; scored questions are in {resume}, the same command scores the rest" if resume else ""
@@ -368,29 +377,29 @@ def score(
 @manual(clip=f"{REPORTED_CHARACTERS:,}", sql_limit=f"{gate.MAX_SQL_CHARACTERS:,}",
         answer_limit=f"{gate.MAX_ANSWER_CHARACTERS:,}", reply_limit=f"{gate.MAX_REPLY_BYTES:,}")
 def serve(
-    config: ConfigOption = "all", template: TemplateOption = [], question: IdOption = [],  # noqa: B006
+    config: ConfigOption = "all", templates: TemplateOption = [], ids: IdOption = [],  # noqa: B006
     data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
     max_calls: Annotated[int, typer.Option("--max-calls", metavar="N", min=1, help="Calls per question, every "
-                                           "call counted (refused or not).")] = 20,
+                                           "call counted (refused or not).")] = ServeRequest.max_calls,
     max_seconds: Annotated[float, typer.Option("--max-seconds", metavar="SECONDS", min=0.1, help="Seconds per "
-                                               "question, from its first call.")] = 600,
+                                               "question, from its first call.")] = ServeRequest.max_seconds,
     max_rows: Annotated[int, typer.Option("--max-rows", metavar="N", min=1, help="Rows a query returns (the "
-                                          "first N, marked truncated).")] = 100,
-    timeout: TimeoutOption = 120,
+                                          "first N, marked truncated).")] = ServeRequest.max_rows,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
     trajectory: Annotated[Path | None, typer.Option("--trajectory", metavar="FILE", dir_okay=False,
                                                     show_default=False, help="Append every call to FILE (JSON "
                                                     "Lines); a rerun on it continues its episodes.")] = None,
     model: Annotated[str, typer.Option("--model", metavar="NAME", help="The model, as the trajectory and "
-                                       "`reproduce score` report it.")] = "",
+                                       "`reproduce score` report it.")] = ServeRequest.model,
     method: Annotated[str, typer.Option("--method", metavar="NAME", help="The method (agent, multi-stage SQL "
-                                        "agent, ...).")] = "agent",
+                                        "agent, ...).")] = ServeRequest.method,
     transport: Annotated[str, typer.Option("--transport", metavar="stdio|http", help="stdio: one client on "
                                            "stdin/stdout; http: streamable HTTP at http://HOST:PORT/mcp for "
                                            "many.")] = "stdio",
     host: Annotated[str, typer.Option("--host", help="Where --transport http listens.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Where --transport http listens.")] = 8765,
-    connections: Annotated[int, typer.Option("--connections", metavar="N", min=1, help="Database connections "
-                                             "the calls share (a call waits for a free one).")] = 8,
+    connections: Annotated[int, typer.Option("--connections", metavar="N", min=1, help="Database connections the "
+                                             "calls share (a call waits for a free one).")] = ServeRequest.connections,
 ) -> None:
     """Serve the reference database to agents over the Model Context Protocol: the tools question(question_id)
     (its text and the answer it expects: components, units, format), schema() (what `reproduce schema`
@@ -430,13 +439,11 @@ def serve(
     started (usage error, unreadable data, an unknown --id, a trajectory of another run or in use, an
     address that cannot be listened at, unreachable database, failed preflight).
     """
-    from reproduce.serve.tools import ServeRequest, open_tools
+    request = _request(ServeRequest, locals())
+    from reproduce.serve.tools import open_tools
 
     if transport not in ("stdio", "http"):
         raise typer.BadParameter(f"{transport!r} is not one of stdio, http", param_hint="--transport")
-    request = ServeRequest(ConfigName(config).value, data, dsn, reader_dsn, timeout, 1, template, question,
-                           max_rows=max_rows, max_calls=max_calls, max_seconds=max_seconds, connections=connections,
-                           trajectory=trajectory, model=model, method=method, progress=False)
     with reported_as_exit_code():
         try:
             from reproduce.serve import protocol
@@ -460,7 +467,8 @@ def serve(
 @app.command()
 def show(
     question: Annotated[str, typer.Argument(help="Question id, e.g. raster_only/elevation+poi/0.")],
-    data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None, timeout: TimeoutOption = 120,
+    data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Re-run one question and show its SQL, the stored answer, the actual result, and the verdict per
     answer component (stored value, value returned, metric, threshold), then the strict row diff, the
@@ -472,8 +480,9 @@ def show(
     Exit codes: 0 the question passes; 1 it does not (mismatch, empty, timeout, error); 2 unknown id,
     unreadable data, unreachable database or failed preflight.
     """
+    request = _request(RunRequest, locals())
     with reported_as_exit_code():
-        shown = verification.show(question, data, dsn, reader_dsn, timeout)
+        shown = verification.show(question, request)
     typer.echo(_describe(shown))
     passed = shown.verdict is not None and shown.verdict.status == "pass"
     raise typer.Exit(EXIT_OK if passed else EXIT_SOME_FAILED)

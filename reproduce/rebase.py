@@ -35,7 +35,7 @@ from reproduce import compare, dataset, session
 from reproduce.dataset import Record
 from reproduce.resume import ResumeFile
 from reproduce.runner import Outcome
-from reproduce.session import Prepared, Request
+from reproduce.session import Prepared, RunRequest
 
 RESUME_FORMAT = "gsqa-reproduce-rebase-resume/1"
 
@@ -117,14 +117,14 @@ def _by_measure(items: list[Rebased]) -> dict[str, dict[str, float]]:
 FORMATS = dataset.LAYOUTS  # --format: the layouts the records are written in
 
 
-def rebase(request: Request, out: Path, keep_failed: bool = False, layout: str = "jsonl",
+def rebase(request: RunRequest, out: Path, keep_failed: bool = False, layout: str = "jsonl",
            command: str = "") -> RebaseReport:
     """Re-run the selected templates' gold SQL and write the re-based dataset to `out`; `command` is the
     command line that made it, for the dataset card."""
     if out.exists() and any(out.iterdir()):
         raise GsqaError(f"--out {out}: exists and is not empty; rebase writes a new dataset folder")
     data = session.load_selected(request)
-    prepared = session.prepare(request, data.records, [READER])
+    prepared = session.prepare(request, data.records, [READER], f"reproduce rebase --out {out}")
     report = RebaseReport(out=str(out), skipped=len(data.skipped))
     resume = session.open_resume(request, {"dataset": data.checksum, "database": prepared.facts["row_counts"],
                                            "timeout": request.timeout}, entry=Answered.from_dict,

@@ -54,6 +54,7 @@ from reproduce import gate
 from reproduce.dataset import Record
 
 MIN_TIMEOUT_S = 0.1  # the shortest statement timeout a run or engine() accepts
+DEFAULT_TIMEOUT_S = 120  # each statement's timeout unless the caller says otherwise (every command, engine())
 MAX_TIMEOUT_S = 2_147_483.647  # the longest statement_timeout PostgreSQL takes (2^31 - 1 ms)
 WATCHDOG_GRACE_S = 2.0  # the server's own timeout gets this long before the client cancels
 CANCEL_WAIT_S = 5.0
@@ -143,7 +144,7 @@ class Watchdog:
     statement on the server (statement_timeout acts only where the backend checks for interrupts); if the same
     statement still runs TERMINATE_AFTER_S later (it caught the cancel) or the cancel cannot be delivered, it
     ends the backend through `admin` (the sandbox roles may not signal backends, not even their own). The
-    runner's sessions and engine() both use it."""
+    runner's connections and engine() both use it."""
 
     def __init__(self, conn: psycopg.Connection, admin: str | None) -> None:
         self.conn, self.admin = conn, admin
@@ -194,12 +195,12 @@ class Watchdog:
             pass  # the server is gone too: nothing is left running there
 
 
-class Session:
+class SandboxConnection:
     """One worker connection as a sandbox role; `admin` (a DSN that may end the role's backends) is used
     only to end a question that catches the cancel. With `truncate`, a result past max_rows gives its first
     max_rows rows, marked truncated, instead of an error (an agent's exploratory query)."""
 
-    application_name = "gsqa-reproduce"  # what pg_stat_activity shows for the session
+    application_name = "gsqa-reproduce"  # what pg_stat_activity shows for the connection
     keep_nulls = False  # the stored answers leave NULL columns out, and so do the rows judged against them
 
     def __init__(self, dsn: str, timeout: float, admin: str | None = None, max_rows: int = MAX_ROWS,
@@ -367,7 +368,7 @@ def _message(error: psycopg.Error) -> str:
 
 
 class Runner:
-    """`workers` sessions per server pulling from one queue of questions, taken in the order given."""
+    """`workers` connections per server pulling from one queue of questions, taken in the order given."""
 
     def __init__(self, dsn: str, timeout: float, workers: int, admin: str | None = None,
                  max_rows: int = MAX_ROWS, replicas: Sequence[Server] = (), name: str = "primary") -> None:
@@ -379,29 +380,29 @@ class Runner:
         """(record, outcome) as questions finish. Closing the iterator early cancels running queries."""
         tasks = _Tasks(records)
         total = len(tasks)
-        sessions = [Session(server.login, self.timeout, server.admin, self.max_rows)
-                    for server in self.servers for _ in range(min(self.workers, total))]
+        connections = [SandboxConnection(server.login, self.timeout, server.admin, self.max_rows)
+                       for server in self.servers for _ in range(min(self.workers, total))]
         names = [server.name for server in self.servers for _ in range(min(self.workers, total))]
         results: queue.Queue[tuple[Record, Outcome]] = queue.Queue()
         stop = threading.Event()
-        threads = [threading.Thread(target=self._work, args=(session, name, tasks, results, stop), daemon=True)
-                   for session, name in zip(sessions, names, strict=True)]
+        threads = [threading.Thread(target=self._work, args=(connection, name, tasks, results, stop), daemon=True)
+                   for connection, name in zip(connections, names, strict=True)]
         for thread in threads:
             thread.start()
         try:
             for _ in range(total):
                 yield _next_result(results, threads)
         finally:
-            _shut_down(sessions, threads, stop)
+            _shut_down(connections, threads, stop)
 
-    def _work(self, session: Session, server: str, tasks: _Tasks, results: queue.Queue,
+    def _work(self, connection: SandboxConnection, server: str, tasks: _Tasks, results: queue.Queue,
               stop: threading.Event) -> None:
         while not stop.is_set() and server not in self.lost:
             record = tasks.take(stop)
             if record is None:
                 return
             try:
-                outcome = replace(session.run_first(record.statements), server=server)
+                outcome = replace(connection.run_first(record.statements), server=server)
             except ServerLost as error:
                 self._lose(server, str(error))
                 tasks.give_back(record)
@@ -465,12 +466,13 @@ def _next_result(results: queue.Queue, threads: list[threading.Thread]) -> tuple
                                      "--resume FILE to run only the questions that have no result") from None
 
 
-def _shut_down(sessions: list[Session], threads: list[threading.Thread], stop: threading.Event) -> None:
+def _shut_down(connections: list[SandboxConnection], threads: list[threading.Thread],
+               stop: threading.Event) -> None:
     stop.set()
-    for session, thread in zip(sessions, threads, strict=True):
+    for connection, thread in zip(connections, threads, strict=True):
         if thread.is_alive():
-            session.cancel()
+            connection.cancel()
     for thread in threads:
         thread.join()
-    for session in sessions:
-        session.close()
+    for connection in connections:
+        connection.close()

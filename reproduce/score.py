@@ -40,13 +40,19 @@ ROWS_KEPT = 10  # returned rows kept per result for the reports (values clipped 
 GOLD_RUN = "gold"
 
 
-@dataclass
-class ScoreRequest(session.Request):
-    """The kernel's request (its --reader-dsn is gsqa_model's login), and the runs to score."""
+@dataclass(kw_only=True)
+class ScoreRequest(session.RunRequest):
+    """The kernel's run request (its --reader-dsn is gsqa_model's login), and the runs to score."""
 
     predictions: list[Path] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
     gold: bool = False  # score the dataset's own SQL as a run named "gold"
+
+    @property
+    def command(self) -> str:
+        """The command line that scores these runs (the preflight names it for the templates it can run)."""
+        names = [f"--name {name}" for name in self.names]
+        return " ".join(["reproduce score", *map(str, self.predictions), *names, *(["--gold"] if self.gold else [])])
 
 
 @dataclass(frozen=True)
@@ -124,7 +130,7 @@ def score(request: ScoreRequest) -> Scoring:
             if record.id in run.predictions and run.predictions[record.id].kind == "sql"
             and run.predictions[record.id].statements]
     prepared = session.prepare(request, list({job.record.id: job.record for job in jobs}.values()),
-                               _roles(jobs)) if jobs else None
+                               _roles(jobs), request.command) if jobs else None
     provenance = {**session.provenance(request, data, "reproduce score", prepared),
                   "runs": [{"name": run.name, "source": run.source, "model": run.model, "method": run.method,
                             "predictions": len(run.predictions), "problems": len(run.problems),

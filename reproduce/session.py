@@ -1,12 +1,13 @@
-"""The question-run kernel below `reproduce verify`, `score` and `rebase` (and `show`): what a run of questions
-against the database shares, written once.
+"""The question-run kernel below `reproduce verify`, `score` and `rebase` (and `show`, and `serve`'s preflight):
+what a run of questions against the database shares, written once.
 
-A command gives its selection (a Request), the roles its SQL runs as, its judge and its resume entry; the
-kernel resolves the database once into a Target, loads the selected records, preflights the database (and
-each --replica) for those roles and the tables the records read, states the run's provenance, opens the
---resume file, and runs the questions through the Runner with one progress bar, handing each (question,
-outcome) to the judge and the judged result to the resume file as it finishes. What the reports and the
-resume files keep of a value is clipped here too (REPORTED_CHARACTERS).
+A command gives its selection (a Request: a RunRequest for a run through the Runner, serve's own for its
+tools), the roles its SQL runs as, its judge and its resume entry; the kernel resolves the database once into
+a Database, loads the selected records, preflights the database (and each --replica) for those roles and the
+tables the records read, states the run's provenance, opens the --resume file, and runs the questions through
+the Runner with one progress bar, handing each (question, outcome) to the judge and the judged result to the
+resume file as it finishes. What the reports and the resume files keep of a value is clipped here too
+(REPORTED_CHARACTERS).
 """
 
 from __future__ import annotations
@@ -29,33 +30,41 @@ from gsqa_core.sandbox import Role
 from reproduce import configs, dataset, readiness, servers
 from reproduce.dataset import Record, tables_needed
 from reproduce.resume import ResumeFile
-from reproduce.runner import MAX_ROWS, Outcome, Runner
+from reproduce.runner import DEFAULT_TIMEOUT_S, MAX_ROWS, Outcome, Runner, SandboxConnection
 
 Job = TypeVar("Job")  # what the Runner takes: a Record, or anything with `id` and `statements`
 Result = TypeVar("Result")
 
 
-@dataclass
+# Requests are made by keyword (the commands fill them from their options by name: reproduce/cli.py).
+@dataclass(kw_only=True)
 class Request:
-    """What every run of questions is asked for: the selection, the database, the run's limits."""
+    """What every command that runs questions is asked for: the selection, the database, each statement's limit."""
 
     config: str = "all"
     data: Path | None = None
     dsn: str | None = None
     reader_dsn: str | None = None  # the login of the role the command's SQL runs as (--reader-dsn)
-    timeout: float = 120.0
-    workers: int = 1
+    timeout: float = DEFAULT_TIMEOUT_S
     templates: list[str] = field(default_factory=list)
     ids: list[str] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class RunRequest(Request):
+    """A run of the selected questions through the Runner (verify, show, score, rebase): its workers and
+    servers, its row cap, its --resume file."""
+
+    workers: int = 1
+    max_rows: int = MAX_ROWS
+    replicas: list[str] = field(default_factory=list)  # DSNs of more servers (hot standbys) to run on
     resume: Path | None = None
     force: bool = False
     progress: bool = True
-    max_rows: int = MAX_ROWS
-    replicas: list[str] = field(default_factory=list)  # DSNs of more servers (hot standbys) to run on
 
 
 @dataclass(frozen=True)
-class Target:
+class Database:
     """The database a run works on, resolved once: the admin DSN, how reports name it, how errors describe it."""
 
     admin: str
@@ -63,7 +72,7 @@ class Target:
     described: str  # host=... port=... database=...
 
     @classmethod
-    def of(cls, dsn: str | None) -> Target:
+    def of(cls, dsn: str | None) -> Database:
         admin = resolve_dsn(dsn)
         return cls(admin, servers.name_of(admin), describe_target(admin))
 
@@ -104,8 +113,8 @@ def _number(record_id: str) -> int:
 class Prepared:
     """A database ready for a run: preflighted for its roles and tables, its replicas checked, its facts."""
 
-    request: Request
-    target: Target
+    request: Request  # run() takes a RunRequest's workers and servers; connect() any request's row cap
+    target: Database
     logins: dict[Role, str]  # each role's login DSN, resolved once
     readiness: readiness.Readiness
     replicas: list[servers.Checked]
@@ -114,6 +123,12 @@ class Prepared:
     def facts(self) -> dict[str, Any]:
         """Server and PostGIS versions, exact row counts (counted once, when a report or resume file needs them)."""
         return readiness.database_facts(self.target.admin)
+
+    def connect(self, role: Role, kind: type[SandboxConnection] = SandboxConnection, **options: Any
+                ) -> SandboxConnection:
+        """One sandbox connection as `role` on the primary under the request's limits, outside the Runner
+        (serve's pool: `kind` and `options` are its own)."""
+        return kind(self.logins[role], self.request.timeout, self.target.admin, self.request.max_rows, **options)
 
     def run(self, jobs: list[Job], role: Role, judge: Callable[[Job, Outcome], Result], resume: ResumeFile | None,
             lost: dict[str, str], description: str) -> Iterator[Result]:
@@ -133,7 +148,7 @@ class Prepared:
                 yield result
 
 
-def provenance(request: Request, data: dataset.Dataset, command: str, prepared: Prepared | None) -> dict[str, Any]:
+def provenance(request: RunRequest, data: dataset.Dataset, command: str, prepared: Prepared | None) -> dict[str, Any]:
     """What a run's results depend on, as its reports state it (the database part only where SQL runs:
     `prepared`); `lost` is filled as servers are lost."""
     stated = {
@@ -154,22 +169,24 @@ def provenance(request: Request, data: dataset.Dataset, command: str, prepared: 
     return stated
 
 
-def prepare(request: Request, records: list[Record], roles: Iterable[Role]) -> Prepared:
-    """Preflight the database (and each --replica) for `roles` and the tables `records` read: nothing runs
-    before it passes. The request's --reader-dsn is the first role's login. A missing or empty table names the
-    templates that read it, and the command line that runs the others."""
+def prepare(request: Request, records: list[Record], roles: Iterable[Role], command: str) -> Prepared:
+    """Preflight the database (and a RunRequest's --replica servers) for `roles` and the tables `records` read:
+    nothing runs before it passes. The request's --reader-dsn is the first role's login. A missing or empty
+    table names the templates that read it, and the command line that runs the others: `command` (the words
+    that start it, `reproduce verify`) with the selection's options."""
     roles = list(roles)
     # Resolved once (a login may need the kept password and a try on the socket): the preflight audits the same
     # DSNs the run then logs in with.
-    target = Target.of(request.dsn)
+    target = Database.of(request.dsn)
     logins = {role: target.login(role, request.reader_dsn if n == 0 else None) for n, role in enumerate(roles)}
-    ready = _preflight(request, target, records, logins)
-    checked = servers.replicas(target.admin, request.replicas, tables_needed(records), request.force, roles)
+    ready = _preflight(request, target, records, logins, command)
+    checked = (servers.replicas(target.admin, request.replicas, tables_needed(records), request.force, roles)
+               if isinstance(request, RunRequest) else [])  # serve runs on the primary alone
     return Prepared(request, target, logins, ready, checked)
 
 
-def _preflight(request: Request, target: Target, records: list[Record],
-               logins: readiness.Logins) -> readiness.Readiness:
+def _preflight(request: Request, target: Database, records: list[Record], logins: readiness.Logins,
+               command: str) -> readiness.Readiness:
     ready = readiness.check(target.admin, logins, tables_needed(records))
     refused = readiness.not_ready(ready)
     if not refused:
@@ -183,7 +200,7 @@ def _preflight(request: Request, target: Target, records: list[Record],
         if runnable:
             data = f" --data {request.data}" if request.data else ""
             options = " ".join(f"--template {template}" for template in runnable)
-            refused += f"; to run the others: reproduce verify --config {request.config}{data} {options}"
+            refused += f"; to run the others: {command} --config {request.config}{data} {options}"
     raise GsqaError(refused)
 
 
@@ -207,7 +224,7 @@ def clipped(value: Any) -> Any:
     return value
 
 
-def open_resume(request: Request, header: dict[str, Any], **entry: Any) -> ResumeFile | None:
+def open_resume(request: RunRequest, header: dict[str, Any], **entry: Any) -> ResumeFile | None:
     """The request's --resume file (None without one), for results of the kind `entry` describes
     (ResumeFile's entry, format, command and key); its header also records the selection, so that a rerun
     with another --config, --template or --id is told the selection changed."""

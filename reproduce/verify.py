@@ -9,7 +9,7 @@ decides the exit code from all of them at the end.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +19,9 @@ from reproduce.dataset import Record
 from reproduce.paper import PaperVerdict, paper_verdict
 from reproduce.results import Result
 from reproduce.runner import Outcome
+from reproduce.session import RunRequest
 
-
-@dataclass
-class Request(session.Request):
-    """The kernel's request, and verify's own option."""
-
-    durations: Path | None = None  # an earlier report whose times order the questions (longest first)
+COMMAND = "reproduce verify"
 
 
 @dataclass
@@ -35,18 +31,19 @@ class Run:
     records: dict[str, Record] = field(default_factory=dict)  # id -> record, for the question and SQL in reports
 
 
-def verify(request: Request) -> Run:
-    """Every selected question's result, in dataset order (skipped ones included)."""
+def verify(request: RunRequest, durations: Path | None = None) -> Run:
+    """Every selected question's result, in dataset order (skipped ones included); `durations`, an earlier
+    report, orders the questions by its times (longest first)."""
     started = time.perf_counter()
     data = session.load_selected(request)
     records = data.records
-    prepared = session.prepare(request, records, [READER])
-    provenance = session.provenance(request, data, "reproduce verify", prepared)
+    prepared = session.prepare(request, records, [READER], COMMAND)
+    provenance = session.provenance(request, data, COMMAND, prepared)
     resume = session.open_resume(request, {"dataset": data.checksum, "database": prepared.facts["row_counts"],
                                            "timeout": request.timeout})
     done = dict(resume.done) if resume else {}
     results = [_skipped(skip) for skip in data.skipped]
-    known = schedule.earlier_durations(request.durations) if request.durations else {}
+    known = schedule.earlier_durations(durations) if durations else {}
     known.update({record_id: result.seconds for record_id, result in done.items()})
     todo = schedule.longest_first([record for record in records if record.id not in done], known,
                                   prepared.readiness.row_estimates)
@@ -97,12 +94,12 @@ class Shown:
     paper: PaperVerdict | None = None
 
 
-def show(record_id: str, data: Path | None, dsn: str | None, reader: str | None, timeout: float) -> Shown:
-    """Re-run one question: its record, what the SQL gave, and the verdict per component."""
-    record = dataset.find(record_id, data)
-    request = Request(data=data, dsn=dsn, reader_dsn=reader, timeout=timeout, progress=False)
-    [outcome] = session.prepare(request, [record], [READER]).run([record], READER, lambda _, outcome: outcome,
-                                                                  None, {}, "show")
+def show(record_id: str, request: RunRequest) -> Shown:
+    """Re-run one question of the request's data (no progress bar): its record, what the SQL gave, and the
+    verdict per component."""
+    record = dataset.find(record_id, request.data)
+    prepared = session.prepare(replace(request, progress=False), [record], [READER], "reproduce show")
+    [outcome] = prepared.run([record], READER, lambda _, outcome: outcome, None, {}, "show")
     flags = compare.instability(record.template_id, record.sql)
     if outcome.kind != "rows":
         return Shown(record, outcome, None, None, flags)

@@ -22,7 +22,7 @@ from gsqa_core.errors import GsqaError
 from gsqa_core.roles import login_dsn
 from gsqa_core.sandbox import MODEL
 from reproduce.baseline import APPLICATION_NAME, Refused, engine
-from reproduce.runner import Session
+from reproduce.runner import SandboxConnection
 
 TIMEOUT = 1.0
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,7 +94,7 @@ def test_what_reproduce_refuses_the_engine_refuses_in_the_same_line(db: sqlalche
     with db.connect() as conn, pytest.raises(Refused) as raised:
         conn.execute(text(statement))
     assert str(raised.value) == refusal and isinstance(raised.value, sqlalchemy.exc.DBAPIError)
-    session = Session(login_dsn(demo_dsn, MODEL), timeout=TIMEOUT)
+    session = SandboxConnection(login_dsn(demo_dsn, MODEL), timeout=TIMEOUT)
     outcome = session.run(statement)
     session.close()
     assert (outcome.kind, outcome.error) == ("error", refusal)

@@ -131,6 +131,28 @@ def test_help_shows_placeholders_and_value_names_as_written() -> None:
     assert "reproduce score [OPTIONS] [PRED...]\n" in score.splitlines()[0] + "\n"  # several runs may be given
 
 
+@pytest.mark.parametrize("command, kind, own", [
+    ("verify", "RunRequest", {"progress"}),
+    ("rebase", "RunRequest", {"ids", "replicas", "progress"}),
+    ("show", "RunRequest", {"config", "templates", "ids", "workers", "max_rows", "replicas", "resume", "force",
+                            "progress"}),
+    ("score", "ScoreRequest", {"progress"}),
+    ("serve", "ServeRequest", set()),
+])
+def test_each_command_fills_its_request_from_its_options_by_name(command: str, kind: str, own: set[str]) -> None:
+    import dataclasses
+    import inspect
+
+    from reproduce import cli, score, session
+    from reproduce.serve import tools
+
+    request = {"RunRequest": session.RunRequest, "ScoreRequest": score.ScoreRequest,
+               "ServeRequest": tools.ServeRequest}[kind]
+    fields = {field.name for field in dataclasses.fields(request)}
+    parameters = set(inspect.signature(getattr(cli, command)).parameters)
+    assert fields - parameters == own  # a field no option fills keeps the request's default
+
+
 @pytest.mark.parametrize("argv, expected", [
     (["reproduce", "verify", "--config", "rastr_only"], "(did you mean raster_only?)"),
     (["reproduce", "verfy"], "Did you mean 'verify'?"),

@@ -198,22 +198,48 @@ def test_failed_preflight_is_exit_2(initialized_dsn: str, data: Path, fresh_dsn:
     assert "the templates that read them: R1" in result.stderr and result.stderr.count("\n") == 1
 
 
-def test_preflight_names_the_blocked_templates_and_the_command_for_the_others(fresh_dsn: str, tmp_path: Path) -> None:
+def dem_us_empty(dsn: str, folder: Path) -> Path:
+    """`dsn` initialized, with a row in pois and none in dem_us; in `folder` the data of an R1 question (it
+    reads dem_us) and a V23 one (it reads pois)."""
     from ingest.initdb import initialize
 
-    initialize(fresh_dsn)
-    with psycopg.connect(fresh_dsn) as conn:  # pois has rows, dem_us is empty
+    initialize(dsn)
+    with psycopg.connect(dsn) as conn:
         conn.execute("INSERT INTO public.pois (poi_name) VALUES ('x')")
-    data = write_questions(tmp_path, {"pass": (f"SELECT 100.0 AS elevation {FROM_DEM}", 100.0)})
+    data = write_questions(folder, {"pass": (f"SELECT 100.0 AS elevation {FROM_DEM}", 100.0)})
     vector = data / "vector" / "T23" / "001"
     vector.mkdir(parents=True)
     (vector / "question.json").write_text(json.dumps({"question": "how many?", "sql": "SELECT count(*) FROM pois",
                                                       "answers": [{"count": 1}], "type": "range+count"}))
+    return data
+
+
+def test_preflight_names_the_blocked_templates_and_the_command_for_the_others(fresh_dsn: str, tmp_path: Path) -> None:
+    data = dem_us_empty(fresh_dsn, tmp_path)
     result = run("verify", "--config", "all", "--data", str(data), "--dsn", fresh_dsn, "--template", "R1",
                  "--template", "V23")
     assert result.returncode == 2
     assert "the templates that read them: R1;" in result.stderr
     assert f"to run the others: reproduce verify --config all --data {data} --template V23" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["verify", "score", "rebase", "serve"])
+def test_the_preflight_names_the_command_that_runs_it(fresh_dsn: str, tmp_path: Path, command: str) -> None:
+    from reproduce import configs, dataset
+
+    data = dem_us_empty(fresh_dsn, tmp_path)
+    predictions = tmp_path / "run.jsonl"
+    records = dataset.load(data, configs.select("all", ["R1", "V23"])).records
+    predictions.write_text("".join(json.dumps({"id": record.id, "sql": record.sql}) + "\n" for record in records))
+    words = {"verify": ["verify"], "score": ["score", predictions], "rebase": ["rebase", "--out", tmp_path / "out"],
+             "serve": ["serve"]}[command]
+    selection = ["--config", "all", "--data", data, "--dsn", fresh_dsn, "--template", "R1", "--template", "V23"]
+    result = run(*words, *selection)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "error: the database is not ready: table public.dem_us is empty. Load the missing data (`make db`, "
+        "`ingest all`; `reproduce check` shows every table); the templates that read them: R1; to run the others: "
+        f"reproduce {' '.join(map(str, words))} --config all --data {data} --template V23\n")
 
 
 def test_skipped_questions_are_grouped_with_their_reason(db: str, data: Path) -> None:

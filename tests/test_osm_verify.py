@@ -22,7 +22,8 @@ from shapely import from_wkt
 from shapely.geometry import mapping
 
 from reproduce import configs, dataset
-from reproduce.verify import Request, verify
+from reproduce.session import RunRequest
+from reproduce.verify import verify
 
 DATA = Path(__file__).parent / "data" / "benchmark"
 BIN = Path(sys.executable).parent
@@ -88,8 +89,8 @@ def test_stored_answers_hold_on_the_loaded_tables(initialized_dsn: str, records:
     assert finalize.returncode == 0, finalize.stderr
     data = tmp_path / "data"
     shutil.copytree(DATA, data)
-    run = verify(Request("vector", data, initialized_dsn, None, 30.0, 2, ids=[r.id for r in records],
-                         progress=False))
+    run = verify(RunRequest(config="vector", data=data, dsn=initialized_dsn, timeout=30.0, workers=2,
+                            ids=[r.id for r in records], progress=False))
     outcomes = {result.id: (result.status, result.detail.get("failure")) for result in run.results}
     assert len(outcomes) == 8
     assert {status for status, _ in outcomes.values()} == {"pass"}, outcomes

@@ -16,7 +16,8 @@ from conftest import DATA
 
 from reproduce import compare, configs, dataset
 from reproduce.rebase import rebase
-from reproduce.verify import Request, verify
+from reproduce.session import RunRequest
+from reproduce.verify import verify
 from testkit.cli import reproduce
 from testkit.refdb import load_stored_answers
 
@@ -37,8 +38,9 @@ def stored_db(new_database, stored: list[dataset.Record]) -> str:
     return dsn
 
 
-def request(dsn: str, data: Path) -> Request:
-    return Request("raster_only", data, dsn, None, 10.0, 2, list(TEMPLATES), progress=False)
+def request(dsn: str, data: Path) -> RunRequest:
+    return RunRequest(config="raster_only", data=data, dsn=dsn, timeout=10.0, workers=2, templates=list(TEMPLATES),
+                      progress=False)
 
 
 def test_an_unchanged_database_gives_the_stored_answers_back(stored_db: str, stored: list[dataset.Record],

@@ -296,7 +296,7 @@ def test_a_library_the_role_stored_for_itself_neither_locks_it_out_nor_reaches_a
 
 
 def test_a_setting_stored_after_the_preflight_is_refused_at_the_next_connection(admin: str) -> None:
-    from reproduce.runner import ServerLost, Session
+    from reproduce.runner import SandboxConnection, ServerLost
 
     made = engine(admin, pool_size=1, max_overflow=0)
     with psycopg.connect(login_dsn(admin, MODEL), autocommit=True) as conn:
@@ -307,7 +307,7 @@ def test_a_setting_stored_after_the_preflight_is_refused_at_the_next_connection(
         with pytest.raises(GsqaError, match=re.escape(refusal)), made.connect():
             pass
         with pytest.raises(ServerLost, match=re.escape(refusal)):
-            Session(login_dsn(admin, MODEL), timeout=5)
+            SandboxConnection(login_dsn(admin, MODEL), timeout=5)
     finally:
         made.dispose()
         initialize(admin)

@@ -14,7 +14,7 @@ from gsqa_core.db import with_user
 from gsqa_core.roles import AUDIT_APPLICATION, audit
 from gsqa_core.sandbox import READER, ROLES
 from reproduce.dataset import Record
-from reproduce.runner import TERMINATE_AFTER_S, WATCHDOG_GRACE_S, Runner, Session
+from reproduce.runner import TERMINATE_AFTER_S, WATCHDOG_GRACE_S, Runner, SandboxConnection
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def database_state(dsn: str) -> tuple[int, bool]:
     "SELECT set_config('statement_timeout', '0', false), pg_sleep(30)",
 ])
 def test_timeout_is_enforced_on_the_server(reader: str, initialized_dsn: str, statement: str) -> None:
-    session = Session(reader, timeout=1.0)
+    session = SandboxConnection(reader, timeout=1.0)
     outcome = session.run(statement)
     assert outcome.kind == "timeout" and 0.9 <= outcome.seconds < 2.5
     assert running_sandbox_queries(initialized_dsn) == []
@@ -56,7 +56,7 @@ def test_timeout_is_enforced_on_the_server(reader: str, initialized_dsn: str, st
 
 
 def test_watchdog_cancels_on_the_server(reader: str, initialized_dsn: str) -> None:
-    session = Session(reader, timeout=60.0)  # the server would wait a minute
+    session = SandboxConnection(reader, timeout=60.0)  # the server would wait a minute
     threading.Timer(0.5, session.cancel).start()
     start = time.perf_counter()
     outcome = session.run("SELECT pg_sleep(30)")
@@ -82,7 +82,7 @@ def stubborn(initialized_dsn: str) -> None:
 
 @pytest.mark.usefixtures("stubborn")
 def test_a_question_that_catches_the_cancel_is_ended_by_the_watchdog(reader: str, initialized_dsn: str) -> None:
-    session = Session(reader, timeout=1.0, admin=initialized_dsn)  # the reader itself may not end backends
+    session = SandboxConnection(reader, timeout=1.0, admin=initialized_dsn)  # the reader itself may not end backends
     outcome = session.run(STUBBORN)  # 60 s if nothing ended it
     assert outcome.kind == "timeout" and "client watchdog" in outcome.error
     assert outcome.seconds < 1.0 + WATCHDOG_GRACE_S + TERMINATE_AFTER_S + 2
@@ -121,7 +121,7 @@ READ_ONLY = "SELECT current_setting('transaction_read_only') AS read_only"
 def test_sql_cannot_change_the_database(reader: str, initialized_dsn: str, statement: str,
                                         refusal: str | None) -> None:
     before = database_state(initialized_dsn)
-    session = Session(reader, timeout=2.0)
+    session = SandboxConnection(reader, timeout=2.0)
     outcome = session.run(statement)
     follow_up = session.run(READ_ONLY)  # whatever the statement did to the session, the client begins READ ONLY
     session.close()
@@ -131,7 +131,7 @@ def test_sql_cannot_change_the_database(reader: str, initialized_dsn: str, state
 
 
 def test_values_come_back_as_in_the_stored_answers(reader: str) -> None:
-    session = Session(reader, timeout=2.0)
+    session = SandboxConnection(reader, timeout=2.0)
     outcome = session.run("SELECT 2.5::numeric AS n, NULL AS gone, geometry, 'a%b' LIKE '%b' AS percent FROM pois")
     session.close()
     assert outcome.rows == [{"n": 2.5, "geometry": "0101000020E6100000000000000000F03F0000000000000040",
@@ -151,7 +151,7 @@ def test_workers_share_one_queue(reader: str) -> None:
 
 
 def test_a_huge_result_stops_at_the_row_cap_in_bounded_memory(reader: str) -> None:
-    session = Session(reader, timeout=60.0, max_rows=100_000)
+    session = SandboxConnection(reader, timeout=60.0, max_rows=100_000)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     outcome = session.run("SELECT g::float AS elevation FROM generate_series(1, 20000000) g")
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
@@ -162,14 +162,14 @@ def test_a_huge_result_stops_at_the_row_cap_in_bounded_memory(reader: str) -> No
 
 
 def test_many_values_stop_at_the_byte_cap(reader: str) -> None:
-    session = Session(reader, timeout=60.0, max_bytes=10 * 1024**2)
+    session = SandboxConnection(reader, timeout=60.0, max_bytes=10 * 1024**2)
     outcome = session.run("SELECT repeat('x', 1000000) AS elevation FROM generate_series(1, 50)")
     assert outcome.kind == "error" and "the result is too large: stopped after 11 rows and 11.0 MB" in outcome.error
     session.close()
 
 
 def test_one_huge_value_stops_on_the_server_before_the_client_holds_it(reader: str) -> None:
-    session = Session(reader, timeout=60.0)
+    session = SandboxConnection(reader, timeout=60.0)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     # 300 MB: the server measures the row as text beside the value (about 3 times its size), within the memory
     # a backend may take on any machine (at least 1.5 GB: sandbox.BACKEND_MEMORY_FLOOR_MB)
@@ -191,13 +191,13 @@ def test_one_huge_value_stops_on_the_server_before_the_client_holds_it(reader: s
     ("SELECT 1.5 AS elevation; -- the model's last word", [{"elevation": 1.5}]),
 ])
 def test_the_value_cap_leaves_results_as_they_are(reader: str, statement: str, expected: list[dict]) -> None:
-    session = Session(reader, timeout=10.0)
+    session = SandboxConnection(reader, timeout=10.0)
     assert session.run(statement).rows == expected
     session.close()
 
 
 def test_sql_that_does_not_parse_fails_with_its_own_message(reader: str) -> None:
-    session = Session(reader, timeout=10.0)
+    session = SandboxConnection(reader, timeout=10.0)
     outcome = session.run("SELEC 1 AS elevation")
     assert outcome.kind == "error" and outcome.error == 'syntax error at or near "SELEC"'
     session.close()
@@ -209,7 +209,7 @@ def test_a_question_past_the_temp_file_limit_is_an_error_naming_it(initialized_d
     with psycopg.connect(initialized_dsn, autocommit=True) as conn:
         conn.execute("CREATE ROLE small_temp_files LOGIN; ALTER ROLE small_temp_files SET temp_file_limit = '1MB'")
     try:
-        session = Session(with_user(initialized_dsn, "small_temp_files", None), timeout=60.0)
+        session = SandboxConnection(with_user(initialized_dsn, "small_temp_files", None), timeout=60.0)
         outcome = session.run("SELECT count(*) AS n FROM (SELECT g FROM generate_series(1, 3000000) g "
                               "ORDER BY md5(g::text)) s")
         session.close()
@@ -234,7 +234,7 @@ def test_one_question_cannot_end_another(reader: str) -> None:
 @pytest.mark.parametrize("function", ["pg_advisory_lock", "pg_advisory_xact_lock", "pg_try_advisory_xact_lock_shared"])
 def test_no_advisory_lock_can_be_taken_so_none_outlives_its_question_or_stops_a_build(reader: str,
                                                                                       function: str) -> None:
-    session = Session(reader, timeout=10.0)
+    session = SandboxConnection(reader, timeout=10.0)
     outcome = session.run(f"SELECT {function}(hashtext('gsqa ingest all'))::text AS taken")
     session.close()
     assert (outcome.kind, outcome.error) == ("error", f"refused: permission denied for function {function} (the "
@@ -242,7 +242,7 @@ def test_no_advisory_lock_can_be_taken_so_none_outlives_its_question_or_stops_a_
 
 
 def test_a_question_ended_from_outside_runs_once_more(reader: str, initialized_dsn: str) -> None:
-    session = Session(reader, timeout=30.0)
+    session = SandboxConnection(reader, timeout=30.0)
 
     def end_it() -> None:
         with psycopg.connect(initialized_dsn, autocommit=True) as conn:
@@ -281,7 +281,7 @@ def test_long_values_are_cut_in_reports() -> None:
 
 
 def test_arrays_records_and_other_types_come_back_as_json_and_count_against_the_byte_cap(reader: str) -> None:
-    session = Session(reader, timeout=5.0, max_bytes=1_000_000)
+    session = SandboxConnection(reader, timeout=5.0, max_bytes=1_000_000)
     try:
         typed = session.run("SELECT int4range(1, 5) AS r, ARRAY[1, 2] AS a, ROW(1, 'x') AS t, "
                             "'NaN'::float8 AS nan, '{\"k\": [1]}'::jsonb AS j")

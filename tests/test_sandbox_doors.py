@@ -135,8 +135,7 @@ def test_score_refuses_every_prediction_in_one_line_and_nothing_stays(demo: tupl
 
 def serving(demo: tuple[str, Path]):
     """reproduce serve's tools on the demo's R1 questions, with calls enough for every statement."""
-    return open_tools(ServeRequest(config="raster_only", data=demo[1], dsn=demo[0], timeout=5, max_calls=1000,
-                                   progress=False))
+    return open_tools(ServeRequest(config="raster_only", data=demo[1], dsn=demo[0], timeout=5, max_calls=1000))
 
 
 @pytest.mark.parametrize("name", AT_OUR_DOORS)

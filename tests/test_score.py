@@ -22,7 +22,8 @@ from test_runner import running_sandbox_queries
 
 from reproduce import configs, dataset
 from reproduce.score import ScoreRequest, score
-from reproduce.verify import Request, verify
+from reproduce.session import RunRequest
+from reproduce.verify import verify
 from testkit.cli import reproduce
 from testkit.tools import missing
 
@@ -46,8 +47,8 @@ def write_jsonl(path: Path, lines: list[dict]) -> Path:
 
 
 def test_gold_sql_scores_as_verify_verifies(stored_db: str) -> None:
-    verified = {r.id: r for r in verify(Request("all", BENCHMARK, stored_db, None, 5.0, 2, TEMPLATES,
-                                                progress=False)).results}
+    verified = {r.id: r for r in verify(RunRequest(config="all", data=BENCHMARK, dsn=stored_db, timeout=5.0,
+                                                   workers=2, templates=TEMPLATES, progress=False)).results}
     scored = score(ScoreRequest(gold=True, templates=TEMPLATES, data=BENCHMARK, dsn=stored_db, workers=2,
                                 timeout=5.0, progress=False))
     assert [r.id for r in scored.results] == list(verified) and len(verified) == 140

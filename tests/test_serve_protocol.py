@@ -76,8 +76,7 @@ def test_the_four_tools_over_an_in_process_client(demo, gold, tmp_path: Path) ->
             assert json.loads(listing.contents[0].text) == [f"{R1}/{n}" for n in range(1, 20)]
 
     path = tmp_path / "run.jsonl"
-    with open_tools(ServeRequest(config="raster_only", data=demo[1], dsn=demo[0], trajectory=path,
-                                 progress=False)) as tools:
+    with open_tools(ServeRequest(config="raster_only", data=demo[1], dsn=demo[0], trajectory=path)) as tools:
         asyncio.run(session(tools))
     assert trajectory.read(path).episodes[f"{R1}/0"].stop == "submitted"
 
@@ -216,8 +215,7 @@ def test_bad_input_is_one_line_and_starts_nothing(demo, tmp_path: Path, args: li
 
 def test_a_trajectory_of_another_run_is_refused(demo, tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
-    with open_tools(ServeRequest(config="raster_only", data=demo[1], dsn=demo[0], trajectory=path, model="a",
-                                 progress=False)):
+    with open_tools(ServeRequest(config="raster_only", data=demo[1], dsn=demo[0], trajectory=path, model="a")):
         pass
     served = reproduce(*serve_args(demo, path, "--model", "b"))
     assert served.returncode == 2
@@ -279,7 +277,7 @@ def test_the_agent_prompt_and_one_table_s_schema_cost_no_call(demo, gold) -> Non
             asked = json.loads((await client.call_tool("question", {"question_id": f"{R1}/0"})).content[0].text)
             return prompts, prompt.messages[0].content.text, table.contents[0].text, asked
 
-    with open_tools(ServeRequest(config="raster_only", data=demo[1], dsn=demo[0], progress=False)) as tools:
+    with open_tools(ServeRequest(config="raster_only", data=demo[1], dsn=demo[0])) as tools:
         prompts, prompt, table, asked = asyncio.run(read(tools))
     assert prompts == ["gsqa_agent"]
     assert prompt.startswith("You answer geospatial questions of the GS-QA2 benchmark")

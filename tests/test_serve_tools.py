@@ -29,7 +29,7 @@ def records(demo: tuple[str, Path]) -> dict:
 
 def request(demo: tuple[str, Path], path: Path | None, **options) -> ServeRequest:
     return ServeRequest(config="all", templates=options.pop("templates", ["R1", "V5"]), data=demo[1], dsn=demo[0],
-                        trajectory=path, progress=False, **options)
+                        trajectory=path, **options)
 
 
 def lines(path: Path) -> list[dict]:

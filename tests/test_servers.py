@@ -23,7 +23,8 @@ from reproduce.configs import question_id
 from reproduce.dataset import Record
 from reproduce.runner import AllServersLost, Runner, Server
 from reproduce.schedule import earlier_durations, longest_first
-from reproduce.verify import Request, verify
+from reproduce.session import RunRequest
+from reproduce.verify import verify
 from testkit.cli import reproduce
 from testkit.standby import BIN, LocalServer, primary_and_standby
 
@@ -37,9 +38,9 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalServer
         yield primary, standby, demo
 
 
-def demo_request(primary: LocalServer, demo: Path, **changes: object) -> Request:
-    return Request(config="all", templates=["R1", "V5"], data=demo / "benchmark", dsn=primary.dsn(), workers=2,
-                   progress=False, **changes)
+def demo_request(primary: LocalServer, demo: Path, **changes: object) -> RunRequest:
+    return RunRequest(config="all", templates=["R1", "V5"], data=demo / "benchmark", dsn=primary.dsn(), workers=2,
+                      progress=False, **changes)
 
 
 def test_a_standby_gives_the_same_answers_as_the_primary_alone(pair: tuple) -> None:

@@ -18,7 +18,8 @@ from perturb import EXPECTED, perturbed
 
 from reproduce import compare, configs, dataset
 from reproduce.dataset import tables_needed
-from reproduce.verify import Request, verify
+from reproduce.session import RunRequest
+from reproduce.verify import verify
 from testkit.refdb import load_computed_fixture
 
 STORED = {"R1", "R2", "R3", "R4", "VR1", "VR2", "VR3"}  # test_verify_stored.py
@@ -96,8 +97,8 @@ def test_computed_answers_are_judged_by_the_template_metric(outcomes: dict) -> N
 
 
 def test_verify_reports_the_computed_fixture_run(computed_db: str) -> None:
-    request = Request("raster_only", DATA / "benchmark", computed_db, None, 10.0, 2,
-                      ["R5", "R6", "R7", "R10"], progress=False)
+    request = RunRequest(config="raster_only", data=DATA / "benchmark", dsn=computed_db, timeout=10.0, workers=2,
+                         templates=["R5", "R6", "R7", "R10"], progress=False)
     results = verify(request).results
     assert len(results) == 80 and {r.status for r in results} <= {"pass", "mismatch"}
     mismatch = next(r for r in results if r.status == "mismatch")  # the ramp DEM is not the real terrain

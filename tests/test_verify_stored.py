@@ -12,14 +12,16 @@ import pytest
 from conftest import DATA
 
 from reproduce import configs, dataset
-from reproduce.verify import Request, verify
+from reproduce.session import RunRequest
+from reproduce.verify import verify
 from testkit.refdb import points_in
 
 TEMPLATES = ["R1", "R2", "R3", "R4", "VR1", "VR2", "VR3"]
 
 
 def run(dsn: str, *templates: str) -> dict[str, str]:
-    request = Request("all", DATA / "benchmark", dsn, None, 5.0, 2, list(templates), progress=False)
+    request = RunRequest(config="all", data=DATA / "benchmark", dsn=dsn, timeout=5.0, workers=2,
+                         templates=list(templates), progress=False)
     return {result.id: result for result in verify(request).results}
 
 

@@ -9,7 +9,7 @@ tool calling takes them as they are:
         rows = tools.query("raster_only/elevation+poi/0", "SELECT ...")["rows"]
         tools.submit_answer("raster_only/elevation+poi/0", [{"elevation": 1234.5}])
 
-The SQL runs as the model role gsqa_model on a bounded pool of the runner's sessions (reproduce/runner.py):
+The SQL runs as the model role gsqa_model on a bounded pool of the runner's sandbox connections (reproduce/runner.py):
 one statement past the gate, its own read-only transaction with the statement timeout set on the server (the
 smaller of --timeout and the episode's time left), rows capped at --max-rows (the first rows, marked
 truncated), values over REPORTED_CHARACTERS cut, geometries as WKT, rolled back and the session reset. A tool
@@ -29,7 +29,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import version as package_version
 from pathlib import Path
@@ -45,7 +45,7 @@ from reproduce import compare, configs, describe, gate, session
 from reproduce.dataset import Record
 from reproduce.predictions import trajectory
 from reproduce.predictions.layouts import address_only, answer_rows
-from reproduce.runner import MIN_TIMEOUT_S, Outcome, ServerLost, Session
+from reproduce.runner import MIN_TIMEOUT_S, Outcome, SandboxConnection, ServerLost
 
 APPLICATION_NAME = "gsqa-serve"  # what pg_stat_activity shows for the tools' connections
 
@@ -79,15 +79,16 @@ def _fitted(reply: dict[str, Any], limit: int) -> dict[str, Any]:
     return {**reply, "rows": rows[:low], "truncated": True, "note": note}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ServeRequest(session.Request):
-    """The kernel's request (its --reader-dsn is gsqa_model's login, timeout each statement's limit, max_rows
-    the rows a query returns) and the episodes' budgets."""
+    """The kernel's request (its --reader-dsn is gsqa_model's login, timeout each statement's limit), the rows a
+    query returns and the episodes' budgets. The defaults are `reproduce serve`'s (written as its manual shows
+    them)."""
 
-    max_rows: int = 100
+    max_rows: int = 100  # the first rows of a query's result, marked truncated past them
     max_calls: int = 20  # per question, every call counted
-    max_seconds: float = 600.0  # per question, from its first call
-    connections: int = 8  # the pool of sandbox sessions the calls share
+    max_seconds: float = 600  # per question, from its first call
+    connections: int = 8  # the pool of sandbox connections the calls share
     trajectory: Path | None = None
     model: str = ""
     method: str = "agent"
@@ -124,7 +125,7 @@ class _WktLoader(psycopg.adapt.Loader):
             return hex_ewkb
 
 
-class _AgentSession(Session):
+class _AgentConnection(SandboxConnection):
     application_name = APPLICATION_NAME
     keep_nulls = True  # an agent sees every column it asked for
 
@@ -138,16 +139,17 @@ class _AgentSession(Session):
 
 
 class _Pool:
-    """At most `size` sandbox sessions, made when first needed and reused; a caller waits for a free one."""
+    """At most `size` sandbox connections, made by `connect` when first needed and reused; a caller waits for a
+    free one."""
 
-    def __init__(self, login: str, admin: str, size: int, max_rows: int) -> None:
-        self._login, self._admin, self._max_rows = login, admin, max_rows
-        self._idle: queue.LifoQueue[Session] = queue.LifoQueue()
+    def __init__(self, connect: Callable[[], SandboxConnection], size: int) -> None:
+        self._connect = connect
+        self._idle: queue.LifoQueue[SandboxConnection] = queue.LifoQueue()
         self._slots = threading.BoundedSemaphore(size)
 
     @contextlib.contextmanager
-    def session(self, wait: float) -> Iterator[Session | None]:
-        """A free session, waiting at most `wait` seconds for one (None if none came free)."""
+    def connection(self, wait: float) -> Iterator[SandboxConnection | None]:
+        """A free connection, waiting at most `wait` seconds for one (None if none came free)."""
         if not self._slots.acquire(timeout=None if math.isinf(wait) else wait):
             yield None
             return
@@ -155,7 +157,7 @@ class _Pool:
             try:
                 found = self._idle.get_nowait()
             except queue.Empty:
-                found = _AgentSession(self._login, 1.0, self._admin, self._max_rows, truncate=True)
+                found = self._connect()
             try:
                 yield found
             finally:
@@ -184,7 +186,8 @@ class Tools:
                 self._episodes[question] = _Episode(len(found.calls), found.elapsed,
                                                     stop="" if found.stop == "none" else found.stop, why=found.why)
         self._lock = threading.Lock()
-        self._pool = _Pool(prepared.logins[MODEL], prepared.target.admin, request.connections, request.max_rows)
+        self._pool = _Pool(functools.partial(prepared.connect, MODEL, _AgentConnection, truncate=True),
+                           request.connections)
         self._writer = trajectory.Writer(request.trajectory) if request.trajectory else None
         self._describe = functools.partial(describe.describe, prepared.target.admin, prepared.logins[MODEL])
         self._describing, self._schema = threading.Lock(), None
@@ -226,7 +229,7 @@ class Tools:
                 raise call.refused(f"refused: the SQL is {call.oversized:,} characters; at most "
                                    f"{gate.MAX_SQL_CHARACTERS:,}")
             try:
-                with self._pool.session(wait=call.seconds_left()) as sandbox:
+                with self._pool.connection(wait=call.seconds_left()) as sandbox:
                     if sandbox is None or call.seconds_left() < MIN_TIMEOUT_S:
                         raise call.refused(f"refused: no time left in the episode's budget of "
                                            f"{self.budget['seconds']:g} s (the calls before waited for a connection)")
@@ -506,7 +509,7 @@ def open_tools(request: ServeRequest) -> Tools:
     if not data.records:
         raise GsqaError(f"no question selected in {data.source} (config {request.config})")
     done = _continued(request, data.checksum)
-    prepared = session.prepare(request, data.records, [MODEL])
+    prepared = session.prepare(request, data.records, [MODEL], "reproduce serve")
     tools = Tools(request, data.records, prepared, done)
     tools._write("run", **_depends_on(request, data.checksum), config=request.config, templates=request.templates,
                  ids=request.ids, questions=len(data.records), database=prepared.target.described,
