@@ -11,10 +11,13 @@ finds it, or the explicit reader_dsn) by the runner, one statement past the gate
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import queue
 import shutil
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,7 +97,7 @@ class Verdict:
 
     paper: bool  # the paper's verdict: the headline
     strict: bool
-    status: str  # pass, mismatch, empty, sql_error, timeout, no_prediction, unscorable
+    status: str  # pass, mismatch, empty, sql_error, timeout, no_prediction, unreadable, unscorable
     paper_reason: str
     strict_reason: str
     checks: list[dict[str, Any]] = field(default_factory=list)  # the strict verdict per component
@@ -102,21 +105,20 @@ class Verdict:
 
 
 class Judge:
-    """Our judge over the selected questions. A model's SQL runs as gsqa_model on sessions of the runner, made as
-    needed and reused (each reset after each question), as many as calls run at once (the caller bounds them by
-    the request's connections): making and dropping one per question would leave the role's ended backends
-    counted against its connection limit for a moment."""
+    """Our judge over the selected questions. A model's SQL runs as gsqa_model on sessions of the runner."""
 
     def __init__(self, request: ServeRequest, records: list[Record]) -> None:
         self.records = {record.id: record for record in records}
-        self._prepared = session.prepare(request, records, [MODEL])
-        self._timeout = request.timeout
-        self._idle: queue.LifoQueue[Session] = queue.LifoQueue()
-        atexit.register(self.close)
+        self._request, self._preparing = request, threading.Lock()
+        self._sessions: tuple[str, float, str] | None = None  # once the first SQL comes: login, timeout, admin
 
-    def close(self) -> None:
-        while not self._idle.empty():
-            self._idle.get_nowait().close()
+    def _prepared(self) -> tuple[str, float, str]:
+        """The database preflighted for gsqa_model (once, when the first SQL is judged): the sessions' key."""
+        with self._preparing:
+            if self._sessions is None:
+                prepared = session.prepare(self._request, list(self.records.values()), [MODEL])
+                self._sessions = (prepared.logins[MODEL], self._request.timeout, prepared.target.admin)
+            return self._sessions
 
     def sql(self, question_id: str, text: str) -> Verdict:
         """The verdicts on a model's text: its ```sql blocks (else the whole text) run in turn as gsqa_model, the
@@ -124,16 +126,10 @@ class Judge:
         record = self.records[question_id]
         statements = (sql_blocks(text) or (text,)) if text.strip() else ()
         if not statements:
-            return _unjudged(record, "sql_error", "no SQL in the prediction")
+            return _unjudged("sql_error", "no SQL in the prediction")
         job = score.SqlJob(RUN, record, Prediction(record.id, "inspect", statements))
-        try:
-            sandbox = self._idle.get_nowait()
-        except queue.Empty:  # rows capped as `reproduce score` caps them, not as serve's agents are
-            sandbox = Session(self._prepared.logins[MODEL], self._timeout, self._prepared.target.admin, MAX_ROWS)
-        try:
+        with _session(*self._prepared()) as sandbox:
             outcome = sandbox.run_first(job.statements)
-        finally:
-            self._idle.put(sandbox)
         return _verdict(score.evaluate(job, outcome), _strict_checks(record, outcome.rows))
 
     def answer(self, question_id: str, answer: Any, why_none: str = "") -> Verdict:
@@ -141,15 +137,42 @@ class Judge:
         score` judges a submitted answer; None: no answer (`why_none` says why)."""
         record = self.records[question_id]
         if answer is None:
-            return _unjudged(record, "no_prediction", why_none or "the run has no prediction")
+            return _unjudged("no_prediction", why_none or "the run has no prediction")
         try:
             rows = answer_rows(record.template_id, answer)
         except ValueError as error:
-            return _unjudged(record, "unreadable", str(error))
+            return _unjudged("unreadable", str(error))
         if why := address_only(record.template_id, rows):
-            return _unjudged(record, "unscorable", why)
+            return _unjudged("unscorable", why)
         result = score.judged(RUN, record, Prediction(record.id, "inspect", answer=rows), rows, 0.0, {})
         return _verdict(result, _strict_checks(record, rows))
+
+
+# Sessions of the runner, idle, by (login, timeout, admin): made as needed and reused (each is reset after each
+# question) by every judge of the process, so that they are never more than the calls that ran at once (the
+# tasks bound those: -T connections). Making and dropping one per question would leave the role's ended
+# backends counted against its connection limit for a moment.
+_idle: dict[tuple[str, float, str], queue.LifoQueue[Session]] = {}
+
+
+@contextlib.contextmanager
+def _session(login: str, timeout: float, admin: str) -> Iterator[Session]:
+    idle = _idle.setdefault((login, timeout, admin), queue.LifoQueue())  # setdefault: one, whichever thread
+    try:
+        found = idle.get_nowait()
+    except queue.Empty:  # rows capped as `reproduce score` caps them, not as serve's agents are
+        found = Session(login, timeout, admin, MAX_ROWS)
+    try:
+        yield found
+    finally:
+        idle.put(found)
+
+
+@atexit.register
+def _close_sessions() -> None:
+    for idle in _idle.values():
+        while not idle.empty():
+            idle.get_nowait().close()
 
 
 def _strict_checks(record: Record, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -163,6 +186,6 @@ def _verdict(result: score.Scored, checks: list[dict[str, Any]]) -> Verdict:
                    result.strict_reason, checks, result.detail)
 
 
-def _unjudged(record: Record, status: str, why: str) -> Verdict:
+def _unjudged(status: str, why: str) -> Verdict:
     """A prediction that gives nothing to judge: wrong by both verdicts, as `reproduce score` counts it."""
     return Verdict(False, False, status, why, why)

@@ -19,6 +19,7 @@ import pytest
 import tiktoken
 from inspect_ai.model import ChatMessageTool, ModelOutput, ModelUsage, get_model
 
+from gsqa_core.errors import GsqaError
 from gsqa_refdb import adapter, logs
 from reproduce import configs, dataset, stats
 from testkit.cli import reproduce
@@ -98,9 +99,11 @@ def scored_by_reproduce(demo: tuple[str, Path], log: inspect_ai.log.EvalLog, fol
                            result["status"]) for result in json.loads((folder / "scores.json").read_text())["results"]}
 
 
-def test_the_samples_are_the_selected_questions_in_dataset_order(demo) -> None:
+def test_the_selection_is_the_questions_in_dataset_order_and_its_connections_are_bounded(demo) -> None:
     request = adapter.selection("raster_only", ["R1"], [], str(demo[1]), demo[0], None, 120.0, 4)
     assert [record.id for record in adapter.questions(request)] == [f"{R1}/{n}" for n in range(20)]
+    with pytest.raises(GsqaError, match=r"^connections=9: from 1 to 8, gsqa_model's connection limit"):
+        adapter.selection("raster_only", ["R1"], [], str(demo[1]), demo[0], None, 120.0, 9)
 
 
 EXPECTED_METRICS = {"accuracy": 0.4, "wilson_low": stats.wilson(2, 5)[0], "wilson_high": stats.wilson(2, 5)[1],
