@@ -31,21 +31,24 @@ from reproduce.runner import MAX_ROWS, Session
 from reproduce.serve.tools import ServeRequest, expected_answer, open_tools
 from reproduce.stats import wilson
 
-__all__ = ["Judge", "Record", "Verdict", "agent_prompts", "expected_answer", "questions", "schema_prompt", "selection",
-           "serve_process", "wilson"]
+__all__ = ["SERVE_SESSIONS", "Judge", "Record", "Verdict", "agent_prompts", "expected_answer", "questions",
+           "schema_prompt", "selection", "serve_process", "wilson"]
 
 RUN = "inspect"  # the run's name in the judge's results
 
 
 def selection(config: str, template: list[str], id: list[str], data: str | None, dsn: str | None,
               reader_dsn: str | None, timeout: float, connections: int, max_calls: int = 20,
-              max_seconds: float = 600.0, max_rows: int = 100) -> ServeRequest:
+              max_seconds: float = 600.0, max_rows: int = 100, sessions_each: int = 1) -> ServeRequest:
     """What `reproduce` selects under these options (--config, --template, --id, --data, --dsn, --reader-dsn,
     --timeout), the budgets of `reproduce serve` (--max-calls, --max-seconds, --max-rows), and `connections`:
-    how many of gsqa_model's sessions the task may hold at once (the role's connection limit bounds them)."""
-    if not 1 <= connections <= MODEL.connection_limit:
-        raise GsqaError(f"connections={connections}: from 1 to {MODEL.connection_limit}, gsqa_model's connection "
-                        "limit, which every run on the database shares")
+    how many SQL judgements or agents the task runs at once, each holding up to `sessions_each` of gsqa_model's
+    sessions (the role's connection limit bounds them all)."""
+    most = MODEL.connection_limit // sessions_each
+    if not 1 <= connections <= most:
+        each = f" (each may hold {sessions_each} sessions)" if sessions_each > 1 else ""
+        raise GsqaError(f"connections={connections}: from 1 to {most}{each}; gsqa_model's connection limit is "
+                        f"{MODEL.connection_limit}, shared by every run on the database")
     return ServeRequest(config=config, data=Path(data) if data else None, dsn=dsn, reader_dsn=reader_dsn,
                         timeout=timeout, templates=list(template), ids=list(id), progress=False, max_rows=max_rows,
                         max_calls=max_calls, max_seconds=max_seconds, connections=connections)
@@ -70,6 +73,11 @@ def agent_prompts(request: ServeRequest) -> dict[str, str]:
     tools, the budget, the question and the answer it expects); the database preflighted for gsqa_model."""
     with open_tools(request) as tools:
         return {question: tools.instructions(question) for question in tools.question_ids()}
+
+
+# What a `reproduce serve` of one question may hold of gsqa_model's sessions: the one its calls share and, while
+# it starts, its preflight's.
+SERVE_SESSIONS = 2
 
 
 def serve_process(request: ServeRequest, question_id: str) -> tuple[str, list[str], dict[str, str]]:

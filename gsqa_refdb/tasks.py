@@ -15,9 +15,9 @@ samples in dataset order.
   -T max_rows=N`; the sample ends when submit_answer has recorded an answer (or the model calls no tool), and
   the recorded answer is judged. Inspect's message limit follows the call budget (MESSAGES_PER_CALL).
 
-`-T connections=N` (4): the gsqa_model sessions the run holds at once, SQL judged or agents served (each agent's
-server holds one, and its start-up audit briefly another); at most the role's connection limit (8), which
-every run on the database shares.
+`-T connections=N` (4): how many SQL judgements (text2sql, at most 8) or agents (sql_agent, at most 4: each
+agent's server holds a session, and while it starts its preflight another) run at once, so that the run stays
+within gsqa_model's connection limit (8), which every run on the database shares.
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ def sql_agent(config: str = "all", template: str | list[str] | None = None, id: 
               connections: int = 4) -> Task:
     """An SQL agent: a ReAct loop over the tools of `reproduce serve`; its submitted answer is judged."""
     request = adapter.selection(config, _listed(template), _listed(id), data, dsn, reader_dsn, timeout, connections,
-                                max_calls=max_calls, max_seconds=max_seconds, max_rows=max_rows)
+                                max_calls=max_calls, max_seconds=max_seconds, max_rows=max_rows,
+                                sessions_each=adapter.SERVE_SESSIONS)
     records = adapter.questions(request)
     prompts = adapter.agent_prompts(request)
     samples = [Sample(id=record.id, input=prompts[record.id], metadata={"template": record.template_id})
@@ -92,7 +93,7 @@ def serve_agent(request: object, connections: int) -> Solver:
         command, args, env = adapter.serve_process(request, str(state.sample_id))
         tools = mcp_server_stdio(name="gsqa-refdb", command=command, args=args, env=env)
         agent = react(prompt=None, tools=[tools], submit=False, on_continue=_until_submitted)
-        async with concurrency(MODEL_SESSIONS, connections):  # the agent's server holds one session
+        async with concurrency(MODEL_SESSIONS, connections):  # each holds the sessions of its server
             return await as_solver(agent)(state, generate)
     return solve
 

@@ -102,8 +102,10 @@ def scored_by_reproduce(demo: tuple[str, Path], log: inspect_ai.log.EvalLog, fol
 def test_the_selection_is_the_questions_in_dataset_order_and_its_connections_are_bounded(demo) -> None:
     request = adapter.selection("raster_only", ["R1"], [], str(demo[1]), demo[0], None, 120.0, 4)
     assert [record.id for record in adapter.questions(request)] == [f"{R1}/{n}" for n in range(20)]
-    with pytest.raises(GsqaError, match=r"^connections=9: from 1 to 8, gsqa_model's connection limit"):
+    with pytest.raises(GsqaError, match=r"^connections=9: from 1 to 8; gsqa_model's connection limit is 8"):
         adapter.selection("raster_only", ["R1"], [], str(demo[1]), demo[0], None, 120.0, 9)
+    with pytest.raises(GsqaError, match=r"^connections=5: from 1 to 4 \(each may hold 2 sessions\)"):
+        adapter.selection("raster_only", ["R1"], [], str(demo[1]), demo[0], None, 120.0, 5, sessions_each=2)
 
 
 EXPECTED_METRICS = {"accuracy": 0.4, "wilson_low": stats.wilson(2, 5)[0], "wilson_high": stats.wilson(2, 5)[1],
