@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from testkit.imports import loaded_by
+
 ROOT = Path(__file__).resolve().parent.parent
 # The two layers of `ingest` that are not loaders; every other module of `ingest` (the packages ingest/dem/ and
 # ingest/osm/) is a loader, which may import gsqa_core, the machinery and its own package, never the runner.
@@ -18,13 +20,9 @@ MACHINERY = {"load_state", "ordered_pool", "diskspace", "indexes"}
 def test_reproduce_imports_no_loader_module():
     reproduce_modules = sorted(".".join(path.relative_to(ROOT / "reproduce").with_suffix("").parts)
                                for path in (ROOT / "reproduce").rglob("*.py") if path.name != "__init__.py")
-    script = ("import importlib, sys\n"
-              f"for name in {reproduce_modules!r}:\n"
-              "    importlib.import_module('reproduce.' + name)\n"
-              "print(' '.join(sorted(m for m in sys.modules if m == 'ingest' or m.startswith('ingest.'))))\n")
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
     assert "cli" in reproduce_modules and "verify" in reproduce_modules
-    assert done.stdout.strip() == "", f"reproduce imports loader modules: {done.stdout.strip()}"
+    loaded = loaded_by([f"reproduce.{name}" for name in reproduce_modules], ("ingest",))
+    assert loaded == [], f"reproduce imports loader modules: {' '.join(loaded)}"
 
 
 def test_the_command_line_tools_do_not_import_sqlalchemy():

@@ -1,0 +1,103 @@
+"""GS-QA2 as Inspect tasks: `inspect eval gsqa_refdb/text2sql` and `gsqa_refdb/sql_agent` (code_agent waits
+for the code agents' run_python tool).
+
+Both select what `reproduce` selects, under its option names: `-T config=raster_only -T template=R1
+-T data=DIR -T id=QUESTION_ID` (template and id take one value or a list: `-T template=[R1,R2]`), `-T dsn=...`
+and `-T reader_dsn=...` (else the database as every command finds it: DATABASE_URL, libpq's PG* variables,
+`make db`'s), `-T timeout=SECONDS` per statement. A sample is one question, its id the question's id, the
+samples in dataset order.
+
+- text2sql: the question, the answer it expects (columns, units) and `reproduce schema`'s description of the
+  database in the prompt; one generation; its ```sql blocks (else its text) run as gsqa_model in our sandbox and
+  judged (gsqa_refdb/scorer.py).
+- sql_agent: a ReAct agent with the tools of `reproduce serve` (question, schema, query, submit_answer) over MCP,
+  one stdio server per sample serving that question alone with the budgets `-T max_calls=N -T max_seconds=S
+  -T max_rows=N`; the sample ends when submit_answer has recorded an answer (or the model calls no tool), and
+  the recorded answer is judged. Inspect's message limit follows the call budget (MESSAGES_PER_CALL).
+
+`-T connections=N` (4): how many SQL judgements (text2sql, at most 8) or agents (sql_agent, at most 4: each
+agent's server holds a session, and while it starts its preflight another) run at once, so that the run stays
+within gsqa_model's connection limit (8), which every run on the database shares.
+"""
+
+from __future__ import annotations
+
+import json
+
+from inspect_ai import Task, task
+from inspect_ai.agent import AgentState, as_solver, react
+from inspect_ai.dataset import MemoryDataset, Sample
+from inspect_ai.model import ChatMessageSystem, ChatMessageUser
+from inspect_ai.solver import Generate, Solver, TaskState, generate, solver
+from inspect_ai.tool import mcp_server_stdio
+from inspect_ai.util import concurrency
+
+from gsqa_refdb import adapter
+from gsqa_refdb.scorer import MODEL_SESSIONS, answer_judge, has_submitted, sql_judge
+
+TEXT2SQL_INSTRUCTIONS = """You write one PostgreSQL 15 query with PostGIS that answers a geospatial question of the
+GS-QA2 benchmark on the reference database described below. Reply with the query in a ```sql block; its rows
+are the answer, with the columns the question expects.
+
+"""
+# Inspect's message limit of an agent's sample: the question, then an assistant message and a tool result per
+# call of the budget, and as many again for schema() (which no budget counts) and the refusals past the budget.
+MESSAGES_PER_CALL = 4
+
+
+def _listed(value: str | list[str] | None) -> list[str]:
+    return [value] if isinstance(value, str) else list(value or [])
+
+
+@task
+def text2sql(config: str = "all", template: str | list[str] | None = None, id: str | list[str] | None = None,
+             data: str | None = None, dsn: str | None = None, reader_dsn: str | None = None,
+             timeout: float = 120.0, connections: int = 4) -> Task:
+    """Text-to-SQL: the model writes one query from the question and the schema; the query is run and judged."""
+    request = adapter.selection(config, _listed(template), _listed(id), data, dsn, reader_dsn, timeout, connections)
+    records = adapter.questions(request)
+    system = ChatMessageSystem(content=TEXT2SQL_INSTRUCTIONS + adapter.schema_prompt(request))
+    samples = [Sample(id=record.id, input=[system, ChatMessageUser(content=_question_text(record))],
+                      metadata={"template": record.template_id}) for record in records]
+    return Task(dataset=MemoryDataset(samples, name=f"gs-qa2 {config}"), solver=generate(),
+                scorer=sql_judge(adapter.Judge(request, records), connections))
+
+
+def _question_text(record: adapter.Record) -> str:
+    return (f"Question {record.id}: {record.question}\nThe answer it expects: "
+            f"{json.dumps(adapter.expected_answer(record.template_id))}")
+
+
+@task
+def sql_agent(config: str = "all", template: str | list[str] | None = None, id: str | list[str] | None = None,
+              data: str | None = None, dsn: str | None = None, reader_dsn: str | None = None,
+              timeout: float = 120.0, max_calls: int = 20, max_seconds: float = 600.0, max_rows: int = 100,
+              connections: int = 4) -> Task:
+    """An SQL agent: a ReAct loop over the tools of `reproduce serve`; its submitted answer is judged."""
+    request = adapter.selection(config, _listed(template), _listed(id), data, dsn, reader_dsn, timeout, connections,
+                                max_calls=max_calls, max_seconds=max_seconds, max_rows=max_rows,
+                                sessions_each=adapter.SERVE_SESSIONS)
+    records = adapter.questions(request)
+    prompts = adapter.agent_prompts(request)
+    samples = [Sample(id=record.id, input=prompts[record.id], metadata={"template": record.template_id})
+               for record in records]
+    return Task(dataset=MemoryDataset(samples, name=f"gs-qa2 {config}"), solver=serve_agent(request, connections),
+                scorer=answer_judge(adapter.Judge(request, records)),
+                message_limit=1 + MESSAGES_PER_CALL * max_calls)
+
+
+@solver
+def serve_agent(request: object, connections: int) -> Solver:
+    """react() with the tools of a `reproduce serve` over stdio that serves the sample's question alone."""
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        command, args, env = adapter.serve_process(request, str(state.sample_id))
+        tools = mcp_server_stdio(name="gsqa-refdb", command=command, args=args, env=env)
+        agent = react(prompt=None, tools=[tools], submit=False, on_continue=_until_submitted)
+        async with concurrency(MODEL_SESSIONS, connections):  # each holds the sessions of its server
+            return await as_solver(agent)(state, generate)
+    return solve
+
+
+async def _until_submitted(state: AgentState) -> bool:
+    """Go on while the model calls tools and no answer is recorded."""
+    return bool(state.output.message.tool_calls) and not has_submitted(state.messages)

@@ -1,0 +1,201 @@
+"""The Inspect tasks (gsqa_refdb/) end to end on the demo database, offline: Inspect's mock model scripted to give
+the gold SQL (or the gold tool calls) for some questions and wrong ones for others, each task found by its
+registered name, and the scores, metrics and the log read back as predictions exactly what the script meant;
+`reproduce score` on those predictions gives the same verdicts.
+
+Offline: every scripted output carries its token usage, so the mock model never counts tokens itself (Inspect
+0.3.285 counts with tiktoken's o200k_base, which tiktoken downloads on first use); tiktoken's loader is made to
+fail here to hold that no count, and so no download, is tried."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import inspect_ai
+import pytest
+import tiktoken
+from inspect_ai.model import ChatMessageTool, ModelOutput, ModelUsage, get_model
+
+from gsqa_core.errors import GsqaError
+from gsqa_refdb import adapter, logs
+from reproduce import configs, dataset, stats
+from testkit.cli import reproduce
+
+R1 = "raster_only/elevation+poi"
+QUESTIONS = [f"{R1}/{n}" for n in range(5)]
+WRONG = "SELECT 1.5 AS elevation"
+
+
+@pytest.fixture(autouse=True)
+def offline_and_in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No token count (so no download); Inspect's traces and buffers in the test's folder, not in ~/.local."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    def refused(name: str) -> None:
+        raise AssertionError(f"tiktoken.get_encoding({name!r}): a token count would download its encoding")
+    monkeypatch.setattr(tiktoken, "get_encoding", refused)
+
+
+@pytest.fixture(scope="module")
+def gold(demo: tuple[str, Path]) -> dict:
+    return {record.id: record for record in dataset.load(demo[1], [configs.template("R1")]).records}
+
+
+def task_args(demo: tuple[str, Path]) -> dict:
+    return {"config": "raster_only", "template": "R1", "id": QUESTIONS, "data": str(demo[1]), "dsn": demo[0]}
+
+
+def usage(n: int) -> ModelUsage:
+    return ModelUsage(input_tokens=100 + n, output_tokens=10 + n, total_tokens=110 + 2 * n, total_cost=0.125 * (n + 1))
+
+
+def question_of(messages: list) -> str:
+    return re.search(r"Question (\S+):", next(m.text for m in messages if m.role == "user")).group(1)
+
+
+def scripted(answer: Callable[[str, list], ModelOutput]) -> Callable:
+    """The mock model's outputs: `answer(question id, messages so far)`, with usage set (no token count)."""
+    def output(messages: list, tools: list, tool_choice: object, config: object) -> ModelOutput:
+        question = question_of(messages)
+        said = answer(question, messages)
+        said.usage = usage(int(question.rsplit("/", 1)[1]))
+        return said
+    return output
+
+
+def run(task: str, demo: tuple[str, Path], outputs: Callable, log_dir: Path, **options) -> inspect_ai.log.EvalLog:
+    args = {**task_args(demo), **options.pop("task_args", {})}
+    [log] = inspect_ai.eval(task, model=get_model("mockllm/model", custom_outputs=outputs), task_args=args,
+                            log_dir=str(log_dir), display="none", **options)
+    assert log.status == "success", log.error
+    return log
+
+
+def verdicts(log: inspect_ai.log.EvalLog, scorer: str, epoch: int = 1) -> dict[str, tuple]:
+    return {sample.id: (sample.scores[scorer].value, sample.scores[scorer].metadata["strict"],
+                        sample.scores[scorer].metadata["status"]) for sample in log.samples if sample.epoch == epoch}
+
+
+def metrics(log: inspect_ai.log.EvalLog) -> dict[str, float]:
+    [scored] = log.results.scores
+    return {name: found.value for name, found in scored.metrics.items()}
+
+
+def scored_by_reproduce(demo: tuple[str, Path], log: inspect_ai.log.EvalLog, folder: Path) -> dict[str, tuple]:
+    """`reproduce score` on the log's predictions (gsqa_refdb.logs): each question's paper and strict verdicts."""
+    lines = [line for found in logs.read(Path(log.location)) if (line := found.as_line()) is not None
+             and found.epoch == 1]
+    path = folder / "predictions.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    args = [arg for question in QUESTIONS for arg in ("--id", question)]
+    done = reproduce("score", path, "--config", "raster_only", *args, "--data", demo[1], "--dsn", demo[0], "--json-out",
+                     folder / "scores.json")
+    assert done.returncode in (0, 1), done.stderr
+    return {result["id"]: ("C" if result["paper"] == "pass" else "I", "C" if result["strict"] == "pass" else "I",
+                           result["status"]) for result in json.loads((folder / "scores.json").read_text())["results"]}
+
+
+def test_the_selection_is_the_questions_in_dataset_order_and_its_connections_are_bounded(demo) -> None:
+    request = adapter.selection("raster_only", ["R1"], [], str(demo[1]), demo[0], None, 120.0, 4)
+    assert [record.id for record in adapter.questions(request)] == [f"{R1}/{n}" for n in range(20)]
+    with pytest.raises(GsqaError, match=r"^connections=9: from 1 to 8; gsqa_model's connection limit is 8"):
+        adapter.selection("raster_only", ["R1"], [], str(demo[1]), demo[0], None, 120.0, 9)
+    with pytest.raises(GsqaError, match=r"^connections=5: from 1 to 4 \(each may hold 2 sessions\)"):
+        adapter.selection("raster_only", ["R1"], [], str(demo[1]), demo[0], None, 120.0, 5, sessions_each=2)
+
+
+EXPECTED_METRICS = {"accuracy": 0.4, "wilson_low": stats.wilson(2, 5)[0], "wilson_high": stats.wilson(2, 5)[1],
+                    "R1": 0.4}
+
+
+def test_text2sql_scores_the_gold_sql_correct_and_the_rest_incorrect(demo, gold, tmp_path: Path) -> None:
+    replies = {QUESTIONS[0]: f"```sql\n{gold[QUESTIONS[0]].sql}\n```", QUESTIONS[1]: f"```sql\n{WRONG}\n```",
+               QUESTIONS[2]: f"Here it is:\n```sql\n{gold[QUESTIONS[2]].sql}\n```", QUESTIONS[3]: "I cannot tell.",
+               QUESTIONS[4]: "```sql\nDROP TABLE pois\n```"}
+    log = run("gsqa_refdb/text2sql", demo,
+              scripted(lambda question, messages: ModelOutput.from_content("mockllm/model", replies[question])),
+              tmp_path / "logs", epochs=2)
+    assert log.eval.task == "gsqa_refdb/text2sql"
+    assert log.eval.dataset.sample_ids == QUESTIONS
+    assert [(sample.id, sample.epoch) for sample in log.samples] == [(q, e) for e in (1, 2) for q in QUESTIONS]
+    prompt = log.samples[0].input
+    assert "Table public.dem_us" in prompt[0].text and gold[QUESTIONS[0]].question in prompt[1].text
+    expected = {QUESTIONS[0]: ("C", "C", "pass"), QUESTIONS[1]: ("I", "I", "mismatch"),
+                QUESTIONS[2]: ("C", "C", "pass"), QUESTIONS[3]: ("I", "I", "sql_error"),
+                QUESTIONS[4]: ("I", "I", "sql_error")}
+    assert verdicts(log, "sql_judge", 1) == verdicts(log, "sql_judge", 2) == expected
+    assert metrics(log) == pytest.approx(EXPECTED_METRICS)
+    scores = {sample.id: sample.scores["sql_judge"] for sample in log.samples}
+    wrong = scores[QUESTIONS[1]].metadata
+    assert [check["component"] for check in wrong["checks"]] == ["elevation"]
+    assert wrong["checks"][0]["actual"] == 1.5 and wrong["checks"][0]["passed"] is False
+    assert wrong["detail"]["sql"] == [WRONG]
+    assert scores[QUESTIONS[4]].explanation.startswith("sql_error: refused: `DROP` changes the database")
+
+    read = sorted(logs.read(Path(log.location)), key=lambda found: (found.epoch, found.id))
+    assert [(found.id, found.epoch, found.kind, found.prediction) for found in read] == [
+        (question, epoch, "sql", replies[question]) for epoch in (1, 2) for question in QUESTIONS]
+    assert [(found.tokens, found.cost) for found in read if found.epoch == 1] == [
+        ({"input": 100 + n, "output": 10 + n, "total": 110 + 2 * n}, 0.125 * (n + 1)) for n in range(5)]
+    assert {(found.model, found.method) for found in read} == {("mockllm/model", "gsqa_refdb/text2sql")}
+    assert scored_by_reproduce(demo, log, tmp_path) == expected
+
+
+def agent_reply(gold: dict, wrong: bool = True) -> Callable[[str, list], ModelOutput]:
+    """The scripted agent: the gold SQL then its rows submitted; unless not `wrong`, for question 1 a wrong answer
+    submitted, for 3 an answer with no tool call, for 4 a null answer, which the tool refuses, then no tool call."""
+    def answer(question: str, messages: list) -> ModelOutput:
+        results = [message for message in messages if isinstance(message, ChatMessageTool)]
+        if wrong and (question == QUESTIONS[3] or (question == QUESTIONS[4] and results)):
+            return ModelOutput.from_content("mockllm/model", "The elevation is about 10 m.")
+        if wrong and question == QUESTIONS[4]:
+            return ModelOutput.for_tool_call("mockllm/model", "submit_answer",
+                                             {"question_id": question, "answer": None})
+        if wrong and question == QUESTIONS[1]:
+            return ModelOutput.for_tool_call("mockllm/model", "submit_answer",
+                                             {"question_id": question, "answer": [{"elevation": -999}]})
+        if not results:
+            return ModelOutput.for_tool_call("mockllm/model", "query", {"question_id": question,
+                                                                         "sql": gold[question].sql})
+        assert results[-1].error is None, results[-1].error
+        rows = json.loads(results[-1].text)["rows"]
+        return ModelOutput.for_tool_call("mockllm/model", "submit_answer", {"question_id": question, "answer": rows})
+    return answer
+
+
+def test_sql_agent_scores_the_submitted_gold_answers_correct_and_the_rest_incorrect(demo, gold,
+                                                                                     tmp_path: Path) -> None:
+    log = run("gsqa_refdb/sql_agent", demo, scripted(agent_reply(gold)), tmp_path / "logs")
+    assert [sample.id for sample in log.samples] == QUESTIONS
+    assert verdicts(log, "answer_judge") == {
+        QUESTIONS[0]: ("C", "C", "pass"), QUESTIONS[1]: ("I", "I", "mismatch"), QUESTIONS[2]: ("C", "C", "pass"),
+        QUESTIONS[3]: ("I", "I", "no_prediction"), QUESTIONS[4]: ("I", "I", "no_prediction")}
+    assert metrics(log) == pytest.approx(EXPECTED_METRICS)
+    tools = [[call.function for message in sample.messages if message.role == "assistant"
+              for call in message.tool_calls or []] for sample in log.samples]
+    assert tools == [["query", "submit_answer"], ["submit_answer"], ["query", "submit_answer"], [], ["submit_answer"]]
+    refused = [message for message in log.samples[4].messages if isinstance(message, ChatMessageTool)]
+    assert [message.error.message for message in refused] == [
+        "Error executing tool submit_answer: refused: the answer is null (expected rows, a value or a list of values) "
+        "[budget left: 19 calls, 600 s]"]
+
+    read = {found.id: found for found in logs.read(Path(log.location))}
+    assert read[QUESTIONS[0]].prediction == gold[QUESTIONS[0]].answers
+    assert read[QUESTIONS[1]].prediction == [{"elevation": -999}]
+    assert (read[QUESTIONS[3]].prediction, read[QUESTIONS[3]].unanswered) == (None, "no answer recorded by "
+                                                                                    "submit_answer")
+    assert scored_by_reproduce(demo, log, tmp_path) == verdicts(log, "answer_judge")
+
+
+def test_twenty_agents_at_once_share_the_model_role_s_eight_connections(demo, gold, tmp_path: Path) -> None:
+    """Every sample starts at once; each agent's server holds a session of gsqa_model, whose connection limit
+    is 8: the task holds at most `connections` of them, so no agent's query is refused for want of one."""
+    everything = [f"{R1}/{n}" for n in range(20)]
+    log = run("gsqa_refdb/sql_agent", demo, scripted(agent_reply(gold, wrong=False)), tmp_path / "logs",
+              max_samples=20, task_args={"id": everything})
+    assert verdicts(log, "answer_judge") == {question: ("C", "C", "pass") for question in everything}
+    assert metrics(log)["accuracy"] == 1.0
