@@ -26,8 +26,8 @@ from gsqa_core.errors import GsqaError
 from gsqa_core.sandbox import MODEL
 from reproduce import compare, describe, score, session
 from reproduce.dataset import Record
-from reproduce.predictions import Prediction, address_only, answer_rows, sql_blocks
-from reproduce.runner import MAX_ROWS, Session
+from reproduce.predictions.layouts import Prediction, address_only, answer_rows, sql_blocks
+from reproduce.runner import MAX_ROWS, SandboxConnection
 from reproduce.serve.tools import ServeRequest, expected_answer, open_tools
 from reproduce.stats import wilson
 
@@ -50,7 +50,7 @@ def selection(config: str, template: list[str], id: list[str], data: str | None,
         raise GsqaError(f"connections={connections}: from 1 to {most}{each}; gsqa_model's connection limit is "
                         f"{MODEL.connection_limit}, shared by every run on the database")
     return ServeRequest(config=config, data=Path(data) if data else None, dsn=dsn, reader_dsn=reader_dsn,
-                        timeout=timeout, templates=list(template), ids=list(id), progress=False, max_rows=max_rows,
+                        timeout=timeout, templates=list(template), ids=list(id), max_rows=max_rows,
                         max_calls=max_calls, max_seconds=max_seconds, connections=connections)
 
 
@@ -124,7 +124,8 @@ class Judge:
         """The database preflighted for gsqa_model (once, when the first SQL is judged): the sessions' key."""
         with self._preparing:
             if self._sessions is None:
-                prepared = session.prepare(self._request, list(self.records.values()), [MODEL])
+                prepared = session.prepare(self._request, list(self.records.values()), [MODEL],
+                                           "inspect eval gsqa_refdb/text2sql")
                 self._sessions = (prepared.logins[MODEL], self._request.timeout, prepared.target.admin)
             return self._sessions
 
@@ -160,16 +161,16 @@ class Judge:
 # question) by every judge of the process, so that they are never more than the calls that ran at once (the
 # tasks bound those: -T connections). Making and dropping one per question would leave the role's ended
 # backends counted against its connection limit for a moment.
-_idle: dict[tuple[str, float, str], queue.LifoQueue[Session]] = {}
+_idle: dict[tuple[str, float, str], queue.LifoQueue[SandboxConnection]] = {}
 
 
 @contextlib.contextmanager
-def _session(login: str, timeout: float, admin: str) -> Iterator[Session]:
+def _session(login: str, timeout: float, admin: str) -> Iterator[SandboxConnection]:
     idle = _idle.setdefault((login, timeout, admin), queue.LifoQueue())  # setdefault: one, whichever thread
     try:
         found = idle.get_nowait()
     except queue.Empty:  # rows capped as `reproduce score` caps them, not as serve's agents are
-        found = Session(login, timeout, admin, MAX_ROWS)
+        found = SandboxConnection(login, timeout, admin, MAX_ROWS)
     try:
         yield found
     finally:
