@@ -20,6 +20,7 @@ from gsqa_core.sandbox import MODEL, READER
 from reproduce import compare, configs, gate, readiness, report
 from reproduce import verify as verification
 from reproduce.runner import DEFAULT_TIMEOUT_S, MAX_ROWS, MAX_TIMEOUT_S, MIN_TIMEOUT_S
+from reproduce.serve import python_sandbox
 from reproduce.serve.tools import ServeRequest
 from reproduce.session import REPORTED_CHARACTERS, Request, RunRequest
 from reproduce.verify import Run, Shown
@@ -375,7 +376,8 @@ def score(
 
 @app.command()
 @manual(clip=f"{REPORTED_CHARACTERS:,}", sql_limit=f"{gate.MAX_SQL_CHARACTERS:,}",
-        answer_limit=f"{gate.MAX_ANSWER_CHARACTERS:,}", reply_limit=f"{gate.MAX_REPLY_BYTES:,}")
+        answer_limit=f"{gate.MAX_ANSWER_CHARACTERS:,}", reply_limit=f"{gate.MAX_REPLY_BYTES:,}",
+        output=f"{python_sandbox.Limits().output_bytes:,}")
 def serve(
     config: ConfigOption = "all", templates: TemplateOption = [], ids: IdOption = [],  # noqa: B006
     data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
@@ -400,6 +402,12 @@ def serve(
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Where --transport http listens.")] = 8765,
     connections: Annotated[int, typer.Option("--connections", metavar="N", min=1, help="Database connections the "
                                              "calls share (a call waits for a free one).")] = ServeRequest.connections,
+    tools: Annotated[str, typer.Option("--tools", metavar="sql|python|sql,python", help="The agent's tools beside "
+                                       "question, schema and submit_answer: query (sql), run_python (python: needs "
+                                       "--export and `make sandbox-image`), or both.")] = ServeRequest.tools,
+    export: Annotated[Path | None, typer.Option("--export", metavar="DIR", file_okay=False, show_default=False,
+                                                help="The `ingest export` folder of this database that run_python "
+                                                "reads at /data.")] = None,
 ) -> None:
     """Serve the reference database to agents over the Model Context Protocol: the tools question(question_id)
     (its text and the answer it expects: components, units, format), schema() (what `reproduce schema`
@@ -421,6 +429,15 @@ def serve(
     compact JSON text (no structured content besides, which the SDK would send as a second copy). All agents
     of one server share its questions, so one server is one run (one --model and --method); start another
     server (or --port) for another run.
+
+    --tools python (with --export DIR, an `ingest export` folder of this database, and `make sandbox-image`)
+    serves run_python(question_id, code) for code-writing agents, instead of query or beside it (--tools
+    sql,python): the code runs in a new process in the question's own container (no network, a read-only
+    root, the export read-only at /data, no capabilities, limited CPU, memory and processes, a scratch
+    /tmp/work kept for the question; docs/SANDBOX.md), for at most --timeout and the episode's time left; its
+    stdout and stderr come back each as its first and last bytes, ${output} in all; a terrain question's
+    places come with question() as WKT. The container is removed when the episode ends or the server stops;
+    the containers of a killed server are removed by the next one.
 
     --trajectory FILE (one server per file) keeps every call as a JSON line, written when the call ends:
     question id, tool, arguments, outcome, rows, the sha256 of the result, seconds, budget left; the

@@ -72,6 +72,19 @@ def kill_the_rest() -> None:
         time.sleep(0.005)
 
 
+def connected() -> socket.socket:
+    """A connection to init's socket; at a container's first call init may not listen yet."""
+    for _ in range(500):
+        init = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            init.connect(ADDRESS)
+            return init
+        except ConnectionRefusedError:
+            init.close()
+            time.sleep(0.01)
+    raise SystemExit("the container's init does not listen")
+
+
 def main() -> None:
     ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     timeout, max_bytes = float(sys.argv[1]), int(sys.argv[2])
@@ -80,8 +93,7 @@ def main() -> None:
     streams = {"stdout": Bounded(max_bytes // 2), "stderr": Bounded(max_bytes // 2)}
     pipes = [os.pipe() for _ in streams]
     started = time.monotonic()
-    init = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    init.connect(ADDRESS)
+    init = connected()
     init.sendmsg([b"run"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [w for _, w in pipes]))])
     for _, write_end in pipes:
         os.close(write_end)

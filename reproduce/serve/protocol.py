@@ -1,5 +1,6 @@
 """The agent tools (reproduce/serve/tools.py) over the Model Context Protocol, with the official Python SDK's
-MCPServer: the same four methods registered as the tools `question`, `schema`, `query` and `submit_answer`
+MCPServer: the same methods registered as the tools `question`, `schema`, `query` (--tools sql), `run_python`
+(--tools python) and `submit_answer`
 (the SDK runs each call in a worker thread, so a slow query holds no other client), each reply one compact JSON
 text (tools.reply_text, at most gate.MAX_REPLY_BYTES for a query), a refusal turned into the tool's error
 result (is_error, the one line as its text), the open question ids as the resource gsqa://questions, each
@@ -28,13 +29,11 @@ except ModuleNotFoundError as missing:
                               name=missing.name) from None
 
 from gsqa_core.errors import GsqaError
-from reproduce.serve.tools import ToolRefused, Tools, reply_text
+from reproduce.serve.tools import ToolRefused, Tools, agent_instructions, reply_text
 
-INSTRUCTIONS = """GS-QA2's reference database (PostgreSQL with PostGIS) for answering geospatial questions.
-For each question id: call question(question_id) for its text and the answer it expects, schema() for the
-tables, query(question_id, sql) to run one read-only SQL query at a time, then submit_answer(question_id,
-answer) once: it ends the question. Every call on a question counts against its budget of calls and seconds."""
 READS = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+# run_python reads the data and writes only in its own scratch folder; its output may differ between calls.
+RUNS = ToolAnnotations(read_only_hint=True, idempotent_hint=False, open_world_hint=False)
 # submit_answer changes no data, but it records the answer and ends the episode: not read-only, not idempotent.
 RECORDS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                           open_world_hint=False)
@@ -42,9 +41,10 @@ RECORDS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempote
 
 def mcp_server(tools: Tools, name: str = "gsqa-refdb") -> MCPServer:
     """An MCP server whose tools are `tools`' methods."""
-    server = MCPServer(name, instructions=INSTRUCTIONS, log_level="WARNING")
-    for method, hints in ((tools.question, READS), (tools.schema, READS), (tools.query, READS),
-                          (tools.submit_answer, RECORDS)):
+    served = tools.request.served
+    server = MCPServer(name, instructions=agent_instructions(served), log_level="WARNING")
+    kinds = [(tools.query, READS)] * ("sql" in served) + [(tools.run_python, RUNS)] * ("python" in served)
+    for method, hints in ((tools.question, READS), (tools.schema, READS), *kinds, (tools.submit_answer, RECORDS)):
         server.add_tool(_refusals_as_tool_errors(method), name=method.__name__, annotations=hints,
                         description=method.__doc__, structured_output=False)
     server.resource("gsqa://questions", name="questions", mime_type="application/json",

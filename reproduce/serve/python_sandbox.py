@@ -35,6 +35,7 @@ DATA_MOUNT = "/data"
 GRACE_SECONDS = 10.0  # past a call's timeout, before the container itself is killed
 START_TIMEOUT = 60.0
 REPLY_BYTES = 1 << 20  # run_call.py's JSON line: the kept output plus a few hundred bytes
+MAX_CODE_CHARACTERS = 100_000  # of a call's code; past it the call is refused and the code not kept
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,34 @@ class PythonSandbox:
     def _kill(self) -> None:
         subprocess.run(["docker", "rm", "--force", self.name], capture_output=True, timeout=START_TIMEOUT)
         self.started = False
+
+
+class Containers:
+    """The episodes' containers: one per question, started at its first call, removed when its episode ends
+    (`end`) or the server stops (`close`). The containers a killed server left are removed first."""
+
+    def __init__(self, export: Path, limits: Limits = Limits()) -> None:
+        self.export, self.limits = export, limits
+        self._lock = threading.Lock()
+        self._running: dict[str, PythonSandbox] = {}
+        reap_orphans()
+
+    def run(self, question: str, code: str, timeout: float) -> PythonRun:
+        with self._lock:
+            sandbox = self._running.setdefault(question, PythonSandbox(self.export, self.limits))
+        return sandbox.run(code, timeout)
+
+    def end(self, question: str) -> None:
+        with self._lock:
+            sandbox = self._running.pop(question, None)
+        if sandbox is not None:
+            sandbox.close()
+
+    def close(self) -> None:
+        with self._lock:
+            running, self._running = list(self._running.values()), {}
+        for sandbox in running:
+            sandbox.close()
 
 
 def owner_label() -> str:

@@ -46,8 +46,10 @@ from reproduce.dataset import Record
 from reproduce.predictions import trajectory
 from reproduce.predictions.layouts import address_only, answer_rows
 from reproduce.runner import MIN_TIMEOUT_S, Outcome, SandboxConnection, ServerLost
+from reproduce.serve import python_sandbox
 
 APPLICATION_NAME = "gsqa-serve"  # what pg_stat_activity shows for the tools' connections
+TOOL_KINDS = {"sql": "query", "python": "run_python"}  # --tools: each kind's tool beside question, schema, submit
 
 
 class ToolRefused(GsqaError):
@@ -92,11 +94,19 @@ class ServeRequest(session.Request):
     trajectory: Path | None = None
     model: str = ""
     method: str = "agent"
+    tools: str = "sql"  # the kinds of tool served, comma-separated (TOOL_KINDS)
+    export: Path | None = None  # the `ingest export` folder run_python reads at /data
+
+    @property
+    def served(self) -> frozenset[str]:
+        return frozenset(kind.strip() for kind in self.tools.split(",") if kind.strip())
 
     @property
     def budget(self) -> dict[str, Any]:
-        return {"calls": self.max_calls, "seconds": self.max_seconds, "rows": self.max_rows,
-                "timeout": self.timeout}
+        budget = {"calls": self.max_calls, "seconds": self.max_seconds, "rows": self.max_rows,
+                  "timeout": self.timeout}
+        # Kept only when not the default, so that a trajectory written before code agents continues.
+        return budget if self.served == {"sql"} else {**budget, "tools": sorted(self.served)}
 
 
 @dataclass
@@ -191,6 +201,7 @@ class Tools:
         self._writer = trajectory.Writer(request.trajectory) if request.trajectory else None
         self._describe = functools.partial(describe.describe, prepared.target.admin, prepared.logins[MODEL])
         self._describing, self._schema = threading.Lock(), None
+        self._containers = python_sandbox.Containers(request.export) if "python" in request.served else None
 
     def __enter__(self) -> Tools:
         return self
@@ -200,6 +211,8 @@ class Tools:
 
     def close(self) -> None:
         self._pool.close()
+        if self._containers:
+            self._containers.close()
         if self._writer:
             self._writer.close()
 
@@ -210,8 +223,11 @@ class Tools:
         with self._call(question_id, "question", {}) as call:
             record = self.records[call.question]
             call.done("ok", result=record.question)
-            return {"question_id": record.id, "question": record.question,
-                    "expects": expected_answer(record.template_id), "budget_left": call.budget_left}
+            reply = {"question_id": record.id, "question": record.question,
+                     "expects": expected_answer(record.template_id), "budget_left": call.budget_left}
+            if self._containers is not None and (entities := _entities(record)):
+                reply["entities"] = entities
+            return reply
 
     def schema(self) -> str:
         """The reference database as `reproduce schema` describes it (tables, columns, units, limits)."""
@@ -223,6 +239,8 @@ class Tools:
     def query(self, question_id: str, sql: str) -> dict[str, Any]:
         """Run one SQL query in the sandbox as gsqa_model: rows (NULLs as null, geometries as WKT)."""
         with self._call(question_id, "query", {"sql": sql}) as call:
+            if "sql" not in self.request.served:
+                raise call.refused("refused: query is not served here (reproduce serve --tools sql)")
             if not isinstance(sql, str) or not sql.strip():
                 raise call.refused("refused: no SQL (expected one query as text)")
             if call.oversized:
@@ -238,6 +256,27 @@ class Tools:
             except ServerLost as lost:  # no connection can be had now
                 raise call.refused(f"the database cannot be reached now: {lost}") from None
             return call.answered(outcome)
+
+    def run_python(self, question_id: str, code: str) -> dict[str, Any]:
+        """Run Python in the question's sandbox container over the exported files at /data (GeoParquet layers,
+        COGs and their VRT; a scratch folder as the working directory, kept for the question): stdout and
+        stderr (head and tail when long), the exit status, seconds and peak memory."""
+        with self._call(question_id, "run_python", {"code": code}) as call:
+            if self._containers is None:
+                raise call.refused("refused: run_python is not served here (reproduce serve --tools python)")
+            if not isinstance(code, str) or not code.strip():
+                raise call.refused("refused: no code (expected a Python program as text)")
+            if call.oversized:
+                raise call.refused(f"refused: the code is {call.oversized:,} characters; at most "
+                                   f"{python_sandbox.MAX_CODE_CHARACTERS:,}")
+            if call.seconds_left() < MIN_TIMEOUT_S:
+                raise call.refused(f"refused: no time left in the episode's budget of {self.budget['seconds']:g} s")
+            timeout = max(MIN_TIMEOUT_S, min(self.budget["timeout"], call.seconds_left()))
+            try:
+                run = self._containers.run(call.question, code, timeout)
+            except python_sandbox.SandboxUnavailable as unavailable:
+                raise call.refused(str(unavailable)) from None
+            return call.ran(run, timeout)
 
     def submit_answer(self, question_id: str, answer: Any) -> dict[str, Any]:
         """Record the answer (rows like the stored answers, a value, or a list of values; the same as JSON
@@ -287,10 +326,11 @@ class Tools:
     def instructions(self, question_id: str | None = None) -> str:
         """What an agent of the benchmark is told (the MCP prompt): the tools, the budget, the answer's form;
         with a question id, the question and the answer it expects (as question() gives them, not a call)."""
-        budget = self.budget
-        text = (f"{AGENT_INSTRUCTIONS}\nBudget per question: {budget['calls']} calls and {budget['seconds']:g} s "
-                f"from its first call; each statement at most {budget['timeout']:g} s; a query returns at most "
-                f"{budget['rows']:,} rows.")
+        budget, served = self.budget, self.request.served
+        each = " or ".join(kind for kind, tool in (("statement", "sql"), ("program", "python")) if tool in served)
+        text = (f"{agent_instructions(served)}\nBudget per question: {budget['calls']} calls and "
+                f"{budget['seconds']:g} s from its first call; each {each} at most {budget['timeout']:g} s"
+                + (f"; a query returns at most {budget['rows']:,} rows." if "sql" in served else "."))
         if question_id is None:
             return text
         record = self.records[self._known(question_id)]
@@ -382,8 +422,11 @@ class Tools:
         return True
 
     def _write_stop(self, question: str, episode: _Episode) -> None:
+        """The episode's stop line; its container (if any) goes with it."""
         self._write("stop", question_id=question, reason=episode.stop, why=episode.why, calls=episode.calls,
                     elapsed=round(episode.elapsed(), 3))
+        if self._containers:
+            self._containers.end(question)
 
     def _write(self, kind: str, **members: Any) -> None:
         """A line of the trajectory (trajectory.LINES declares its members)."""
@@ -436,12 +479,26 @@ class _Call:
                              "ORDER BY and LIMIT")
         return _fitted(reply, gate.MAX_REPLY_BYTES)
 
+    def ran(self, run: python_sandbox.PythonRun, timeout: float) -> dict[str, Any]:
+        """What run_python returns, its line written with the output as the agent got it."""
+        why = {"timeout": f"stopped at the timeout of {timeout:g} s",
+               "killed": f"killed by {run.signal} (the sandbox's memory is "
+                         f"{python_sandbox.Limits().memory_mb:,} MB; at most that)",
+               "lost": "the sandbox did not answer and was replaced: files written in /tmp/work are gone"}
+        output = {"exit": run.exit, "stdout": run.stdout, "stderr": run.stderr}
+        self.done(run.outcome, error=why.get(run.outcome, ""), peak_kb=run.peak_kb, **output)
+        reply = {"outcome": run.outcome, **output, "seconds": run.seconds, "peak_mb": round(run.peak_kb / 1024, 1),
+                 "budget_left": self.budget_left}
+        if run.outcome in why:
+            reply["note"] = why[run.outcome]
+        return reply
+
     def done(self, outcome: str, rows: int | None = None, result: Any = None, error: str = "",
-             truncated: bool = False) -> None:
+             truncated: bool = False, **python: Any) -> None:
         """Write the call's line (once): a member that does not apply is left out."""
         self.written, self.outcome = True, outcome
         optional = {"rows": rows, "truncated": truncated or None, "error": error or None,
-                    "result_sha256": None if result is None else trajectory.digest(result)}
+                    "result_sha256": None if result is None else trajectory.digest(result), **python}
         if self.episode is not None:
             optional |= {"call": self.number, "elapsed": round(self.episode.elapsed(), 3),
                          "budget_left": self.budget_left}
@@ -453,10 +510,13 @@ class _Call:
 
 def _bounded(arguments: dict[str, Any]) -> tuple[dict[str, Any], int]:
     """The arguments as the trajectory keeps them, and the size of one past its limit (0 if none is): SQL past
-    gate.MAX_SQL_CHARACTERS, an answer past gate.MAX_ANSWER_CHARACTERS of JSON are not kept, whatever the call."""
-    sql, answer = arguments.get("sql"), arguments.get("answer")
+    gate.MAX_SQL_CHARACTERS, code past python_sandbox.MAX_CODE_CHARACTERS, an answer past
+    gate.MAX_ANSWER_CHARACTERS of JSON are not kept, whatever the call."""
+    sql, answer, code = arguments.get("sql"), arguments.get("answer"), arguments.get("code")
     if isinstance(sql, str) and len(sql) > gate.MAX_SQL_CHARACTERS:
         return {"sql": f"(not kept: {len(sql):,} characters)"}, len(sql)
+    if isinstance(code, str) and len(code) > python_sandbox.MAX_CODE_CHARACTERS:
+        return {"code": f"(not kept: {len(code):,} characters)"}, len(code)
     if "answer" in arguments:
         try:
             size = len(json.dumps(answer, default=str))
@@ -467,12 +527,38 @@ def _bounded(arguments: dict[str, Any]) -> tuple[dict[str, Any], int]:
     return arguments, 0
 
 
-AGENT_INSTRUCTIONS = """You answer geospatial questions of the GS-QA2 benchmark with its reference database
-(PostgreSQL 15 with PostGIS: OpenStreetMap tables and a DEM raster) through four tools: question(question_id)
-gives the question and the answer it expects; schema() describes the tables; query(question_id, sql) runs one
-read-only SELECT (rows come back as JSON, geometries as WKT); submit_answer(question_id, answer) records your
-answer, once, and ends the question. Answer with a JSON list of rows whose keys are the expected columns, or with
-one value where one is expected. Every call on a question counts against its budget."""
+AGENT_INSTRUCTIONS = {
+    "intro": """You answer geospatial questions of the GS-QA2 benchmark with its reference data (OpenStreetMap
+layers and a DEM raster) through these tools: question(question_id) gives the question and the answer it
+expects; schema() describes the tables;""",
+    "sql": """query(question_id, sql) runs one read-only SELECT on the reference database (PostgreSQL 15 with
+PostGIS; rows come back as JSON, geometries as WKT);""",
+    "python": """run_python(question_id, code) runs a Python program (geopandas, shapely, pyproj, rasterio,
+pyarrow, numpy, scipy) in a sandbox without network, with the data as files at /data: /data/vector/LAYER.parquet
+(GeoParquet of the tables pois, roads, parks, lakes, regions: the same columns, geometries in EPSG:4326) and
+/data/dem/dem_us.vrt (the DEM as one raster over the Cloud-Optimized GeoTIFFs beside it, metres); print what you
+need (stdout and stderr come back, long output cut in the middle); /tmp/work keeps your files for the question;
+for a terrain question, question() also gives its places as WKT;""",
+    "end": """submit_answer(question_id, answer) records your answer, once, and ends the question. Answer with a
+JSON list of rows whose keys are the expected columns, or with one value where one is expected. Every call on a
+question counts against its budget.""",
+}
+
+
+def agent_instructions(served: frozenset[str]) -> str:
+    """What an agent is told of the tools served (the MCP prompt's first part)."""
+    return "\n".join(AGENT_INSTRUCTIONS[part] for part in ("intro", "sql", "python", "end")
+                     if part in ("intro", "end") or part in served)
+
+
+def _entities(record: Record) -> list[dict[str, str]]:
+    """A terrain question's places as the authors' code-agent baseline gave them: name and geometry as WKT
+    (from the record's question_entities; never anything of the answer)."""
+    if record.group == "vector":
+        return []
+    return [{"name": str(entity.get("display_name") or key), "wkt": entity["geo_wkt"]}
+            for key, entity in record.question_entities.items()
+            if isinstance(entity, dict) and isinstance(entity.get("geo_wkt"), str)]
 
 
 def expected_answer(template_id: str) -> dict[str, Any]:
@@ -505,6 +591,7 @@ def open_tools(request: ServeRequest) -> Tools:
     dataset). GsqaError, one line, if nothing can be served."""
     if request.max_calls < 1 or not (request.max_seconds > 0) or request.connections < 1:
         raise GsqaError("the budgets must be positive: --max-calls, --max-seconds and --connections")
+    _check_python(request)
     data = session.load_selected(request)
     if not data.records:
         raise GsqaError(f"no question selected in {data.source} (config {request.config})")
@@ -516,6 +603,22 @@ def open_tools(request: ServeRequest) -> Tools:
                  tool_version=package_version("gsqa-refdb"), pid=os.getpid(),
                  started_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
     return tools
+
+
+def _check_python(request: ServeRequest) -> None:
+    """The --tools asked for, and for python an export and a sandbox that can run (GsqaError, one line)."""
+    if not request.served or request.served - set(TOOL_KINDS):
+        raise GsqaError(f"--tools {request.tools}: expected {', '.join(TOOL_KINDS)} or both, comma-separated")
+    if "python" not in request.served:
+        if request.export is not None:
+            raise GsqaError("--export is for --tools python (run_python reads it)")
+        return
+    if request.export is None:
+        raise GsqaError("--tools python needs --export DIR, an `ingest export` folder of this database")
+    if why := python_sandbox.unreadable_export(request.export):
+        raise GsqaError(f"--export {why}")
+    if why := python_sandbox.unavailable():
+        raise GsqaError(f"--tools python: {why}")
 
 
 def _depends_on(request: ServeRequest, checksum: str) -> dict[str, Any]:

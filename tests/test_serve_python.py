@@ -1,0 +1,171 @@
+"""`reproduce serve --tools python`: code-writing agents' run_python over the demo database's export, against a
+real Docker engine. A scripted code agent (testkit/code_agent.py: geopandas for V5, rasterio over the VRT for
+R1) scores paper 100.0 on all 120 demo questions as callables and over HTTP, a few over stdio; every call is
+charged and kept in the trajectory with its code and output; each episode's container goes when it ends, and
+bad input is one line that starts nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from test_python_sandbox import image  # noqa: F401 - the fixture: the sandbox image, built where missing
+
+from reproduce import configs, dataset
+from reproduce.serve import python_sandbox
+from reproduce.serve.tools import ServeRequest, ToolRefused, open_tools
+from testkit import code_agent
+from testkit.cli import reproduce
+from testkit.serve import BIN, http_server
+
+pytestmark = pytest.mark.docker
+R1 = "raster_only/elevation+poi"
+
+
+@pytest.fixture(scope="module")
+def records(demo: tuple[str, Path]) -> dict[str, dataset.Record]:
+    loaded = dataset.load(demo[1], [configs.template("R1"), configs.template("V5")]).records
+    return {record.id: record for record in loaded}
+
+
+def request(demo: tuple[str, Path], export: Path, path: Path | None, **options) -> ServeRequest:
+    return ServeRequest(config="all", templates=["R1", "V5"], data=demo[1], dsn=demo[0], trajectory=path,
+                        tools=options.pop("tools", "python"), export=export, **options)
+
+
+def paper_verdicts(demo: tuple[str, Path], path: Path, folder: Path) -> dict[str, str]:
+    scored = reproduce("score", path, "--config", "all", "--template", "R1", "--template", "V5", "--data", demo[1],
+                       "--json-out", folder / "scores.json")
+    assert scored.returncode == 0, scored.stderr
+    return {result["id"]: result["paper"] for result in json.loads((folder / "scores.json").read_text())["results"]}
+
+
+def running_containers() -> list[str]:
+    listed = subprocess.run(["docker", "ps", "--all", "--filter", f"label={python_sandbox.LABEL}", "--format",
+                             "{{.Names}}"], capture_output=True, text=True, timeout=60)
+    return listed.stdout.split()
+
+
+def test_a_code_agent_scores_every_demo_question_through_the_callables(
+        demo, demo_export: Path, records, image: str, tmp_path: Path) -> None:  # noqa: F811
+    path = tmp_path / "run.jsonl"
+
+    def episode(tools, question: str) -> None:
+        asked = tools.question(question)
+        ran = tools.run_python(question, code_agent.program(asked["question"]))
+        assert (ran["outcome"], ran["exit"], ran["stderr"]) == ("ok", 0, ""), ran
+        tools.submit_answer(question, json.loads(ran["stdout"]))
+
+    with open_tools(request(demo, demo_export, path, model="code-agent", method="scripted")) as tools:
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda question: episode(tools, question), tools.question_ids()))
+        assert tools.question_ids() == [] and running_containers() == []  # each went with its episode
+    assert paper_verdicts(demo, path, tmp_path) == dict.fromkeys(records, "pass")
+    calls = [line for line in map(json.loads, path.read_text().splitlines()) if line.get("tool") == "run_python"]
+    assert len(calls) == len(records)
+    first = calls[0]
+    assert first["arguments"]["code"] == code_agent.program(records[first["question_id"]].question)
+    assert (first["outcome"], first["exit"], first["stderr"], first["call"]) == ("ok", 0, "", 2)
+    assert json.loads(first["stdout"]) and first["peak_kb"] > 0
+
+
+def test_a_code_agent_over_http_and_over_stdio(demo, demo_export: Path, records, image: str,  # noqa: F811
+                                               tmp_path: Path) -> None:
+    args = ["serve", "--config", "all", "--template", "R1", "--template", "V5", "--data", str(demo[1]), "--dsn",
+            demo[0], "--tools", "python", "--export", str(demo_export)]
+
+    async def answer(client: Client, question: str) -> None:
+        asked = json.loads((await client.call_tool("question", {"question_id": question})).content[0].text)
+        ran = await client.call_tool("run_python", {"question_id": question,
+                                                    "code": code_agent.program(asked["question"])})
+        assert not ran.is_error, ran.content[0].text
+        submitted = await client.call_tool("submit_answer", {"question_id": question,
+                                                             "answer": json.loads(json.loads(ran.content[0].text)
+                                                                                  ["stdout"])})
+        assert not submitted.is_error, submitted.content[0].text
+
+    async def agents(url: str) -> None:
+        async def agent(questions: list[str]) -> None:
+            async with Client(url) as client:
+                assert {tool.name for tool in (await client.list_tools()).tools} == {
+                    "question", "schema", "run_python", "submit_answer"}
+                for question in questions:
+                    await answer(client, question)
+        ids = list(records)
+        await asyncio.gather(*(agent(ids[k::4]) for k in range(4)))
+
+    with http_server([*args, "--trajectory", str(tmp_path / "http.jsonl")], tmp_path / "serve.log") as server:
+        asyncio.run(agents(server.url))
+    assert paper_verdicts(demo, tmp_path / "http.jsonl", tmp_path) == dict.fromkeys(records, "pass")
+
+    async def over_stdio() -> None:
+        server = StdioServerParameters(command=str(BIN / "reproduce"),
+                                       args=[*args, "--trajectory", str(tmp_path / "stdio.jsonl")])
+        async with Client(server) as client:
+            for question in (f"{R1}/0", "vector/knn+name/0"):
+                await answer(client, question)
+
+    asyncio.run(over_stdio())
+    stdio = paper_verdicts(demo, tmp_path / "stdio.jsonl", tmp_path)
+    assert {question for question, verdict in stdio.items() if verdict == "pass"} == {f"{R1}/0", "vector/knn+name/0"}
+    assert running_containers() == []
+
+
+def test_run_python_is_charged_like_any_call_and_its_failures_say_why(
+        demo, demo_export: Path, image: str, tmp_path: Path) -> None:  # noqa: F811
+    path = tmp_path / "run.jsonl"
+    with open_tools(request(demo, demo_export, path, max_calls=4, timeout=2, tools="sql,python")) as tools:
+        question = f"{R1}/0"
+        slept = tools.run_python(question, "import time\ntime.sleep(30)")
+        assert (slept["outcome"], slept["note"]) == ("timeout", "stopped at the timeout of 2 s")
+        failed = tools.run_python(question, "open('/data/x', 'w')")
+        assert failed["outcome"] == "error" and failed["exit"] == 1
+        assert failed["stderr"].endswith("OSError: [Errno 30] Read-only file system: '/data/x'\n")
+        with pytest.raises(ToolRefused, match=r"^refused: no code \(expected a Python program as text\) \[budget "
+                                              r"left: 1 calls"):
+            tools.run_python(question, "  ")
+        rows = tools.query(question, "SELECT 1 AS one")["rows"]  # both kinds served
+        assert rows == [{"one": 1}]
+        with pytest.raises(ToolRefused, match=r"the episode's budget is spent \(all 4 calls used\)"):
+            tools.run_python(question, "print(1)")
+    assert running_containers() == []
+    calls = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(line.get("tool"), line.get("outcome")) for line in calls if line["type"] == "call"] == [
+        ("run_python", "timeout"), ("run_python", "error"), ("run_python", "refused"), ("query", "rows"),
+        ("run_python", "refused")]
+
+
+def test_question_tells_a_code_agent_its_places_as_wkt_and_the_prompt_its_files(demo, demo_export: Path,
+                                                                                image: str) -> None:  # noqa: F811
+    with open_tools(request(demo, demo_export, None)) as tools:
+        asked = tools.question(f"{R1}/0")
+        prompt = tools.instructions()
+        with pytest.raises(ToolRefused, match="^refused: query is not served here"):
+            tools.query(f"{R1}/0", "SELECT 1")
+    assert "entities" not in asked  # the demo's records name no places beside the question's text
+    assert "run_python(question_id, code)" in prompt and "/data/vector/LAYER.parquet" in prompt
+    assert "query(question_id, sql)" not in prompt
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tools", "python"], "error: --tools python needs --export DIR, an `ingest export` folder of this database"),
+    (["--tools", "sql,perl"], "error: --tools sql,perl: expected sql, python or both, comma-separated"),
+    (["--export", "."], "error: --export is for --tools python (run_python reads it)"),
+    (["--tools", "python", "--export", "."], "error: --export . is not an `ingest export` folder (no export.json)"),
+])
+def test_bad_input_is_one_line_and_starts_nothing(demo, args: list[str], message: str) -> None:
+    served = reproduce("serve", "--config", "raster_only", "--data", demo[1], "--dsn", demo[0], *args)
+    assert (served.returncode, served.stderr.strip()) == (2, message)
+
+
+def test_without_the_image_python_is_refused_in_one_line(demo, demo_export: Path, monkeypatch) -> None:
+    monkeypatch.setattr(python_sandbox, "IMAGE", "gsqa-refdb-sandbox-not-built")
+    with pytest.raises(Exception, match=r"^--tools python: the image gsqa-refdb-sandbox-not-built is missing: run "
+                                        r"`make sandbox-image`$"):
+        open_tools(request(demo, demo_export, None))
