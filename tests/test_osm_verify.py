@@ -90,6 +90,6 @@ def test_stored_answers_hold_on_the_loaded_tables(initialized_dsn: str, records:
     shutil.copytree(DATA, data)
     run = verify(Request("vector", data, initialized_dsn, None, 30.0, 2, ids=[r.id for r in records],
                          progress=False))
-    outcomes = {result.id: (result.status, result.detail.get("failure")) for result in run.results}
+    outcomes = {result.id: (result.word("strict"), result.detail.get("failure")) for result in run.results}
     assert len(outcomes) == 8
     assert {status for status, _ in outcomes.values()} == {"pass"}, outcomes

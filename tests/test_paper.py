@@ -11,8 +11,9 @@ import pytest
 import shapely
 from conftest import DATA
 
-from reproduce import compare, configs, dataset
-from reproduce.paper import AUTHORS_SCORING, Scoring, paper_components, paper_verdict
+from reproduce import configs, dataset
+from reproduce.judging import strict, tolerances, values
+from reproduce.judging.paper import AUTHORS_SCORING, Scoring, paper_components, paper_verdict
 
 VR1 = "extended/range+name+elevation_condition"
 
@@ -24,7 +25,7 @@ def records() -> dict[str, dataset.Record]:
 
 
 def verdicts(record: dataset.Record, actual: list[dict]) -> tuple[str, str]:
-    return (compare.judge(record.template_id, record.answers, actual).status,
+    return (strict.strict_verdict(record.template_id, record.answers, actual).status,
             paper_verdict(record.template_id, record.answers, actual).status)
 
 
@@ -72,7 +73,7 @@ def test_a_negative_aspect_is_flat_in_both_verdicts(records: dict[str, dataset.R
 
 def test_large_answers_are_searched_not_paired_exhaustively(records: dict[str, dataset.Record]) -> None:
     """Thousands of rows on both sides: the index finds the passing pair (and a failing one fails)."""
-    from reproduce.paper import ALL_PAIRS_UP_TO
+    from reproduce.judging.paper import ALL_PAIRS_UP_TO
 
     big = max(records.values(), key=lambda record: len(record.answers))  # a V21 answer of 330 rows
     assert len(big.answers) ** 2 > ALL_PAIRS_UP_TO
@@ -111,17 +112,17 @@ def test_the_index_finds_the_pair_every_pair_would(records: dict[str, dataset.Re
     """One-component templates search their best pair through an index: the same pair, up to its badness, as
     trying every pair, on every multi-row real record with answers changed a little (the indexed verdict
     must not depend on luck)."""
-    from reproduce.paper import candidate_pairs, pair_checks
+    from reproduce.judging.paper import candidate_pairs, pair_checks
 
     def best(components: list, pairs: list) -> tuple:
-        return min(compare.badness(pair_checks(components, g, a), components) for g, a in pairs)
+        return min(strict.badness(pair_checks(components, g, a), components) for g, a in pairs)
 
     tried = 0
     for record in records.values():
         components = [c for c in paper_components(record.template_id) if not c.joined]
         if len(components) != 1 or len(record.answers) < 2:
             continue
-        gold = compare.one_row_per_feature(record.answers)
+        gold = values.one_row_per_feature(record.answers)
         for seed in range(3):
             actual = _reshuffled(gold, seed)
             every = [(g, a) for g in gold for a in actual]
@@ -132,16 +133,17 @@ def test_the_index_finds_the_pair_every_pair_would(records: dict[str, dataset.Re
 
 
 def test_each_template_is_scored_as_the_authors_declare_it() -> None:
-    """AUTHORS_SCORING covers every template and agrees with the metrics of compare.COMPONENTS."""
-    kind_of_metric = {compare.LOCATION: Scoring.LOCATION, compare.ANGLE: Scoring.ANGLE, compare.ASPECT: Scoring.ANGLE,
-                      compare.ELEVATION: Scoring.NUMBER, compare.SLOPE: Scoring.NUMBER,
-                      compare.RELATIVE: Scoring.NUMBER, compare.COVERAGE: Scoring.NUMBER, compare.YES_NO: Scoring.LABEL}
-    assert set(AUTHORS_SCORING) == set(compare.COMPONENTS)
+    """AUTHORS_SCORING covers every template and agrees with the metrics of tolerances.COMPONENTS."""
+    kind_of_metric = {tolerances.LOCATION: Scoring.LOCATION, tolerances.ANGLE: Scoring.ANGLE,
+                      tolerances.ASPECT: Scoring.ANGLE, tolerances.ELEVATION: Scoring.NUMBER,
+                      tolerances.SLOPE: Scoring.NUMBER, tolerances.RELATIVE: Scoring.NUMBER,
+                      tolerances.COVERAGE: Scoring.NUMBER, tolerances.YES_NO: Scoring.LABEL}
+    assert set(AUTHORS_SCORING) == set(tolerances.COMPONENTS)
     for template_id, scoring in AUTHORS_SCORING.items():
-        metrics = [c.metric for c in compare.components_of(template_id)]
+        metrics = [c.metric for c in tolerances.components_of(template_id)]
         if len(metrics) > 1:
             assert scoring is Scoring.COMPOUND, template_id
-        elif metrics[0] is compare.NAME:
+        elif metrics[0] is tolerances.NAME:
             assert scoring in (Scoring.NAME_BAG, Scoring.BEST_NAME), template_id
         else:
             assert scoring is kind_of_metric[metrics[0]], template_id
@@ -182,7 +184,7 @@ def test_a_feature_stored_twice_named_once_passes_both(records: dict[str, datase
     assert verdicts(record, record.answers) == ("pass", "pass")
     named = [{"poi_name": row["poi_name"], "osm_id": row["osm_id"]} for row in record.answers]  # twins again
     assert verdicts(record, named) == ("pass", "pass")
-    assert compare.token_f1(f"{name}", f"{name}\n{name}") == pytest.approx(2 / 3)
+    assert tolerances.token_f1(f"{name}", f"{name}\n{name}") == pytest.approx(2 / 3)
 
 
 def test_a_hex_ewkb_location_passes_both(records: dict[str, dataset.Record]) -> None:
@@ -200,8 +202,8 @@ def test_an_angle_beyond_360_is_on_the_circle_only_in_the_strict_verdict(records
     index, row = next((i, row) for i, row in enumerate(record.answers) if row["angle"] < 1)
     assert row["angle"] == pytest.approx(0.4009, abs=1e-4)
     beyond = dict(row, angle=360.5)
-    assert compare.judge("V21", record.answers, [*record.answers[:index], beyond, *record.answers[index + 1:]]).status \
-        == "pass"  # 0.1 degrees on the circle
+    returned = [*record.answers[:index], beyond, *record.answers[index + 1:]]
+    assert strict.strict_verdict("V21", record.answers, returned).status == "pass"  # 0.1 degrees on the circle
     assert paper_verdict("V21", record.answers, [beyond]).status == "fail"
     assert paper_verdict("V21", record.answers, [dict(row, angle=0.5)]).status == "pass"
     assert paper_verdict("V21", record.answers, [dict(row, angle=360.0)]).status == "pass"
@@ -244,7 +246,7 @@ def test_fifty_copies_of_a_returned_feature_count_once_unlike_the_authors_bag(re
     two tokens against the stored two (F1 4/102) and fail."""
     record = records[f"{VR1}/10"]
     assert verdicts(record, record.answers * 50) == ("pass", "pass")
-    assert compare.token_f1("\n".join(["Shechem Ministries"] * 50), "Shechem Ministries") == pytest.approx(4 / 102)
+    assert tolerances.token_f1("\n".join(["Shechem Ministries"] * 50), "Shechem Ministries") == pytest.approx(4 / 102)
 
 
 def test_a_number_given_as_text_with_a_unit_is_no_number(records: dict[str, dataset.Record]) -> None:
