@@ -38,6 +38,12 @@ ROWS_KEPT = 10  # returned rows kept per result for the reports (values clipped 
 GOLD_RUN = "gold"  # the dataset's own SQL: verify's run, and score --gold's
 
 
+def outcomes_markdown() -> str:
+    """OUTCOMES as docs/BENCHMARK-FORMAT.md prints them (a test holds the two equal)."""
+    return "\n".join(["| outcome | meaning |", "|---|---|", *(f"| `{name}` | {meaning} |"
+                                                              for name, meaning in OUTCOMES.items())])
+
+
 @dataclass(frozen=True)
 class Result:
     """One question of one run, judged."""

@@ -21,7 +21,7 @@ from conftest import DATA
 from test_runner import running_sandbox_queries
 
 from reproduce import configs, dataset
-from reproduce.results import Result
+from reproduce.results import Result, outcomes_markdown
 from reproduce.score import ScoreRequest, score
 from reproduce.verify import Request, verify
 from testkit.cli import reproduce
@@ -81,6 +81,35 @@ def test_the_demo_database_gives_verify_and_score_gold_the_same_records(demo: tu
     def timeless(entries: list[dict]) -> dict[str, dict]:
         return {entry["id"]: {key: value for key, value in entry.items() if key != "seconds"} for entry in entries}
     assert timeless(by_score) == timeless(ran)
+
+
+def test_the_documented_outcomes_are_the_declaration() -> None:
+    assert outcomes_markdown() in (DATA.parent.parent / "docs" / "BENCHMARK-FORMAT.md").read_text()
+
+
+def test_older_reports_and_resume_lines_read_in_todays_fields() -> None:
+    """Result lines as verify and score wrote them before one result type (reports, --resume files) are read
+    with today's fields and words."""
+    verified = Result.from_dict({"id": f"{R1}/1", "template_id": "R1", "status": "mismatch", "exact": False,
+                                 "detail": {"rows": 1}, "seconds": 0.5, "paper_status": "mismatch",
+                                 "paper_reason": "best pair fails", "server": "h:5432/db"})
+    assert (verified.run, verified.outcome, verified.strict, verified.paper, verified.paper_reason,
+            verified.seconds, verified.server) == ("gold", "ran", "fail", "fail", "best pair fails", 0.5, "h:5432/db")
+    errored = Result.from_dict({"id": f"{R1}/2", "template_id": "R1", "status": "error", "exact": False,
+                                "detail": {"error": "boom"}, "seconds": 0.1})
+    assert (errored.outcome, errored.strict, errored.strict_reason, errored.paper, errored.word("strict")) == (
+        "sql_error", "fail", "boom", "fail", "sql_error")
+    skipped = Result.from_dict({"id": f"{R1}/3", "template_id": "R1", "status": "skipped", "exact": False,
+                                "detail": {"reason": "not in the data"}, "paper_status": ""})
+    assert (skipped.outcome, skipped.paper, skipped.paper_reason) == ("skipped", "fail", "not in the data")
+    scored = Result.from_dict({"run": "m", "id": f"{R1}/4", "template_id": "R1", "status": "mismatch",
+                               "paper": "fail", "paper_reason": "x", "strict": "pass", "strict_reason": "y",
+                               "seconds": 0.0, "detail": {}})
+    assert (scored.key, scored.outcome, scored.paper, scored.strict, scored.word("paper")) == (
+        ("m", f"{R1}/4"), "ran", "fail", "pass", "fail")
+    unread = Result.from_dict({"run": "m", "id": f"{R1}/5", "template_id": "R1", "status": "no_prediction",
+                               "paper": "fail", "paper_reason": "none", "strict": "fail", "strict_reason": "none"})
+    assert Result.from_dict(unread.as_dict()) == unread and unread.outcome == "no_prediction"
 
 
 def sql_predictions() -> tuple[list[dict], dict[str, str]]:
