@@ -82,11 +82,16 @@ class Rebased:
         return "empty" if self.result.outcome == "ran" else self.result.outcome
 
     @property
+    def failure(self) -> Check | None:
+        """The first failing component of a changed answer, else None."""
+        return next((check for check in self.checks if not check.passed), None) if self.status == "changed" else None
+
+    @property
     def change(self) -> float:
         """The failing component's measure against its tolerance (0 when held), for ranking."""
-        failure = next((check for check in self.checks if not check.passed), None)
-        if self.status != "changed":
-            return 0.0 if self.status == "held" else math.inf
+        if self.status == "held":
+            return 0.0
+        failure = self.failure
         if failure is None or not failure.threshold or not math.isfinite(failure.value):
             return math.inf
         return failure.value / failure.threshold
@@ -94,8 +99,7 @@ class Rebased:
     @property
     def measure(self) -> str:
         """What changed, e.g. "elevation: elevation (m) 12 (tolerance 10)"."""
-        failure = next((check for check in self.checks if not check.passed), None)
-        if self.status != "changed" or failure is None:
+        if (failure := self.failure) is None:
             return ""
         value = "n/a" if math.isinf(failure.value) else f"{failure.value:.4g}"
         return f"{failure.component}: {failure.metric} {value} (tolerance {failure.threshold})"

@@ -99,11 +99,12 @@ def read_older(data: dict[str, Any]) -> dict[str, Any]:
     """An older report's or resume file's result line in today's fields."""
     status = data["status"]
     outcome = OLDER_STATUS.get(status, status)
-    why = (data.get("detail") or {}).get("error") or (data.get("detail") or {}).get("reason") or outcome
-    if "strict" in data:  # score's
+    if "strict" in data:  # score's: both verdicts under their names already
         return {**data, "outcome": outcome}
+    detail = data.get("detail") or {}
+    why = detail.get("error") or detail.get("reason") or outcome
     strict = "pass" if status == "pass" else "fail"
-    paper = {"mismatch": "fail", "": "fail"}.get(data.get("paper_status", ""), data.get("paper_status"))
+    paper = "pass" if data.get("paper_status") == "pass" else "fail"  # "" (not judged) and "mismatch" failed
     return {**data, "outcome": outcome, "strict": strict,
             "strict_reason": "every component passes" if strict == "pass" else why,
             "paper": paper, "paper_reason": data.get("paper_reason") or why}

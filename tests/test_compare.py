@@ -117,7 +117,7 @@ def test_each_real_record_passes_just_inside_and_fails_just_beyond_each_toleranc
                 continue
             inside, beyond = _judgements(record, key, metric)
             assert inside.status == "pass", (record.id, key, inside.first_failure)
-            assert beyond.status == "mismatch", (record.id, key)
+            assert beyond.status == "fail", (record.id, key)
             judged += 1
     assert judged >= len(records)
 
@@ -135,7 +135,7 @@ def test_multi_row_answers_are_multisets_with_the_row_count_checked() -> None:
     rows = [{"osm_id": 1, "geometry": "POINT (0 0)"}, {"osm_id": 2, "geometry": "POINT (1 1)"}]
     assert strict.strict_verdict("V13", rows, list(reversed(rows))).status == "pass"
     verdict = strict.strict_verdict("V13", rows, rows[:1])
-    assert verdict.status == "mismatch" and verdict.first_failure.component == "rows"
+    assert verdict.status == "fail" and verdict.first_failure.component == "rows"
     assert strict.strict_verdict("V13", rows, []).status == "empty"
     assert strict.strict_verdict("V13", [], []).status == "pass"
 
@@ -172,8 +172,8 @@ def test_more_rows_than_stored_is_a_mismatch_even_for_one_stored_row() -> None:
     extra = {"osm_id": 2, "geometry": "POINT (5 5)", "angle": 100.0}
     for template_id in ("V13", "V21"):
         verdict = strict.strict_verdict(template_id, stored, [*stored, extra])
-        assert verdict.status == "mismatch" and verdict.first_failure.component == "rows", template_id
-    assert strict.strict_verdict("R1", [{"elevation": 10}], [{"elevation": 10}, {"elevation": 10}]).status == "mismatch"
+        assert verdict.status == "fail" and verdict.first_failure.component == "rows", template_id
+    assert strict.strict_verdict("R1", [{"elevation": 10}], [{"elevation": 10}, {"elevation": 10}]).status == "fail"
 
 
 def test_v11_v12_stored_row_held_twice_counts_once_in_the_verdict(records: list[dataset.Record]) -> None:
@@ -184,7 +184,7 @@ def test_v11_v12_stored_row_held_twice_counts_once_in_the_verdict(records: list[
         returned = [{**record.answers[0], "id": -1}]  # the one row the LIMIT 1 SQL gives, another serial id
         assert strict.strict_verdict(record.template_id, record.answers, returned).status == "pass", record.id
         assert strict.exact_diff(record.template_id, record.answers, returned).missing, record.id
-    assert strict.strict_verdict("V1", [{"poi_name": "A"}] * 2, [{"poi_name": "A"}]).status == "mismatch"  # no key: two
+    assert strict.strict_verdict("V1", [{"poi_name": "A"}] * 2, [{"poi_name": "A"}]).status == "fail"  # no key: two
 
 
 def test_a_feature_stored_under_two_serial_ids_counts_once_in_every_template(records: list[dataset.Record]) -> None:
@@ -207,14 +207,14 @@ def test_a_feature_stored_under_two_serial_ids_counts_once_in_every_template(rec
                          "extended/range+name+elevation_condition/0": "VR1",
                          "extended/range+name+elevation_condition/13": "VR1"}
     other = [{"id": 1, "osm_id": 7, "geometry": "POINT (0 0)"}, {"id": 2, "osm_id": 7, "geometry": "POINT (1 1)"}]
-    assert strict.strict_verdict("V13", other, other[:1]).status == "mismatch"  # another value: another answer row
+    assert strict.strict_verdict("V13", other, other[:1]).status == "fail"  # another value: another answer row
 
 
 def test_null_is_never_an_answer() -> None:
-    assert strict.strict_verdict("R4", [{"answer": "yes"}], [{}]).status == "mismatch"
+    assert strict.strict_verdict("R4", [{"answer": "yes"}], [{}]).status == "fail"
     assert tolerances.yes_no_error(None, None) == math.inf
-    assert strict.strict_verdict("R1", [{"elevation": 286.0}], [{}]).status == "mismatch"  # a NULL pixel: one empty row
-    assert strict.strict_verdict("V5", [{"poi_name": "A"}], [{"osm_id": 3}]).status == "mismatch"
+    assert strict.strict_verdict("R1", [{"elevation": 286.0}], [{}]).status == "fail"  # a NULL pixel: one empty row
+    assert strict.strict_verdict("V5", [{"poi_name": "A"}], [{"osm_id": 3}]).status == "fail"
 
 
 def test_exact_compares_integers_exactly() -> None:
@@ -263,5 +263,5 @@ def test_many_returned_points_are_paired_through_an_index(records: list[dataset.
     points = [{"geometry": row["geometry"]} for row in record.answers]
     far = [{"geometry": f"POINT ({-60 - n / 1000} 10)"} for n in range(20_000)]
     verdict = strict.strict_verdict("VR2", record.answers, points + far)
-    assert verdict.status == "mismatch" and verdict.first_failure.component == "rows"
+    assert verdict.status == "fail" and verdict.first_failure.component == "rows"
     assert all(check.passed for check in verdict.checks[1:])  # every stored point found its own

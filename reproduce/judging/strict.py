@@ -50,7 +50,7 @@ class Check:
 
 @dataclass
 class Verdict:
-    status: str  # pass, mismatch or empty
+    status: str  # pass or fail (results.VERDICTS), or empty: no rows where the stored answer has some
     checks: list[Check] = field(default_factory=list)  # one per component (multi-row: the worst pair)
 
     @property
@@ -64,13 +64,13 @@ def strict_verdict(template_id: str, gold: list[dict[str, Any]], actual: list[di
     if not actual:
         return Verdict("pass" if not gold else "empty")
     if not gold:
-        return Verdict("mismatch", [_row_count_check(gold, actual)])
+        return Verdict("fail", [_row_count_check(gold, actual)])
     gold, actual = one_row_per_feature(gold), one_row_per_feature(actual)
     checks = [joined_check(c, gold, actual) for c in components if c.joined]
     per_row = [c for c in components if not c.joined]
     if per_row:
         checks += _best_single(per_row, gold[0], actual) if len(gold) == 1 else _paired(per_row, gold, actual)
-    return Verdict("pass" if all(check.passed for check in checks) else "mismatch", checks)
+    return Verdict("pass" if all(check.passed for check in checks) else "fail", checks)
 
 
 def check_component(component: Component, gold_row: dict[str, Any], actual_row: dict[str, Any]) -> Check:
