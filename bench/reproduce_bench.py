@@ -13,8 +13,8 @@
    size (3,300 questions: the real records of --data, repeated to each template's count, synthetic rows for the
    templates without a copy) and 4 runs of answers (two thirds the stored answers, a third perturbed), scored
    with every report: wall, CPU and peak memory of the command (median of --runs; target < 10 s). b) SQL: the
-   R1 questions as predictions through score's path (Runner + both verdicts) against verify's path on the same
-   fixture: the difference per question (target: none beyond verify's overhead).
+   R1 questions as a model's predictions against the same SQL as verify's gold run, on the same fixture: one
+   pipeline (reproduce/results.py), so the difference per question is the noise (target: none).
 5. Replicas (--replicas): the same questions, CPU-bound and sleep-bound, on one server and on a primary
    plus a hot standby (pg_basebackup -R, testkit/standby.py), --max-workers per server: wall times
    and the speed-up. Then the scheduling model: the makespan of file order against longest first for
@@ -245,7 +245,7 @@ def _spread(values: list[float], unit: str) -> str:
 
 
 def sql_scoring(dsn: str, reader: str, repeat: int) -> None:
-    """b) the R1 SQL as predictions through score's path against verify's, interleaved, per question."""
+    """b) the R1 SQL as a model's predictions against verify's gold run of it, interleaved, per question."""
     r1 = [record for record in dataset.load(BENCHMARK, [configs.template("R1")]).records] * repeat
     jobs = [SqlJob("bench", record, Prediction(record.id, "bench", (record.sql,))) for record in r1]
     verify_s, score_s = [], []
