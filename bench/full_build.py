@@ -66,6 +66,7 @@ from bench.osm_geojson import ogr2ogr_command
 from bench.terrain import TERRAINS, add_steps, mix, sample_cells, step_summary, steps, terrain_of
 from gsqa_core.dem_grid import ASTER_SIZE, SRID, TILE
 from ingest.dem.synthetic import aster_name, spectral_terrain, write_aster_tile
+from reproduce.results import Result
 from testkit.osmx_synth import LAYER_FOLDERS, LAYER_SHARE, features, write_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -238,19 +239,19 @@ def verify(server_dsn: str, name: str, data: Path) -> dict:
         run = run_measured(f"{command} 2>/dev/null", name="verify", check=False)
         if run.returncode not in (0, 1):
             raise SystemExit(f"reproduce verify failed (exit {run.returncode}): {command}")
-        results = json.loads(report.read_text())["results"]
+        results = [Result.from_dict(entry) for entry in json.loads(report.read_text())["results"]]
     by_template: dict[str, list[float]] = {}
     for result in results:
-        if result["status"] != "skipped":
-            by_template.setdefault(result["template_id"], []).append(result["seconds"])
-    slowest = sorted(results, key=lambda result: -result["seconds"])[:SLOWEST]
-    statuses: dict[str, int] = {}
+        if result.outcome != "skipped":
+            by_template.setdefault(result.template_id, []).append(result.seconds)
+    slowest = sorted(results, key=lambda result: -result.seconds)[:SLOWEST]
+    statuses: dict[str, int] = {}  # per word under the strict verdict (Result.word)
     for result in results:
-        statuses[result["status"]] = statuses.get(result["status"], 0) + 1
+        statuses[result.word("strict")] = statuses.get(result.word("strict"), 0) + 1
     return {"usage": run.total.__dict__, "questions": len(results), "statuses": statuses,
             "templates": {template: {"questions": len(times), "median_s": round(statistics.median(times), 3),
                                      "max_s": round(max(times), 3)} for template, times in sorted(by_template.items())},
-            "slowest": [{"id": r["id"], "template": r["template_id"], "status": r["status"], "seconds": r["seconds"]}
+            "slowest": [{"id": r.id, "template": r.template_id, "status": r.word("strict"), "seconds": r.seconds}
                         for r in slowest]}
 
 

@@ -13,8 +13,8 @@
    size (3,300 questions: the real records of --data, repeated to each template's count, synthetic rows for the
    templates without a copy) and 4 runs of answers (two thirds the stored answers, a third perturbed), scored
    with every report: wall, CPU and peak memory of the command (median of --runs; target < 10 s). b) SQL: the
-   R1 questions as predictions through score's path (Runner + both verdicts) against verify's path on the same
-   fixture: the difference per question (target: none beyond verify's overhead).
+   R1 questions as a model's predictions against the same SQL as verify's gold run, on the same fixture: one
+   pipeline (reproduce/results.py), so the difference per question is the noise (target: none).
 5. Replicas (--replicas): the same questions, CPU-bound and sleep-bound, on one server and on a primary
    plus a hot standby (pg_basebackup -R, testkit/standby.py), --max-workers per server: wall times
    and the speed-up. Then the scheduling model: the makespan of file order against longest first for
@@ -48,14 +48,13 @@ from psycopg.conninfo import make_conninfo
 from gsqa_core.roles import login_dsn
 from gsqa_core.sandbox import READER
 from ingest.initdb import initialize
-from reproduce import compare, configs, dataset
+from reproduce import configs, dataset
 from reproduce.dataset import Record
+from reproduce.judging import tolerances
 from reproduce.predictions.layouts import Prediction
+from reproduce.results import SqlJob, evaluate, gold_job
 from reproduce.runner import Outcome, Runner, Server
 from reproduce.schedule import earlier_durations
-from reproduce.score import SqlJob
-from reproduce.score import evaluate as evaluate_prediction
-from reproduce.verify import evaluate
 from testkit.refdb import load_stored_answers
 from testkit.standby import primary_and_standby
 
@@ -96,8 +95,8 @@ def timed_psql(reader: str, statements: list[str]) -> float:
 
 def timed_harness(reader: str, records: list[Record], workers: int, replicas: list[Server] = ()) -> float:
     start = time.perf_counter()
-    for record, outcome in Runner(reader, 120.0, workers, replicas=replicas).run(records):
-        evaluate(record, outcome)
+    for job, outcome in Runner(reader, 120.0, workers, replicas=replicas).run([gold_job(r) for r in records]):
+        evaluate(job, outcome)
     return time.perf_counter() - start
 
 
@@ -134,7 +133,7 @@ def judging(data: Path) -> None:
     records = dataset.load(data, configs.templates_of("all")).records
     start = time.perf_counter()
     for record in records:
-        evaluate(record, Outcome("rows", 0.0, record.answers))
+        evaluate(gold_job(record), Outcome("rows", 0.0, record.answers))
     per_question = (time.perf_counter() - start) / len(records) * 1000
     print(f"judging: {len(records)} real records against their stored answers, {per_question:.2f} ms/question")
 
@@ -179,8 +178,8 @@ def _raw(record: Record) -> dict:
 
 
 def _synthetic(template: configs.Template, like: Record) -> Record:
-    row = {component.keys[0]: "Fixture Name" if component.metric is compare.NAME else 100.0
-           for component in compare.components_of(template.id)}
+    row = {component.keys[0]: "Fixture Name" if component.metric is tolerances.NAME else 100.0
+           for component in tolerances.components_of(template.id)}
     return Record("", template.id, template.group, template.stem, "?", like.sql, "", [row], {})
 
 
@@ -246,7 +245,7 @@ def _spread(values: list[float], unit: str) -> str:
 
 
 def sql_scoring(dsn: str, reader: str, repeat: int) -> None:
-    """b) the R1 SQL as predictions through score's path against verify's, interleaved, per question."""
+    """b) the R1 SQL as a model's predictions against verify's gold run of it, interleaved, per question."""
     r1 = [record for record in dataset.load(BENCHMARK, [configs.template("R1")]).records] * repeat
     jobs = [SqlJob("bench", record, Prediction(record.id, "bench", (record.sql,))) for record in r1]
     verify_s, score_s = [], []
@@ -254,7 +253,7 @@ def sql_scoring(dsn: str, reader: str, repeat: int) -> None:
         verify_s.append(timed_harness(reader, r1, 1))
         start = time.perf_counter()
         for job, outcome in Runner(reader, 120.0, 1).run(jobs):
-            evaluate_prediction(job, outcome)
+            evaluate(job, outcome)
         score_s.append(time.perf_counter() - start)
     per = [(s - v) / len(r1) * 1000 for s, v in zip(score_s, verify_s, strict=True)]
     print(f"score, SQL: {len(r1)} R1 questions, 1 worker: verify {_spread(verify_s, 's')}, score "

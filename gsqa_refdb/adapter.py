@@ -24,9 +24,11 @@ from typing import Any
 
 from gsqa_core.errors import GsqaError
 from gsqa_core.sandbox import MODEL
-from reproduce import compare, describe, score, session
+from reproduce import describe, results, session
 from reproduce.dataset import Record
+from reproduce.judging.judge import Judgement, judge
 from reproduce.predictions.layouts import Prediction, address_only, answer_rows, sql_blocks
+from reproduce.results import Result
 from reproduce.runner import MAX_ROWS, SandboxConnection
 from reproduce.serve.tools import ServeRequest, expected_answer, open_tools
 from reproduce.stats import wilson
@@ -101,11 +103,11 @@ def serve_process(request: ServeRequest, question_id: str) -> tuple[str, list[st
 
 @dataclass(frozen=True)
 class Verdict:
-    """Both verdicts on one prediction, as `reproduce score` gives them."""
+    """Both verdicts on one prediction, as `reproduce score` gives them (results.Result)."""
 
     paper: bool  # the paper's verdict: the headline
     strict: bool
-    status: str  # pass, mismatch, empty, sql_error, timeout, no_prediction, unreadable, unscorable
+    outcome: str  # results.OUTCOMES: ran, empty, sql_error, timeout, no_prediction, unreadable, unscorable
     paper_reason: str
     strict_reason: str
     checks: list[dict[str, Any]] = field(default_factory=list)  # the strict verdict per component
@@ -135,26 +137,27 @@ class Judge:
         record = self.records[question_id]
         statements = (sql_blocks(text) or (text,)) if text.strip() else ()
         if not statements:
-            return _unjudged("sql_error", "no SQL in the prediction")
-        job = score.SqlJob(RUN, record, Prediction(record.id, "inspect", statements))
+            return _verdict(results.unjudged(RUN, record, "sql_error", "no SQL in the prediction"))
+        job = results.SqlJob(RUN, record, Prediction(record.id, "inspect", statements))
         with _session(*self._prepared()) as sandbox:
             outcome = sandbox.run_first(job.statements)
-        return _verdict(score.evaluate(job, outcome), _strict_checks(record, outcome.rows))
+        return _verdict(*results.evaluated(job, outcome))
 
     def answer(self, question_id: str, answer: Any, why_none: str = "") -> Verdict:
         """The verdicts on an answer (rows, a value or a list of values, or JSON text of them), as `reproduce
         score` judges a submitted answer; None: no answer (`why_none` says why)."""
         record = self.records[question_id]
         if answer is None:
-            return _unjudged("no_prediction", why_none or "the run has no prediction")
+            return _verdict(results.unjudged(RUN, record, "no_prediction", why_none or "the run has no prediction"))
         try:
             rows = answer_rows(record.template_id, answer)
         except ValueError as error:
-            return _unjudged("unreadable", str(error))
+            return _verdict(results.unjudged(RUN, record, "unreadable", str(error)))
         if why := address_only(record.template_id, rows):
-            return _unjudged("unscorable", why)
-        result = score.judged(RUN, record, Prediction(record.id, "inspect", answer=rows), rows, 0.0, {})
-        return _verdict(result, _strict_checks(record, rows))
+            return _verdict(results.unjudged(RUN, record, "unscorable", why))
+        judgement = judge(record, rows)
+        return _verdict(results.judged(RUN, record, Prediction(record.id, "inspect", answer=rows), rows, judgement),
+                        judgement)
 
 
 # Sessions of the runner, idle, by (login, timeout, admin): made as needed and reused (each is reset after each
@@ -184,17 +187,8 @@ def _close_sessions() -> None:
             idle.get_nowait().close()
 
 
-def _strict_checks(record: Record, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The strict verdict's check of each component (the stored value, the value given, how far apart)."""
-    verdict = compare.judge(record.template_id, record.distinct_answers, compare.one_row_per_feature(rows))
-    return [session.clipped(check.as_dict()) for check in verdict.checks]
-
-
-def _verdict(result: score.Scored, checks: list[dict[str, Any]]) -> Verdict:
-    return Verdict(result.paper == "pass", result.strict == "pass", result.status, result.paper_reason,
+def _verdict(result: Result, judgement: Judgement | None = None) -> Verdict:
+    """The Verdict of a result, with the strict verdict's check of each component where rows were judged."""
+    checks = [session.clipped(check.as_dict()) for check in judgement.strict.checks] if judgement else []
+    return Verdict(result.paper == "pass", result.strict == "pass", result.outcome, result.paper_reason,
                    result.strict_reason, checks, result.detail)
-
-
-def _unjudged(status: str, why: str) -> Verdict:
-    """A prediction that gives nothing to judge: wrong by both verdicts, as `reproduce score` counts it."""
-    return Verdict(False, False, status, why, why)

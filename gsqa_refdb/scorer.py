@@ -3,8 +3,8 @@ metrics of the paper's verdict: its accuracy, Wilson's 95 % interval around it (
 accuracy per template.
 
 A score's value is the paper's verdict (CORRECT or INCORRECT, the headline as in `reproduce score`); its
-metadata holds the strict verdict, both reasons, the status (pass, mismatch, empty, sql_error, timeout,
-no_prediction, ...), the strict verdict's check of each component and what the reports keep of the
+metadata holds the strict verdict, both reasons, the outcome as `reproduce score` words it (ran, empty, sql_error,
+timeout, no_prediction, ...), the strict verdict's check of each component and what the reports keep of the
 prediction (its SQL and first rows, or its answer).
 """
 
@@ -92,7 +92,7 @@ def _scorer(prediction: Callable[[TaskState], Any], verdict: Callable[[str, Any]
         return Score(value=CORRECT if judged.paper else INCORRECT,
                      answer=predicted if isinstance(predicted, str) or predicted is None else json.dumps(predicted),
                      explanation=judged.paper_reason,
-                     metadata={"strict": CORRECT if judged.strict else INCORRECT, "status": judged.status,
+                     metadata={"strict": CORRECT if judged.strict else INCORRECT, "outcome": judged.outcome,
                                "paper_reason": judged.paper_reason, "strict_reason": judged.strict_reason,
                                "checks": judged.checks, "detail": judged.detail})
     return score

@@ -17,8 +17,9 @@ from gsqa_core import schema
 from gsqa_core.cli import DsnOption, JsonOption, command_group, interrupted_as_130, manual, reported_as_exit_code, run
 from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
 from gsqa_core.sandbox import MODEL, READER
-from reproduce import compare, configs, gate, readiness, report
+from reproduce import configs, gate, readiness, report
 from reproduce import verify as verification
+from reproduce.judging import tolerances, values
 from reproduce.runner import DEFAULT_TIMEOUT_S, MAX_ROWS, MAX_TIMEOUT_S, MIN_TIMEOUT_S
 from reproduce.serve import python_sandbox
 from reproduce.serve.tools import ServeRequest
@@ -143,7 +144,7 @@ def _request(kind: type[AnyRequest], parameters: dict[str, Any]) -> AnyRequest:
 
 
 @app.command()
-@manual(tolerances=compare.tolerances_text(), postgis=schema.MIN_POSTGIS_TEXT)
+@manual(tolerances=tolerances.tolerances_text(), postgis=schema.MIN_POSTGIS_TEXT)
 def verify(
     config: ConfigOption,
     data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
@@ -153,7 +154,7 @@ def verify(
     resume: ResumeOption = None,
     force: ForceOption = False,
     baseline: Annotated[Path | None, typer.Option("--baseline", metavar="FILE",
-                                                  help="An earlier --json-out: list status changes.",
+                                                  help="An earlier --json-out: list what changed.",
                                                   show_default=False, dir_okay=False)] = None,
     max_rows: MaxRowsOption = MAX_ROWS, replicas: ReplicaOption = [],  # noqa: B006
 ) -> None:
@@ -171,18 +172,20 @@ def verify(
     rolled back, the session reset; a watchdog cancels a question on the server 2 s past its timeout and
     ends its backend 2 s later if the SQL caught the cancel (docs/SANDBOX.md).
 
-    Prints a table per config and template (questions, pass %, exact %, paper %, counts per status,
-    seconds), the first failing questions with their evidence and the skipped ones grouped by template and
-    reason; a progress bar goes to stderr. --json-out writes {"provenance", "summary", "results"} (with each
-    question's paper_status and paper_reason); --html one self-contained page: the database and its
-    versions, the pass rate per template, and every question that did not pass with its text, expected
-    against actual values, SQL and the `reproduce show ID` command; --baseline lists the status changes
-    since an earlier --json-out, regressions first. --resume refuses a file written for another dataset,
-    database (row counts) or timeout unless --force.
+    Prints a table per config and template (questions, pass % (the strict verdict), exact %, paper %, counts
+    per word, seconds), the first failing questions with their evidence and the skipped ones grouped by
+    template and reason; a progress bar goes to stderr. --json-out writes {"provenance", "summary",
+    "results"}, each question's record as `reproduce score --gold` writes it (outcome, paper and strict
+    verdicts with their reasons, exact; docs/BENCHMARK-FORMAT.md); --html one self-contained page: the
+    database and its versions, the pass rate per template, and every question that did not pass with its
+    text, expected against actual values, SQL and the `reproduce show ID` command; --baseline lists the
+    changes since an earlier --json-out (older reports too), regressions first. --resume refuses a file
+    written for another dataset, database (row counts) or timeout unless --force.
 
-    Statuses: pass, mismatch (the first failing component, both values), empty (no rows), timeout, sql_error
-    (the SQL error), skipped (not in the data, with the reason). Known instability (LIMIT without ORDER BY,
-    ties, DEM seams, stale stored answers) is listed under detail.unstable.
+    Words (a question's strict verdict when its SQL ran, else its outcome): pass, fail (the first failing
+    component, both values), empty (no rows), timeout, sql_error (the SQL error), skipped (not in the data,
+    with the reason). Known instability (LIMIT without ORDER BY, ties, DEM seams, stale stored answers) is
+    listed under detail.unstable.
 
     Several servers: each --replica (a hot standby, `make replicas`) gets N workers of its own and every
     question runs on exactly one server (the report's `server`). Before the first question each replica must
@@ -214,7 +217,7 @@ def verify(
                          (html, lambda: report.html_page(run.provenance, run.results, run.records))):
         if path:
             report.write_atomically(path, render())
-    passed = all(result.status == "pass" for result in run.results)
+    passed = all(result.strict == "pass" for result in run.results)
     raise typer.Exit(EXIT_OK if passed else EXIT_SOME_FAILED)
 
 
@@ -327,15 +330,15 @@ def score(
     when every prediction is an answer no database is needed. A location given only as an address is never
     geocoded: it is `unscorable`.
 
-    Statuses: pass, mismatch, empty, sql_error, timeout, no_prediction (counted as wrong), unreadable (the
-    line could not be read), unscorable. The headline is the paper's verdict (`paper %`, with a 95% Wilson
-    interval), the strict verdict beside it. Prints per run one column group and per template, config and
-    in all a line; for two or more runs an exact McNemar test per template for each pair of runs. Several
-    runs of one model and method (their "model" and "method"): pass^k (the questions every run passed), the
+    Outcomes: ran (then judged: pass or fail), empty, sql_error, timeout, no_prediction (counted as wrong),
+    unreadable (the line could not be read), unscorable. The headline is the paper's verdict (`paper %`, with
+    a 95% Wilson interval), the strict verdict beside it. Prints per run one column group and per template,
+    config and in all a line; for two or more runs an exact McNemar test per template for each pair of runs.
+    Several runs of one model and method (their "model" and "method"): pass^k (the questions every run passed), the
     questions whose verdict flips between them and the spread of their pass rates, the runs' own noise; a
     pair of runs whose difference is within it is said to be.
     --json-out, --junit and --html give every question; the HTML page has sortable tables of the runs, their
-    pairs and repeated runs, the lines not read, filters by run, template, status and where runs disagree,
+    pairs and repeated runs, the lines not read, filters by run, template, outcome and where runs disagree,
     the predicted and gold side by side (long answers folded, never cut), an agent's calls, and maps with a
     legend and scale for locations. --csv-out has the pairs and repeated runs too.
 
@@ -494,35 +497,36 @@ def show(
 
     Example: reproduce show raster_only/elevation+poi/0 --data tests/data/benchmark
 
-    Exit codes: 0 the question passes; 1 it does not (mismatch, empty, timeout, error); 2 unknown id,
+    Exit codes: 0 the question passes; 1 it does not (fail, empty, timeout, sql_error); 2 unknown id,
     unreadable data, unreachable database or failed preflight.
     """
     request = _request(RunRequest, locals())
     with reported_as_exit_code():
         shown = verification.show(question, request)
     typer.echo(_describe(shown))
-    passed = shown.verdict is not None and shown.verdict.status == "pass"
-    raise typer.Exit(EXIT_OK if passed else EXIT_SOME_FAILED)
+    raise typer.Exit(EXIT_OK if shown.result.strict == "pass" else EXIT_SOME_FAILED)
 
 
 def _describe(shown: Shown, max_rows: int = 20) -> str:
     record, outcome = shown.record, shown.outcome
     def rows(items: list) -> str:  # geometries in one format, WKT, on both sides
         more = f"\n... {len(items) - max_rows} more rows" if len(items) > max_rows else ""
-        return "\n".join(json.dumps({key: compare.shown(value) for key, value in item.items()}, default=str)
+        return "\n".join(json.dumps({key: values.shown(value) for key, value in item.items()}, default=str)
                          for item in items[:max_rows]) + more
     lines = [f"{record.id} [{record.template_id}] {record.question}", "", "-- SQL", record.sql.strip(), "",
              f"-- stored answer ({len(record.answers)} rows)", rows(record.answers), ""]
-    if shown.verdict is None:
-        lines += [f"-- result: {outcome.kind} after {outcome.seconds:.2f} s: {outcome.error}"]
+    judgement = shown.judgement
+    if judgement is None:
+        lines += [f"-- result: {shown.result.outcome} after {outcome.seconds:.2f} s: {outcome.error}"]
     else:
         lines += [f"-- actual result ({len(outcome.rows)} rows, {outcome.seconds:.2f} s)", rows(outcome.rows), "",
-                  f"-- verdict: {shown.verdict.status}"]
+                  f"-- verdict: {shown.result.word('strict')}"]
         lines += [f"  {'ok  ' if c.passed else 'FAIL'} {c.component}: {c.metric} = {c.value:.6g} "
-                  f"(threshold {c.threshold}); stored {compare.shown(c.expected)!r}, got {compare.shown(c.actual)!r}"
-                  for c in shown.verdict.checks]
-        lines += ["", "-- exact: " + ("yes" if shown.diff.exact else json.dumps(shown.diff.as_dict(), default=str))]
-        lines += ["", f"-- paper's scoring: {shown.paper.status}: {shown.paper.reason}"]
+                  f"(threshold {c.threshold}); stored {values.shown(c.expected)!r}, got {values.shown(c.actual)!r}"
+                  for c in judgement.strict.checks]
+        diff = judgement.diff
+        lines += ["", "-- exact: " + ("yes" if diff.exact else json.dumps(diff.as_dict(), default=str))]
+        lines += ["", f"-- paper's scoring: {judgement.paper.status}: {judgement.paper.reason}"]
     lines += [f"-- unstable: {flag}" for flag in shown.flags]
     return "\n".join(lines)
 

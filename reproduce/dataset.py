@@ -26,8 +26,9 @@ import pyarrow.parquet as pq
 import yaml
 
 from gsqa_core.errors import GsqaError
-from reproduce import compare, configs
+from reproduce import configs
 from reproduce.configs import Template
+from reproduce.judging import values
 
 HF_REPO = "Zoe/GS-QA2"
 RASTER_GROUPS = ("raster_only", "extended", "raster_vector")
@@ -57,10 +58,10 @@ class Record:
         return (self.sql,)
 
     @cached_property
-    def distinct_answers(self) -> compare.Distinct:
-        """The stored answer with one row per feature (compare.one_row_per_feature), made once however many
+    def distinct_answers(self) -> values.Distinct:
+        """The stored answer with one row per feature (values.one_row_per_feature), made once however many
         runs are judged against it."""
-        return compare.one_row_per_feature(self.answers)
+        return values.one_row_per_feature(self.answers)
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,11 @@ from typing import Any
 
 from gsqa_core.errors import GsqaError
 from gsqa_core.sandbox import READER
-from reproduce import compare, dataset, session
+from reproduce import dataset, results, session
 from reproduce.dataset import Record
+from reproduce.judging.instability import instability
+from reproduce.judging.strict import Check
+from reproduce.results import Result
 from reproduce.resume import ResumeFile
 from reproduce.runner import Outcome
 from reproduce.session import Prepared, RunRequest
@@ -60,12 +63,44 @@ class Answered:
 
 @dataclass
 class Rebased:
+    """One question re-based: its result, judged as `verify` judges it, and the outcome whose rows are its new
+    answers."""
+
     record: Record
     outcome: Outcome
-    status: str  # held, changed, empty, timeout, sql_error
-    change: float  # the failing component's measure against its tolerance (0 when held), for ranking
-    measure: str = ""  # what changed, e.g. "elevation (m) 12 (tolerance 10)"
-    checks: list[compare.Check] = field(default_factory=list)  # every component's measure (held or changed)
+    result: Result
+    checks: list[Check] = field(default_factory=list)  # every component's measure (held or changed)
+
+    @property
+    def status(self) -> str:
+        """held or changed (the strict verdict of the new answer against the published one), else why there is
+        no new answer: empty (no rows, even where none is published), timeout, sql_error."""
+        if self.result.outcome == "ran" and self.outcome.rows:
+            return "held" if self.result.strict == "pass" else "changed"
+        return "empty" if self.result.outcome == "ran" else self.result.outcome
+
+    @property
+    def failure(self) -> Check | None:
+        """The first failing component of a changed answer, else None."""
+        return next((check for check in self.checks if not check.passed), None) if self.status == "changed" else None
+
+    @property
+    def change(self) -> float:
+        """The failing component's measure against its tolerance (0 when held), for ranking."""
+        if self.status == "held":
+            return 0.0
+        failure = self.failure
+        if failure is None or not failure.threshold or not math.isfinite(failure.value):
+            return math.inf
+        return failure.value / failure.threshold
+
+    @property
+    def measure(self) -> str:
+        """What changed, e.g. "elevation: elevation (m) 12 (tolerance 10)"."""
+        if (failure := self.failure) is None:
+            return ""
+        value = "n/a" if math.isinf(failure.value) else f"{failure.value:.4g}"
+        return f"{failure.component}: {failure.metric} {value} (tolerance {failure.threshold})"
 
     def as_dict(self) -> dict[str, Any]:
         """What the --resume file keeps: the outcome, judged again when it is read back."""
@@ -87,7 +122,7 @@ class RebaseReport:
             counts = {status: sum(item.status == status for item in items)
                       for status in ("held", "changed", "empty", "timeout", "sql_error")}
             changes = [item.change for item in items if item.status == "changed" and math.isfinite(item.change)]
-            unstable = sum(bool(compare.instability(item.record.template_id, item.record.sql)) for item in items)
+            unstable = sum(bool(instability(item.record.template_id, item.record.sql)) for item in items)
             table[template] = {"questions": len(items), **counts, "unstable": unstable,
                                "change_in_tolerances": _spread(changes), "by_measure": _by_measure(items)}
         return table
@@ -155,17 +190,8 @@ def _run(prepared: Prepared, records: list[Record], report: RebaseReport, resume
 
 
 def _judge(record: Record, outcome: Outcome) -> Rebased:
-    if outcome.kind != "rows" or not outcome.rows:
-        status = {"rows": "empty", "timeout": "timeout"}.get(outcome.kind, "sql_error")
-        return Rebased(record, outcome, status, math.inf)
-    verdict = compare.judge(record.template_id, record.answers, outcome.rows)
-    failure = verdict.first_failure
-    if failure is None:
-        return Rebased(record, outcome, "held", 0.0, checks=verdict.checks)
-    change = failure.value / failure.threshold if failure.threshold and math.isfinite(failure.value) else math.inf
-    value = "n/a" if math.isinf(failure.value) else f"{failure.value:.4g}"
-    return Rebased(record, outcome, "changed", change, f"{failure.component}: {failure.metric} {value} "
-                                                       f"(tolerance {failure.threshold})", verdict.checks)
+    result, judgement = results.evaluated(results.gold_job(record), outcome)
+    return Rebased(record, outcome, result, judgement.strict.checks if judgement else [])
 
 
 def _new_record(item: Rebased, keep_failed: bool) -> dict[str, Any]:
@@ -174,7 +200,7 @@ def _new_record(item: Rebased, keep_failed: bool) -> dict[str, Any]:
     failed = item.status not in ("held", "changed")
     answers = record.answers if failed and not keep_failed else outcome.rows
     provenance = {"old_answers": session.clipped(record.answers), "verdict": item.status,
-                  "seconds": round(outcome.seconds, 3), "unstable": compare.instability(record.template_id, record.sql)}
+                  "seconds": round(outcome.seconds, 3), "unstable": instability(record.template_id, record.sql)}
     if failed:
         provenance |= {"kept_old": not keep_failed, "error": outcome.error}
     return dataset.document(record) | {"answers": answers, "rebase": provenance}

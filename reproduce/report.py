@@ -18,9 +18,12 @@ from typing import Any
 
 from gsqa_core.errors import GsqaError
 from reproduce.report_frame import Case, html_document, junit_document
-from reproduce.results import STATUSES, Result, current_name, summarize
+from reproduce.results import OF_PREDICTIONS, OUTCOMES, VERDICTS, Result, summarize
 
-_COLUMNS = ("config", "template", "questions", "pass %", "exact %", "paper %", *STATUSES, "seconds")
+# verify's words for a question (Result.word under the strict verdict): the verdict when its rows were judged,
+# else how its SQL came out
+WORDS = (*VERDICTS, *(outcome for outcome in OUTCOMES if outcome != "ran" and outcome not in OF_PREDICTIONS))
+_COLUMNS = ("config", "template", "questions", "pass %", "exact %", "paper %", *WORDS, "seconds")
 
 
 def check_writable(paths: Iterable[Path | None]) -> None:
@@ -53,16 +56,17 @@ def _by_template(results: Iterable[Result]) -> dict[tuple[str, str], list[Result
 
 def _row(config: str, template: str, results: list[Result]) -> list[str]:
     counts = summarize(results)
-    ran = counts["total"] - counts["skipped"]
+    ran = counts["questions"] - counts["skipped"]
     def rate(n: int) -> str:
         return f"{100 * n / ran:.1f}" if ran else "-"
-    per_status = [str(sum(r.status == status for r in results)) for status in STATUSES]
-    return [config, template, str(counts["total"]), rate(counts["passed"]), rate(counts["exact"]),
-            rate(counts["paper_passed"]), *per_status, f"{sum(r.seconds for r in results):.1f}"]
+    per_word = [str(sum(r.word("strict") == word for r in results)) for word in WORDS]
+    return [config, template, str(counts["questions"]), rate(counts["strict_passed"]), rate(counts["exact"]),
+            rate(counts["paper_passed"]), *per_word, f"{sum(r.seconds for r in results):.1f}"]
 
 
 def table(results: list[Result]) -> str:
-    """Per config and template: questions, pass and exact rates (of those run), counts per status, time."""
+    """Per config and template: questions, strict pass and exact rates (of those run), the paper's rate, counts
+    per word (Result.word under the strict verdict), time."""
     rows = [_row(config, template, group) for (config, template), group in _by_template(results).items()]
     for config in dict.fromkeys(result.group for result in results):
         rows.append(_row(config, "all", [r for r in results if r.group == config]))
@@ -77,8 +81,8 @@ def table(results: list[Result]) -> str:
 
 def failures(results: list[Result], limit: int = 20) -> str:
     """The first failing questions with their evidence, one line each."""
-    failing = [r for r in results if r.status not in ("pass", "skipped")]
-    lines = [f"{r.id} [{r.template_id}] {r.status}: {_evidence(r)}" for r in failing[:limit]]
+    failing = [r for r in results if r.word("strict") not in ("pass", "skipped")]
+    lines = [f"{r.id} [{r.template_id}] {r.word('strict')}: {_evidence(r)}" for r in failing[:limit]]
     if len(failing) > limit:
         lines.append(f"... and {len(failing) - limit} more (see --json-out / --html)")
     return "\n".join(lines)
@@ -88,7 +92,7 @@ def skips(results: list[Result], limit: int = 20) -> str:
     """Skipped questions grouped by template and reason, e.g. "20 skipped [R5]: file ... is not in DATA"."""
     groups: dict[tuple[str, str], list[str]] = defaultdict(list)
     for result in results:
-        if result.status == "skipped":
+        if result.outcome == "skipped":
             reason = result.detail.get("reason", "")
             kind = re.sub(r"\b\d{3}\b", "<n>", reason)  # one vector question file per question: one kind
             groups[(result.template_id, kind)].append(reason)
@@ -109,7 +113,7 @@ def _evidence(result: Result) -> str:
         value = failure.get("value")
         off = f", {failure['metric']} {value:.4g} vs {failure['threshold']}" if value is not None else ""
         return f"{failure['component']} expected {failure['expected']!r}, got {failure['actual']!r}{off}"
-    return "no rows (stored answer has some)" if result.status == "empty" else result.status
+    return "no rows (stored answer has some)" if result.outcome == "empty" else result.word("strict")
 
 
 def as_json(provenance: dict[str, Any], results: list[Result]) -> str:
@@ -133,17 +137,19 @@ def servers_text(provenance: dict[str, Any], results: list[Result]) -> str:
 
 
 def read_baseline(path: Path) -> dict[str, str]:
-    """id -> status of an earlier --json-out."""
+    """id -> the word (Result.word under the strict verdict) of each question of an earlier --json-out, older
+    reports' included."""
     try:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
-        return {entry["id"]: current_name("status", entry["status"]) for entry in document["results"]}
+        return {entry["id"]: Result.from_dict(entry).word("strict") for entry in document["results"]}
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise GsqaError(f"--baseline {path}: not a report of `reproduce verify --json-out` ({error})") from None
 
 
 def baseline_changes(previous: dict[str, str], results: list[Result]) -> list[tuple[str, str, str]]:
-    """(id, before, now) for every question whose status changed: regressions first, then the rest."""
-    changes = [(r.id, previous.get(r.id, "absent"), r.status) for r in results if previous.get(r.id) != r.status]
+    """(id, before, now) for every question whose word changed: regressions first, then the rest."""
+    changes = [(r.id, previous.get(r.id, "absent"), r.word("strict")) for r in results
+               if previous.get(r.id) != r.word("strict")]
     return sorted(changes, key=lambda change: (not (change[1] == "pass"), change[0]))
 
 
@@ -164,15 +170,16 @@ def junit(results: list[Result]) -> str:
                                                for (config, template), group in _by_template(results).items()})
 
 
-_OUTCOMES = {"mismatch": "failure", "empty": "failure", "timeout": "error", "sql_error": "error", "skipped": "skipped"}
+_JUNIT = {"fail": "failure", "empty": "failure", "timeout": "error", "sql_error": "error", "skipped": "skipped"}
 
 
 def _case(classname: str, result: Result) -> Case:
-    properties = {"paper": result.paper_status, "paper_reason": result.paper_reason} if result.paper_status else {}
-    outcome = _OUTCOMES.get(result.status)
-    message = result.detail.get("reason", "") if result.status == "skipped" else _evidence(result)
-    return Case(classname, result.id, result.seconds, properties, outcome, result.status if outcome else "",
-                message if outcome else "", json.dumps(result.detail, indent=1, default=str) if outcome else None)
+    properties = {"outcome": result.outcome, "paper": result.paper, "paper_reason": result.paper_reason}
+    word = result.word("strict")
+    kind = _JUNIT.get(word)
+    message = result.detail.get("reason", "") if result.outcome == "skipped" else _evidence(result)
+    return Case(classname, result.id, result.seconds, properties, kind, word if kind else "",
+                message if kind else "", json.dumps(result.detail, indent=1, default=str) if kind else None)
 
 
 def html_page(provenance: dict[str, Any], results: list[Result], records: dict[str, Any] | None = None) -> str:
@@ -182,23 +189,24 @@ def html_page(provenance: dict[str, Any], results: list[Result], records: dict[s
     summary = summarize(results)
     database = provenance.get("database", {})
     dataset = provenance.get("dataset", {})
-    counts = ", ".join(f"{value} {key}" for key, value in summary.items() if key not in ("total", "paper_passed")
-                       and value)
+    counts = ", ".join(f"{value} {key}" for key, value in summary.items()
+                       if key in ("strict_passed", "exact", *OUTCOMES) and value)
     facts = [("dataset", f"{dataset.get('source', '')} (sha256 {str(dataset.get('checksum', ''))[:16]}…)"),
              ("database", f"{database.get('target', '')}"), ("server", database.get("version", "")),
              ("PostGIS", database.get("postgis_full_version", "")),
              ("timeout, workers", f"{provenance.get('timeout')} s, {provenance.get('workers')}"),
-             ("questions", f"{summary['total']}: {counts}"),
+             ("questions", f"{summary['questions']}: {counts}"),
              ("paper's scoring", f"{summary['paper_passed']} pass (as the benchmark authors score each template, "
                                  "docs/BENCHMARK-FORMAT.md)")]
     when = f"{provenance.get('started_at', '')}, {provenance.get('seconds', '?')} s, {provenance.get('tool', '')} " \
            f"{provenance.get('tool_version', '')}"
-    parts = [f"<h1>reproduce verify: {summary['passed']} of {summary['total']} questions pass</h1>",
+    parts = [f"<h1>reproduce verify: {summary['strict_passed']} of {summary['questions']} questions pass</h1>",
              f"<p class='meta'>{html.escape(when)}</p><table class='facts'>",
              *(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in facts),
              "</table><h2>Pass rate per template</h2>", _chart(results),
              "<h2>Questions that did not pass</h2>", _failures_by_template(results, records or {}, dataset)]
-    return html_document(f"reproduce verify: {summary['passed']} of {summary['total']} pass", "\n".join(parts))
+    return html_document(f"reproduce verify: {summary['strict_passed']} of {summary['questions']} pass",
+                         "\n".join(parts))
 
 
 def _chart(results: list[Result]) -> str:
@@ -208,8 +216,8 @@ def _chart(results: list[Result]) -> str:
     rows = []
     for n, ((config, template), group) in enumerate(groups):
         counts = summarize(group)
-        ran = counts["total"] - counts["skipped"]
-        rate = counts["passed"] / ran if ran else 0.0
+        ran = counts["questions"] - counts["skipped"]
+        rate = counts["strict_passed"] / ran if ran else 0.0
         y = n * bar_height
         text = f"{100 * rate:.0f}% of {ran}" if ran else f"skipped ({counts['skipped']})"
         rows.append(
@@ -223,7 +231,7 @@ def _chart(results: list[Result]) -> str:
 
 
 def _failures_by_template(results: list[Result], records: dict[str, Any], dataset: dict[str, Any]) -> str:
-    failing = [r for r in results if r.status not in ("pass", "skipped")]
+    failing = [r for r in results if r.word("strict") not in ("pass", "skipped")]
     skipped = skips(results)
     if not failing and not skipped:
         return "<p class='pass'>Every selected question passed.</p>"
@@ -242,11 +250,11 @@ def _failures_by_template(results: list[Result], records: dict[str, Any], datase
 
 def _question_card(result: Result, record: Any, data_option: str, opened: bool) -> str:
     question = html.escape(getattr(record, "question", "") or "")
-    head = (f"<summary><span class='status fail'>{html.escape(result.status)}</span> "
+    head = (f"<summary><span class='status fail'>{html.escape(result.word('strict'))}</span> "
             f"<code>{html.escape(result.id)}</code> {question}</summary>")
     body = [f"<p>{html.escape(str(_evidence(result)))}</p>", _values_table(result)]
-    if result.paper_status:
-        body.append(f"<p>Paper's scoring: <b>{html.escape(result.paper_status)}</b> "
+    if result.outcome != "skipped":
+        body.append(f"<p>Paper's scoring: <b>{html.escape(result.paper)}</b> "
                     f"({html.escape(result.paper_reason)})</p>")
     if record is not None and "failure" not in result.detail:
         body.append(f"<p>Stored answer: <code>{html.escape(_short(record.answers))}</code></p>")

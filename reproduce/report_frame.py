@@ -19,10 +19,10 @@ details.q>summary{cursor:pointer}details.q[open]>summary{margin-bottom:.4em}
 .skipped{color:#9a6700}code,pre{font:13px ui-monospace,monospace;background:#f6f8fa}
 pre{padding:.5em;white-space:pre-wrap;margin:.3em 0}pre.table{white-space:pre;overflow-x:auto}.cmd{user-select:all}
 .card{border:1px solid #d0d7de;border-radius:6px;margin:.4em 0;padding:.4em .8em}
-.card[data-status=pass]{border-left:5px solid #1a7f37}
-.card[data-status=mismatch],.card[data-status=empty]{border-left:5px solid #9a6700}
-.card[data-status=sql_error],.card[data-status=timeout],.card[data-status=unreadable],
-.card[data-status=unscorable],.card[data-status=no_prediction]{border-left:5px solid #cf222e}
+.card[data-paper=pass]{border-left:5px solid #1a7f37}
+.card[data-outcome=ran][data-paper=fail],.card[data-outcome=empty]{border-left:5px solid #9a6700}
+.card[data-outcome=sql_error],.card[data-outcome=timeout],.card[data-outcome=unreadable],
+.card[data-outcome=unscorable],.card[data-outcome=no_prediction]{border-left:5px solid #cf222e}
 th[onclick]{cursor:pointer}.sides{display:grid;grid-template-columns:1fr 1fr;gap:1em}.filters select{margin-right:1em}
 """
 

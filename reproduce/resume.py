@@ -1,7 +1,8 @@
 """--resume FILE: one JSON line per finished question after a header naming what the results depend on.
 
-`reproduce verify` keeps its results (values clipped for reports), `reproduce rebase` what each SQL returned
-in full (the new answers); each command's file names its format, so neither takes the other's.
+`reproduce verify` and `reproduce score` keep their results (results.Result, values clipped for reports),
+`reproduce rebase` what each SQL returned in full (the new answers); each command's file names its format, so
+none takes another's.
 The header records the selection (config, templates, ids), the dataset checksum, the database fingerprint (row
 counts per table) and the timeout.
 A later run with the same file skips the questions already in it, and refuses (unless forced) when the
@@ -18,7 +19,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from gsqa_core.errors import GsqaError
-from reproduce.results import Result
 
 FORMAT = "gsqa-reproduce-resume/1"
 
@@ -28,7 +28,7 @@ class ResumeFile:
     `format` and `command` name the file."""
 
     def __init__(self, path: Path, header: dict[str, Any], force: bool,
-                 entry: Callable[[dict[str, Any]], Any] = Result.from_dict, format: str = FORMAT,
+                 entry: Callable[[dict[str, Any]], Any], format: str = FORMAT,
                  command: str = "reproduce verify", key: Callable[[Any], Any] = lambda entry: entry.id) -> None:
         self.path, self.entry, self.format, self.command, self.key = path, entry, format, command, key
         self.done: dict[str, Any] = {}

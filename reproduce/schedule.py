@@ -55,7 +55,7 @@ def earlier_durations(path: Path) -> dict[str, float]:
         else:
             entries = json.loads(text)["results"]
         return {entry["id"]: float(entry["seconds"]) for entry in entries
-                if entry.get("status") != "skipped" and entry.get("seconds") is not None}
+                if entry.get("outcome", entry.get("status")) != "skipped" and entry.get("seconds") is not None}
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise GsqaError(f"{path}: not a report or resume file of `reproduce verify` ({error})") from None
 

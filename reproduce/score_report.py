@@ -1,7 +1,7 @@
 """Reports of `reproduce score`: the console table per run and template, the paired tests between runs, the
 problems, and the files (--csv-out long format, --json-out per question, --junit, --html).
 
-Every report derives from the same results and the same counts (score.summarize); rates are of all the
+Every report derives from the same results and the same counts (results.summarize); rates are of all the
 questions of a template (a question a run did not predict counts as wrong, as in the paper).
 """
 
@@ -17,27 +17,30 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from reproduce import compare, session
-from reproduce.compare import LOCATION, as_geometry, components_of, haversine_m
+from reproduce import session
+from reproduce.judging import values
+from reproduce.judging.tolerances import LOCATION, components_of, haversine_m
+from reproduce.judging.values import as_geometry
 from reproduce.report_frame import SORTABLE_SCRIPT, Case, html_document, junit_document, sortable_table
-from reproduce.score import ROWS_KEPT, STATUSES, Scored, Scoring, summarize
+from reproduce.results import OUTCOMES, ROWS_KEPT, Result, summarize
+from reproduce.score import Scores
 from reproduce.stats import mcnemar_exact, wilson
 
 RUN_COLUMNS = ("predicted %", "executed %", "paper %", "95% CI", "strict %", "timeout", "sql_error", "unscorable")
 PROBLEMS_LISTED = 20  # per run, on the console; --json-out has them all
 
 
-def _by_run(results: Iterable[Scored]) -> dict[str, list[Scored]]:
-    runs: dict[str, list[Scored]] = defaultdict(list)
+def _by_run(results: Iterable[Result]) -> dict[str, list[Result]]:
+    runs: dict[str, list[Result]] = defaultdict(list)
     for result in results:
         runs[result.run].append(result)
     return runs
 
 
-def rows_of_table(results: list[Scored]) -> list[tuple[str, str, list[Scored]]]:
+def rows_of_table(results: list[Result]) -> list[tuple[str, str, list[Result]]]:
     """(config, template, results) per template in dataset order, then `all` per config, then the total."""
-    groups: dict[tuple[str, str], list[Scored]] = defaultdict(list)
-    configs: dict[str, list[Scored]] = defaultdict(list)
+    groups: dict[tuple[str, str], list[Result]] = defaultdict(list)
+    configs: dict[str, list[Result]] = defaultdict(list)
     for result in results:
         groups[(result.group, result.template_id)].append(result)
         configs[result.group].append(result)
@@ -50,7 +53,7 @@ def _rate(count: int, total: int) -> str:
     return f"{100 * count / total:.1f}" if total else "-"
 
 
-def run_cells(results: list[Scored]) -> list[str]:
+def run_cells(results: list[Result]) -> list[str]:
     counts = summarize(results)
     total = counts["questions"]
     low, high = wilson(counts["paper_passed"], total)
@@ -59,7 +62,7 @@ def run_cells(results: list[Scored]) -> list[str]:
             str(counts["timeout"]), str(counts["sql_error"]), str(counts["unscorable"])]
 
 
-def table(scoring: Scoring) -> str:
+def table(scoring: Scores) -> str:
     """One line per template, config and overall; one column group per run (its name above it)."""
     runs = _by_run(scoring.results)
     names = list(runs)
@@ -83,7 +86,7 @@ def table(scoring: Scoring) -> str:
     return "\n".join([group_line.rstrip(), line(header), *(line(cells) for cells in lines)])
 
 
-def runs_text(scoring: Scoring) -> str:
+def runs_text(scoring: Scores) -> str:
     """What each run is: where it came from, how many predictions, how many lines could not be read."""
     lines = []
     for run in scoring.provenance["runs"]:
@@ -94,7 +97,7 @@ def runs_text(scoring: Scoring) -> str:
     return "\n".join(lines)
 
 
-def repeated(scoring: Scoring) -> list[dict[str, Any]]:
+def repeated(scoring: Scores) -> list[dict[str, Any]]:
     """Runs of one model with one method (two or more of them): per line of the table, pass^k (the questions
     every run passed), the questions whose verdict flips between the runs, and the spread of the runs' pass
     rates: the runs' own noise. Each question's count of passing runs is under `passed`."""
@@ -124,7 +127,7 @@ def repeated(scoring: Scoring) -> list[dict[str, Any]]:
     return found
 
 
-def repeated_text(scoring: Scoring) -> str:
+def repeated_text(scoring: Scores) -> str:
     """Per model with repeated runs: pass^k, the questions that flip, each run's pass rate and their spread."""
     blocks = []
     for group in repeated(scoring):
@@ -140,7 +143,7 @@ def repeated_text(scoring: Scoring) -> str:
     return "\n\n".join(blocks)
 
 
-def pairs(scoring: Scoring) -> list[dict[str, Any]]:
+def pairs(scoring: Scores) -> list[dict[str, Any]]:
     """For each pair of runs and each line of the table: the exact McNemar test on the paper verdict, the
     difference of the pass rates and, where a run's model has repeated runs, the larger of the spreads known
     (the runs' own noise: a difference within it says nothing)."""
@@ -166,7 +169,7 @@ def pairs(scoring: Scoring) -> list[dict[str, Any]]:
     return found
 
 
-def pairs_text(scoring: Scoring) -> str:
+def pairs_text(scoring: Scores) -> str:
     """Per pair of runs: per template, the questions only one of them passed, the test's p-value, and where the
     runs' own noise is known whether the difference is within it."""
     blocks = []
@@ -191,7 +194,7 @@ def _p_value(p: float) -> str:
     return "1" if p >= 1 else f"{p:.3g}"
 
 
-def problems_text(scoring: Scoring) -> str:
+def problems_text(scoring: Scores) -> str:
     """Per run, the prediction lines that could not be read, the lines read past with a warning, the files of a
     run folder skipped, with file and line (the first PROBLEMS_LISTED of each)."""
     lines = []
@@ -206,7 +209,7 @@ def problems_text(scoring: Scoring) -> str:
 # --- files ----------------------------------------------------------------------------------------------
 
 
-def csv_long(scoring: Scoring) -> str:
+def csv_long(scoring: Scores) -> str:
     """run, model, method, config, template, metric, value: one line per figure, for plotting."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
@@ -230,7 +233,7 @@ def csv_long(scoring: Scoring) -> str:
     return out.getvalue()
 
 
-def _metrics(results: list[Scored]) -> dict[str, Any]:
+def _metrics(results: list[Result]) -> dict[str, Any]:
     counts = summarize(results)
     total = counts["questions"]
     low, high = wilson(counts["paper_passed"], total)
@@ -239,10 +242,11 @@ def _metrics(results: list[Scored]) -> dict[str, Any]:
     return {"questions": total, "predicted_pct": share(counts["predicted"]),
             "executed_pct": share(counts["answered"]), "paper_pct": share(counts["paper_passed"]),
             "paper_ci95_low": round(100 * low, 2), "paper_ci95_high": round(100 * high, 2),
-            "strict_pct": share(counts["strict_passed"]), **{status: counts[status] for status in STATUSES}}
+            "strict_pct": share(counts["strict_passed"]), **{outcome: counts[outcome] for outcome in OUTCOMES
+                                                             if outcome != "skipped"}}
 
 
-def as_json(scoring: Scoring) -> str:
+def as_json(scoring: Scores) -> str:
     """{provenance, runs, summary, pairs, skipped, questions, results}: every question once with its gold SQL and
     answer, every question of every run with its result."""
     summary = {name: {f"{config}/{template or 'all'}": _metrics(results)
@@ -266,12 +270,12 @@ def _gold(record: Any) -> dict[str, Any]:
             "answers": session.clipped(record.answers[:ROWS_KEPT])}
 
 
-def junit(scoring: Scoring) -> str:
+def junit(scoring: Scores) -> str:
     """One testsuite per run, one testcase per question; a question that does not pass the paper verdict fails."""
     return junit_document("reproduce score", {name: [
         Case(f"{name}.{result.template_id}", result.id, result.seconds,
-             {key: str(getattr(result, key)) for key in ("status", "strict", "strict_reason")},
-             *(("failure", result.status, f"{result.status}: {result.paper_reason}"[:500])
+             {key: str(getattr(result, key)) for key in ("outcome", "strict", "strict_reason")},
+             *(("failure", result.word("paper"), f"{result.word('paper')}: {result.paper_reason}"[:500])
                if result.paper != "pass" else ()))
         for result in found] for name, found in _by_run(scoring.results).items()})
 
@@ -286,15 +290,15 @@ document.getElementById('shown').textContent=shown}"""
 SHOWN_CHARACTERS = 1_500  # of a predicted, returned or stored answer on a card; the rest folded, never cut
 
 
-def html_page(scoring: Scoring) -> str:
+def html_page(scoring: Scores) -> str:
     """One self-contained page: sortable tables of the runs, their pairs and repeated runs, the lines that
     could not be read, the known instability per template, then every question (filters by run, template,
-    status, and where runs disagree) with both verdicts, the predicted and the gold side by side, the agent's
+    outcome, and where runs disagree) with both verdicts, the predicted and the gold side by side, the agent's
     calls, and for a location a small map with its legend and scale."""
     provenance = scoring.provenance
     options = {"run": list(dict.fromkeys(r.run for r in scoring.results)),
                "template": list(dict.fromkeys(r.template_id for r in scoring.results)),
-               "status": [s for s in STATUSES if any(r.status == s for r in scoring.results)]}
+               "outcome": [s for s in OUTCOMES if any(r.outcome == s for r in scoring.results)]}
     filters = "".join(f'<label>{key} <select name="{key}" onchange="filterCards()"><option value="">all</option>'
                       + "".join(f"<option>{html.escape(v)}</option>" for v in values) + "</select></label>"
                       for key, values in options.items())
@@ -314,7 +318,7 @@ def html_page(scoring: Scoring) -> str:
         f"shown</p>{cards}"), _SCRIPT + SORTABLE_SCRIPT)
 
 
-def _summary_table(scoring: Scoring) -> str:
+def _summary_table(scoring: Scores) -> str:
     runs = _by_run(scoring.results)
     per_run = {name: rows_of_table(found) for name, found in runs.items()}
     shown = ("paper %", "95% CI", "strict %", "predicted %")  # of RUN_COLUMNS
@@ -329,7 +333,7 @@ def _summary_table(scoring: Scoring) -> str:
     return "<h2>Runs</h2>" + sortable_table(headers, lines)
 
 
-def _pairs_table(scoring: Scoring) -> str:
+def _pairs_table(scoring: Scores) -> str:
     found = pairs(scoring)
     if not found:
         return ""
@@ -343,7 +347,7 @@ def _pairs_table(scoring: Scoring) -> str:
             "spread of a model's repeated runs.</p>" + sortable_table(headers, lines))
 
 
-def _repeated_table(scoring: Scoring) -> str:
+def _repeated_table(scoring: Scores) -> str:
     groups = repeated(scoring)
     if not groups:
         return ""
@@ -355,7 +359,7 @@ def _repeated_table(scoring: Scoring) -> str:
     return "<h2>Repeated runs</h2>" + sortable_table(headers, lines)
 
 
-def _unread(scoring: Scoring) -> str:
+def _unread(scoring: Scores) -> str:
     items = [f"<li>{label} ({html.escape(run.name)}): {html.escape(str(problem))}</li>" for run in scoring.runs
              for label, found in (("not read", run.problems), ("warning", run.warnings), ("skipped", run.skipped))
              for problem in found]
@@ -365,7 +369,7 @@ def _unread(scoring: Scoring) -> str:
             "</ul></details>")
 
 
-def _common_instability(results: list[Scored]) -> dict[str, list[str]]:
+def _common_instability(results: list[Result]) -> dict[str, list[str]]:
     """Per template, the instability flags every one of its questions carries: said once, not on each card."""
     flags: dict[str, list[set[str]]] = defaultdict(list)
     for result in results:
@@ -382,7 +386,7 @@ def _instability(common: dict[str, list[str]]) -> str:
     return f"<h2>Where a stored answer may legitimately vary</h2><ul>{items}</ul>"
 
 
-def _disagreeing(results: list[Scored]) -> set[str]:
+def _disagreeing(results: list[Result]) -> set[str]:
     """The questions whose paper verdict differs between runs."""
     verdicts: dict[str, set[str]] = defaultdict(set)
     for result in results:
@@ -390,18 +394,18 @@ def _disagreeing(results: list[Scored]) -> set[str]:
     return {question for question, found in verdicts.items() if len(found) > 1}
 
 
-def _card(scoring: Scoring, result: Scored, common: dict[str, list[str]], disagree: bool) -> str:
+def _card(scoring: Scores, result: Result, common: dict[str, list[str]], disagree: bool) -> str:
     record = scoring.records[result.id]
     detail = result.detail
     head = (f"<b>{html.escape(result.id)}</b> [{result.template_id}] run <b>{html.escape(result.run)}</b>: "
-            f"{result.status}; paper {result.paper}: {html.escape(result.paper_reason)}; strict {result.strict}: "
+            f"{result.outcome}; paper {result.paper}: {html.escape(result.paper_reason)}; strict {result.strict}: "
             f"{html.escape(result.strict_reason)}")
     if own := [flag for flag in detail.get("unstable", []) if flag not in common.get(result.template_id, [])]:
         head += f"<br><i>the stored answer may legitimately vary: {html.escape('; '.join(own))}</i>"
     attributes = f'class="card" data-run="{html.escape(result.run)}" data-template="{result.template_id}" ' \
-                 f'data-status="{result.status}" data-disagree="{int(disagree)}"'
+                 f'data-outcome="{result.outcome}" data-paper="{result.paper}" data-disagree="{int(disagree)}"'
     calls = _calls(detail.get("calls", []), detail.get("meta", {}).get("stop"))
-    if result.status in ("pass", "no_prediction"):  # nothing to compare: one line keeps the page small
+    if result.word("paper") in ("pass", "no_prediction"):  # nothing to compare: one line keeps the page small
         return f"<div {attributes}>{head}{calls}</div>"
     predicted = "\n\n".join(detail.get("sql", [])) or json.dumps(detail.get("answer", "(no prediction)"), indent=1,
                                                                 default=str)
@@ -444,7 +448,7 @@ def _calls(calls: list[dict[str, Any]], stop: str | None) -> str:
     return f"<details><summary>{len(calls)} tool calls{ended}</summary><ol>{''.join(items)}</ol></details>"
 
 
-def location_map(result: Scored, record: Any, width: int = 320, height: int = 200) -> str:
+def location_map(result: Result, record: Any, width: int = 320, height: int = 200) -> str:
     """An inline SVG of the predicted (red) and stored (green) points of a location answer, with the distance
     between the nearest pair; no tiles, no network. Empty for other templates."""
     component = components_of(result.template_id)[0]
@@ -483,7 +487,7 @@ def location_map(result: Scored, record: Any, width: int = 320, height: int = 20
 def _scale_bar(degrees_per_pixel: float) -> tuple[float, float]:
     """A round length in metres for a scale bar of about 60 pixels, and its length in pixels (degrees of
     latitude per pixel: the map shows longitude at its latitude's scale)."""
-    metres_per_pixel = degrees_per_pixel * math.pi / 180 * compare.EARTH_RADIUS_M
+    metres_per_pixel = degrees_per_pixel * math.pi / 180 * values.EARTH_RADIUS_M
     wanted = 60 * metres_per_pixel
     step = 10 ** math.floor(math.log10(wanted))
     metres = max(factor * step for factor in (1, 2, 5) if factor * step <= wanted)
@@ -497,7 +501,7 @@ def _metres(metres: float) -> str:
 def _points(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[Any]:
     points = []
     for row in rows[:ROWS_KEPT] if isinstance(rows, list) else []:
-        geometry = as_geometry(compare.lookup(row, keys, True)) if isinstance(row, dict) else None
+        geometry = as_geometry(values.lookup(row, keys, True)) if isinstance(row, dict) else None
         if geometry is not None and not geometry.is_empty:
             point = geometry if geometry.geom_type == "Point" else geometry.centroid
             if math.isfinite(point.x) and math.isfinite(point.y):

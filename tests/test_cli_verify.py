@@ -77,14 +77,17 @@ def test_each_status_and_exit_1(full_run: tuple, db: str) -> None:
     assert result.returncode == 1, result.stderr
     report = json.loads((out / "run.json").read_text())
     assert list(report) == ["provenance", "summary", "results"]
-    assert report["summary"] == {"total": 5, "passed": 1, "exact": 1, "paper_passed": 1, "mismatched": 1, "empty": 1,
-                                 "timed_out": 1, "errored": 1, "skipped": 0}
+    assert report["summary"] == {"questions": 5, "predicted": 5, "answered": 3, "paper_passed": 1, "strict_passed": 1,
+                                 "exact": 1, "ran": 2, "empty": 1, "timeout": 1, "sql_error": 1, "skipped": 0,
+                                 "no_prediction": 0, "unreadable": 0, "unscorable": 0}
     by_id = {entry["id"]: entry for entry in report["results"]}
-    assert {status: by_id[IDS[status]]["status"] for status in QUESTIONS} == {s: s for s in QUESTIONS}
-    assert all(list(entry) == ["id", "template_id", "status", "exact", "detail", "seconds", "paper_status",
-                               "paper_reason", "server"] for entry in by_id.values())
+    assert {status: (by_id[IDS[status]]["outcome"], by_id[IDS[status]]["strict"]) for status in QUESTIONS} == {
+        "pass": ("ran", "pass"), "mismatch": ("ran", "fail"), "empty": ("empty", "fail"),
+        "timeout": ("timeout", "fail"), "sql_error": ("sql_error", "fail")}
+    assert all(list(entry) == ["run", "id", "template_id", "outcome", "paper", "paper_reason", "strict",
+                               "strict_reason", "exact", "seconds", "server", "detail"] for entry in by_id.values())
     assert {entry["server"] for entry in by_id.values()} == {report["provenance"]["servers"][0]["name"]}
-    assert by_id[IDS["pass"]]["paper_status"] == "pass" and by_id[IDS["mismatch"]]["paper_status"] == "fail"
+    assert by_id[IDS["pass"]]["paper"] == "pass" and by_id[IDS["mismatch"]]["paper"] == "fail"
     assert by_id[IDS["mismatch"]]["paper_reason"].startswith("best pair fails elevation elevation (m) 20.5")
     assert 0.9 <= by_id[IDS["timeout"]]["seconds"] < 2.5
     assert "no_such_column" in by_id[IDS["sql_error"]]["detail"]["error"]
@@ -107,7 +110,7 @@ def test_stdout_table_and_stderr_progress(full_run: tuple) -> None:
     header, r1 = result.stdout.splitlines()[:2]
     assert header.split()[:5] == ["config", "template", "questions", "pass", "%"]
     assert r1.split()[:5] == ["raster_only", "R1", "5", "20.0", "20.0"]
-    assert f"{IDS['mismatch']} [R1] mismatch: elevation expected 100.0, got 120.5" in result.stdout
+    assert f"{IDS['mismatch']} [R1] fail: elevation expected 100.0, got 120.5" in result.stdout
     assert "verify" in result.stderr and "5/5" in result.stderr
 
 
@@ -260,7 +263,7 @@ def test_baseline_lists_regressions_first(db: str, data: Path, tmp_path: Path) -
     result = verify(db, data, "--id", IDS["pass"], "--id", IDS["mismatch"], "--id", IDS["sql_error"],
                     "--baseline", str(tmp_path / "before.json"))
     tail = result.stdout.split("2 status changes since the baseline (1 regressions):\n")[1]
-    expected = [f"REGRESSION {IDS['mismatch']}: pass -> mismatch", f"{IDS['pass']}: mismatch -> pass"]
+    expected = [f"REGRESSION {IDS['mismatch']}: pass -> fail", f"{IDS['pass']}: fail -> pass"]
     assert [line.strip() for line in tail.splitlines()] == expected
 
 
@@ -271,7 +274,7 @@ def test_resume_skips_finished_questions_and_refuses_another_setup(db: str, data
     assert first.returncode == 1 and len(lines) == 6 and json.loads(lines[0])["timeout"] == 1.0
     again = verify(db, data, "--resume", str(resume), "--json-out", str(tmp_path / "again.json"))
     assert again.returncode == 1 and len(resume.read_text().splitlines()) == 6  # nothing re-run
-    assert json.loads((tmp_path / "again.json").read_text())["summary"]["timed_out"] == 1
+    assert json.loads((tmp_path / "again.json").read_text())["summary"]["timeout"] == 1
     refused = verify(db, data, "--resume", str(resume), "--timeout", "2")
     assert refused.returncode == 2 and "another timeout" in refused.stderr
     narrowed = verify(db, data, "--resume", str(resume), "--id", IDS["pass"])

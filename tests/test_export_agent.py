@@ -28,4 +28,4 @@ def test_a_code_agent_on_the_export_answers_all_120_demo_questions(demo_export: 
     assert scored.returncode == 0, scored.stdout + scored.stderr
     results = json.loads(out.read_text())["results"]
     assert len(results) == 120
-    assert {(result["status"], result["paper"]) for result in results} == {("pass", "pass")}
+    assert {(result["outcome"], result["paper"]) for result in results} == {("ran", "pass")}

@@ -77,7 +77,7 @@ def run(task: str, demo: tuple[str, Path], outputs: Callable, log_dir: Path, **o
 
 def verdicts(log: inspect_ai.log.EvalLog, scorer: str, epoch: int = 1) -> dict[str, tuple]:
     return {sample.id: (sample.scores[scorer].value, sample.scores[scorer].metadata["strict"],
-                        sample.scores[scorer].metadata["status"]) for sample in log.samples if sample.epoch == epoch}
+                        sample.scores[scorer].metadata["outcome"]) for sample in log.samples if sample.epoch == epoch}
 
 
 def metrics(log: inspect_ai.log.EvalLog) -> dict[str, float]:
@@ -96,7 +96,7 @@ def scored_by_reproduce(demo: tuple[str, Path], log: inspect_ai.log.EvalLog, fol
                      folder / "scores.json")
     assert done.returncode in (0, 1), done.stderr
     return {result["id"]: ("C" if result["paper"] == "pass" else "I", "C" if result["strict"] == "pass" else "I",
-                           result["status"]) for result in json.loads((folder / "scores.json").read_text())["results"]}
+                           result["outcome"]) for result in json.loads((folder / "scores.json").read_text())["results"]}
 
 
 def test_the_selection_is_the_questions_in_dataset_order_and_its_connections_are_bounded(demo) -> None:
@@ -124,8 +124,8 @@ def test_text2sql_scores_the_gold_sql_correct_and_the_rest_incorrect(demo, gold,
     assert [(sample.id, sample.epoch) for sample in log.samples] == [(q, e) for e in (1, 2) for q in QUESTIONS]
     prompt = log.samples[0].input
     assert "Table public.dem_us" in prompt[0].text and gold[QUESTIONS[0]].question in prompt[1].text
-    expected = {QUESTIONS[0]: ("C", "C", "pass"), QUESTIONS[1]: ("I", "I", "mismatch"),
-                QUESTIONS[2]: ("C", "C", "pass"), QUESTIONS[3]: ("I", "I", "sql_error"),
+    expected = {QUESTIONS[0]: ("C", "C", "ran"), QUESTIONS[1]: ("I", "I", "ran"),
+                QUESTIONS[2]: ("C", "C", "ran"), QUESTIONS[3]: ("I", "I", "sql_error"),
                 QUESTIONS[4]: ("I", "I", "sql_error")}
     assert verdicts(log, "sql_judge", 1) == verdicts(log, "sql_judge", 2) == expected
     assert metrics(log) == pytest.approx(EXPECTED_METRICS)
@@ -172,7 +172,7 @@ def test_sql_agent_scores_the_submitted_gold_answers_correct_and_the_rest_incorr
     log = run("gsqa_refdb/sql_agent", demo, scripted(agent_reply(gold)), tmp_path / "logs")
     assert [sample.id for sample in log.samples] == QUESTIONS
     assert verdicts(log, "answer_judge") == {
-        QUESTIONS[0]: ("C", "C", "pass"), QUESTIONS[1]: ("I", "I", "mismatch"), QUESTIONS[2]: ("C", "C", "pass"),
+        QUESTIONS[0]: ("C", "C", "ran"), QUESTIONS[1]: ("I", "I", "ran"), QUESTIONS[2]: ("C", "C", "ran"),
         QUESTIONS[3]: ("I", "I", "no_prediction"), QUESTIONS[4]: ("I", "I", "no_prediction")}
     assert metrics(log) == pytest.approx(EXPECTED_METRICS)
     tools = [[call.function for message in sample.messages if message.role == "assistant"
@@ -197,5 +197,5 @@ def test_twenty_agents_at_once_share_the_model_role_s_eight_connections(demo, go
     everything = [f"{R1}/{n}" for n in range(20)]
     log = run("gsqa_refdb/sql_agent", demo, scripted(agent_reply(gold, wrong=False)), tmp_path / "logs",
               max_samples=20, task_args={"id": everything})
-    assert verdicts(log, "answer_judge") == {question: ("C", "C", "pass") for question in everything}
+    assert verdicts(log, "answer_judge") == {question: ("C", "C", "ran") for question in everything}
     assert metrics(log)["accuracy"] == 1.0

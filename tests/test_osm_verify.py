@@ -91,6 +91,6 @@ def test_stored_answers_hold_on_the_loaded_tables(initialized_dsn: str, records:
     shutil.copytree(DATA, data)
     run = verify(RunRequest(config="vector", data=data, dsn=initialized_dsn, timeout=30.0, workers=2,
                             ids=[r.id for r in records], progress=False))
-    outcomes = {result.id: (result.status, result.detail.get("failure")) for result in run.results}
+    outcomes = {result.id: (result.word("strict"), result.detail.get("failure")) for result in run.results}
     assert len(outcomes) == 8
     assert {status for status, _ in outcomes.values()} == {"pass"}, outcomes

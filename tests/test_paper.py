@@ -11,8 +11,9 @@ import pytest
 import shapely
 from conftest import DATA
 
-from reproduce import compare, configs, dataset
-from reproduce.paper import AUTHORS_SCORING, Scoring, paper_components, paper_verdict
+from reproduce import configs, dataset
+from reproduce.judging import strict, tolerances, values
+from reproduce.judging.paper import AUTHORS_SCORING, Scoring, paper_components, paper_verdict
 
 VR1 = "extended/range+name+elevation_condition"
 
@@ -24,7 +25,7 @@ def records() -> dict[str, dataset.Record]:
 
 
 def verdicts(record: dataset.Record, actual: list[dict]) -> tuple[str, str]:
-    return (compare.judge(record.template_id, record.answers, actual).status,
+    return (strict.strict_verdict(record.template_id, record.answers, actual).status,
             paper_verdict(record.template_id, record.answers, actual).status)
 
 
@@ -36,20 +37,20 @@ def test_both_accept_every_stored_answer(records: dict[str, dataset.Record]) -> 
 
 def test_an_extra_row_fails_strict_but_not_the_paper(records: dict[str, dataset.Record]) -> None:
     record = records["raster_only/aspect+poi/0"]
-    assert verdicts(record, record.answers * 2) == ("mismatch", "pass")
+    assert verdicts(record, record.answers * 2) == ("fail", "pass")
 
 
 def test_a_dropped_row_fails_strict_but_not_the_paper(records: dict[str, dataset.Record]) -> None:
     record = records["vector/range+loc/1"]
     assert len(record.answers) == 11
     assert record.answers[1]["poi_name"] == "Jeffersonville Overlook"  # one feature, stored once
-    assert verdicts(record, record.answers[:1] + record.answers[2:]) == ("mismatch", "pass")
+    assert verdicts(record, record.answers[:1] + record.answers[2:]) == ("fail", "pass")
 
 
 def test_cross_matching_passes_the_paper_only(records: dict[str, dataset.Record]) -> None:
     record = records["vector/range+distance/1"]
     scaled = [dict(row, distance=row["distance"] * 1.06) for row in record.answers]  # every row 6 % off
-    assert verdicts(record, scaled) == ("mismatch", "pass")  # a shifted row lands within 5 % of another one
+    assert verdicts(record, scaled) == ("fail", "pass")  # a shifted row lands within 5 % of another one
     reason = paper_verdict(record.template_id, record.answers, scaled).reason
     assert reason.startswith("best pair: distance relative error")
 
@@ -57,7 +58,7 @@ def test_cross_matching_passes_the_paper_only(records: dict[str, dataset.Record]
 def test_one_name_of_a_multi_row_answer_passes_the_paper_only(records: dict[str, dataset.Record]) -> None:
     record = records["vector/range+name/0"]
     assert len(record.answers) == 111
-    assert verdicts(record, record.answers[5:6]) == ("mismatch", "pass")
+    assert verdicts(record, record.answers[5:6]) == ("fail", "pass")
 
 
 def test_a_negative_aspect_is_flat_in_both_verdicts(records: dict[str, dataset.Record]) -> None:
@@ -65,14 +66,14 @@ def test_a_negative_aspect_is_flat_in_both_verdicts(records: dict[str, dataset.R
     both verdicts fail it, although the authors' arithmetic (4.8 degrees on the circle) would pass it."""
     record = records["raster_only/aspect+poi/12"]
     assert record.answers == [{"aspect_degrees": pytest.approx(3.814, abs=1e-3)}]
-    assert verdicts(record, [{"aspect_degrees": -1.0}]) == ("mismatch", "fail")
+    assert verdicts(record, [{"aspect_degrees": -1.0}]) == ("fail", "fail")
     assert verdicts(record, [{"aspect_degrees": 359.0}]) == ("pass", "pass")  # on the circle: 4.8 degrees
-    assert verdicts(record, [{"aspect_degrees": 200.0}]) == ("mismatch", "fail")
+    assert verdicts(record, [{"aspect_degrees": 200.0}]) == ("fail", "fail")
 
 
 def test_large_answers_are_searched_not_paired_exhaustively(records: dict[str, dataset.Record]) -> None:
     """Thousands of rows on both sides: the index finds the passing pair (and a failing one fails)."""
-    from reproduce.paper import ALL_PAIRS_UP_TO
+    from reproduce.judging.paper import ALL_PAIRS_UP_TO
 
     big = max(records.values(), key=lambda record: len(record.answers))  # a V21 answer of 330 rows
     assert len(big.answers) ** 2 > ALL_PAIRS_UP_TO
@@ -111,17 +112,17 @@ def test_the_index_finds_the_pair_every_pair_would(records: dict[str, dataset.Re
     """One-component templates search their best pair through an index: the same pair, up to its badness, as
     trying every pair, on every multi-row real record with answers changed a little (the indexed verdict
     must not depend on luck)."""
-    from reproduce.paper import candidate_pairs, pair_checks
+    from reproduce.judging.paper import candidate_pairs, pair_checks
 
     def best(components: list, pairs: list) -> tuple:
-        return min(compare.badness(pair_checks(components, g, a), components) for g, a in pairs)
+        return min(strict.badness(pair_checks(components, g, a), components) for g, a in pairs)
 
     tried = 0
     for record in records.values():
         components = [c for c in paper_components(record.template_id) if not c.joined]
         if len(components) != 1 or len(record.answers) < 2:
             continue
-        gold = compare.one_row_per_feature(record.answers)
+        gold = values.one_row_per_feature(record.answers)
         for seed in range(3):
             actual = _reshuffled(gold, seed)
             every = [(g, a) for g in gold for a in actual]
@@ -132,16 +133,17 @@ def test_the_index_finds_the_pair_every_pair_would(records: dict[str, dataset.Re
 
 
 def test_each_template_is_scored_as_the_authors_declare_it() -> None:
-    """AUTHORS_SCORING covers every template and agrees with the metrics of compare.COMPONENTS."""
-    kind_of_metric = {compare.LOCATION: Scoring.LOCATION, compare.ANGLE: Scoring.ANGLE, compare.ASPECT: Scoring.ANGLE,
-                      compare.ELEVATION: Scoring.NUMBER, compare.SLOPE: Scoring.NUMBER,
-                      compare.RELATIVE: Scoring.NUMBER, compare.COVERAGE: Scoring.NUMBER, compare.YES_NO: Scoring.LABEL}
-    assert set(AUTHORS_SCORING) == set(compare.COMPONENTS)
+    """AUTHORS_SCORING covers every template and agrees with the metrics of tolerances.COMPONENTS."""
+    kind_of_metric = {tolerances.LOCATION: Scoring.LOCATION, tolerances.ANGLE: Scoring.ANGLE,
+                      tolerances.ASPECT: Scoring.ANGLE, tolerances.ELEVATION: Scoring.NUMBER,
+                      tolerances.SLOPE: Scoring.NUMBER, tolerances.RELATIVE: Scoring.NUMBER,
+                      tolerances.COVERAGE: Scoring.NUMBER, tolerances.YES_NO: Scoring.LABEL}
+    assert set(AUTHORS_SCORING) == set(tolerances.COMPONENTS)
     for template_id, scoring in AUTHORS_SCORING.items():
-        metrics = [c.metric for c in compare.components_of(template_id)]
+        metrics = [c.metric for c in tolerances.components_of(template_id)]
         if len(metrics) > 1:
             assert scoring is Scoring.COMPOUND, template_id
-        elif metrics[0] is compare.NAME:
+        elif metrics[0] is tolerances.NAME:
             assert scoring in (Scoring.NAME_BAG, Scoring.BEST_NAME), template_id
         else:
             assert scoring is kind_of_metric[metrics[0]], template_id
@@ -154,7 +156,7 @@ def test_names_of_vr1_are_one_bag_as_the_authors_join_them(records: dict[str, da
     record = records[f"{VR1}/10"]
     assert record.answers[0]["poi_name"] == "Shechem Ministries" and len(record.answers) == 1
     returned = [*record.answers, {"poi_name": "Salt River Preserve"}]
-    assert verdicts(record, returned) == ("mismatch", "fail")
+    assert verdicts(record, returned) == ("fail", "fail")
     reason = paper_verdict("VR1", record.answers, returned).reason
     assert reason == "all names fails names token F1 0.5714 (tolerance 0.8)"
 
@@ -164,7 +166,7 @@ def test_thirty_one_names_with_one_stored_fail_the_paper(records: dict[str, data
     record = records[f"{VR1}/9"]
     assert len(record.answers) == 14
     returned = record.answers[:1] + [{"poi_name": f"Attraction {n}"} for n in range(30)]
-    assert verdicts(record, returned) == ("mismatch", "fail")
+    assert verdicts(record, returned) == ("fail", "fail")
     reason = paper_verdict("VR1", record.answers, returned).reason
     assert reason == "all names fails names token F1 0.04301 (tolerance 0.8)"
 
@@ -182,7 +184,7 @@ def test_a_feature_stored_twice_named_once_passes_both(records: dict[str, datase
     assert verdicts(record, record.answers) == ("pass", "pass")
     named = [{"poi_name": row["poi_name"], "osm_id": row["osm_id"]} for row in record.answers]  # twins again
     assert verdicts(record, named) == ("pass", "pass")
-    assert compare.token_f1(f"{name}", f"{name}\n{name}") == pytest.approx(2 / 3)
+    assert tolerances.token_f1(f"{name}", f"{name}\n{name}") == pytest.approx(2 / 3)
 
 
 def test_a_hex_ewkb_location_passes_both(records: dict[str, dataset.Record]) -> None:
@@ -200,8 +202,8 @@ def test_an_angle_beyond_360_is_on_the_circle_only_in_the_strict_verdict(records
     index, row = next((i, row) for i, row in enumerate(record.answers) if row["angle"] < 1)
     assert row["angle"] == pytest.approx(0.4009, abs=1e-4)
     beyond = dict(row, angle=360.5)
-    assert compare.judge("V21", record.answers, [*record.answers[:index], beyond, *record.answers[index + 1:]]).status \
-        == "pass"  # 0.1 degrees on the circle
+    returned = [*record.answers[:index], beyond, *record.answers[index + 1:]]
+    assert strict.strict_verdict("V21", record.answers, returned).status == "pass"  # 0.1 degrees on the circle
     assert paper_verdict("V21", record.answers, [beyond]).status == "fail"
     assert paper_verdict("V21", record.answers, [dict(row, angle=0.5)]).status == "pass"
     assert paper_verdict("V21", record.answers, [dict(row, angle=360.0)]).status == "pass"
@@ -224,13 +226,13 @@ def test_rules_kept_apart_from_the_authors_behave_as_documented(records: dict[st
     loc = records["vector/range+loc/0"].answers[0]
     point = shapely.from_wkt(loc["geometry"])
     north = f"POINT ({point.x} {point.y + math.degrees(5.01 / 6_371_008.8)})"
-    assert verdicts(records["vector/range+loc/0"], [dict(loc, geometry=north)]) == ("mismatch", "fail")
+    assert verdicts(records["vector/range+loc/0"], [dict(loc, geometry=north)]) == ("fail", "fail")
     garden = records["vector/knn+name+multihop2/2"]
     assert garden.answers[0]["poi_name"] == "West of the Lake Gardens"
-    assert verdicts(garden, [{"poi_name": "Lake Gardens"}]) == ("mismatch", "fail")
+    assert verdicts(garden, [{"poi_name": "Lake Gardens"}]) == ("fail", "fail")
     pizza = records["vector/knn+angle/0"]
     assert pizza.answers[0]["angle"] == pytest.approx(168.889, abs=1e-3)
-    assert verdicts(pizza, [dict(pizza.answers[0], angle=173.95)]) == ("mismatch", "fail")
+    assert verdicts(pizza, [dict(pizza.answers[0], angle=173.95)]) == ("fail", "fail")
     site = records["extended/range+loc+elevation_condition/3"]
     assert len(site.answers) == 1
     multipoint = shapely.to_wkt(shapely.multipoints([shapely.from_wkt(site.answers[0]["geometry"])]))
@@ -244,7 +246,7 @@ def test_fifty_copies_of_a_returned_feature_count_once_unlike_the_authors_bag(re
     two tokens against the stored two (F1 4/102) and fail."""
     record = records[f"{VR1}/10"]
     assert verdicts(record, record.answers * 50) == ("pass", "pass")
-    assert compare.token_f1("\n".join(["Shechem Ministries"] * 50), "Shechem Ministries") == pytest.approx(4 / 102)
+    assert tolerances.token_f1("\n".join(["Shechem Ministries"] * 50), "Shechem Ministries") == pytest.approx(4 / 102)
 
 
 def test_a_number_given_as_text_with_a_unit_is_no_number(records: dict[str, dataset.Record]) -> None:
@@ -252,4 +254,4 @@ def test_a_number_given_as_text_with_a_unit_is_no_number(records: dict[str, data
     record = records["raster_only/elevation+poi/3"]
     stored = record.answers[0]["elevation"]
     assert verdicts(record, [{"elevation": stored}]) == ("pass", "pass")
-    assert verdicts(record, [{"elevation": f"{stored:g} m"}]) == ("mismatch", "fail")
+    assert verdicts(record, [{"elevation": f"{stored:g} m"}]) == ("fail", "fail")

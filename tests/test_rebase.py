@@ -14,7 +14,8 @@ import pytest
 import yaml
 from conftest import DATA
 
-from reproduce import compare, configs, dataset
+from reproduce import configs, dataset
+from reproduce.judging import strict
 from reproduce.rebase import rebase
 from reproduce.session import RunRequest
 from reproduce.verify import verify
@@ -50,7 +51,7 @@ def test_an_unchanged_database_gives_the_stored_answers_back(stored_db: str, sto
     rebased = {r.id: r for r in dataset.load(tmp_path / "out", [configs.template(t) for t in TEMPLATES]).records}
     for record in stored:
         again = rebased[record.id]
-        assert compare.exact_diff(record.template_id, record.answers, again.answers).exact, record.id
+        assert strict.exact_diff(record.template_id, record.answers, again.answers).exact, record.id
         assert replace(again, answers=record.answers) == record  # everything else as it was
     drift = json.loads((tmp_path / "out" / "drift.json").read_text())
     assert drift["templates"]["R1"] == {"questions": 20, "held": 20, "changed": 0, "empty": 0, "timeout": 0,
@@ -75,9 +76,9 @@ def test_the_hugging_face_layout_round_trips_through_the_reader(stored_db: str, 
     again = dataset.load(tmp_path / "hf", [configs.template(t) for t in TEMPLATES]).records
     assert [record.id for record in again] == [record.id for record in stored]
     for record, read in zip(stored, again, strict=True):  # everything as it was; the answers equal, strictly
-        assert compare.exact_diff(record.template_id, record.answers, read.answers).exact, record.id
+        assert strict.exact_diff(record.template_id, record.answers, read.answers).exact, record.id
         assert replace(read, answers=record.answers) == record
-    assert {r.status for r in verify(request(stored_db, tmp_path / "hf")).results} == {"pass"}
+    assert {r.word("strict") for r in verify(request(stored_db, tmp_path / "hf")).results} == {"pass"}
 
 
 def test_a_resumed_rebase_runs_only_what_is_missing_and_writes_the_same(stored_db: str, tmp_path: Path) -> None:
@@ -145,7 +146,7 @@ def test_a_shifted_database_is_rebased_and_verify_passes_what_rebase_wrote(store
     assert line["answers"][0]["elevation"] == line["rebase"]["old_answers"][0]["elevation"] + 25
     assert line["rebase"]["verdict"] == "changed" and line["rebase"]["unstable"]
     again = verify(request(stored_db, tmp_path / "out"))
-    assert {r.status for r in again.results} == {"pass"} and len(again.results) == 80
+    assert {r.word("strict") for r in again.results} == {"pass"} and len(again.results) == 80
     assert "ODbL" in (tmp_path / "out" / "README.md").read_text()
 
 

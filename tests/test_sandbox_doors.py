@@ -127,7 +127,7 @@ def test_score_refuses_every_prediction_in_one_line_and_nothing_stays(demo: tupl
                                 dsn=demo[0], timeout=5, progress=False))
     by_id = {result.id: result for result in scored.results}
     for question in ids[:-1]:
-        assert by_id[question].status == "sql_error"
+        assert by_id[question].outcome == "sql_error"
         assert_one_refusal(by_id[question].detail["error"])
     assert by_id[ids[-1]].detail["rows"] == [{"poi_name": "gsqa_model"}]  # models' SQL runs as the model role
     assert leftovers(demo[0]) == before
@@ -283,7 +283,7 @@ def test_a_statement_past_its_backends_memory_fails_in_one_line_and_no_other_ses
             predictions.write_text(json.dumps({"id": question, "sql": memory_hog()}) + "\n")
             scored = score(ScoreRequest(predictions=[predictions], config="raster_only", templates=["R1"],
                                         ids=[question], data=demo[1], dsn=demo[0], timeout=60, progress=False))
-            assert scored.results[0].status == "sql_error"
+            assert scored.results[0].outcome == "sql_error"
             line = scored.results[0].detail["error"]
         assert line == OUT_OF_MEMORY
         assert bystander.execute("SELECT pg_postmaster_start_time()").fetchone()[0] == started  # no restart

@@ -21,6 +21,7 @@ from conftest import DATA
 from test_runner import running_sandbox_queries
 
 from reproduce import configs, dataset
+from reproduce.results import Result, outcomes_markdown
 from reproduce.score import ScoreRequest, score
 from reproduce.session import RunRequest
 from reproduce.verify import verify
@@ -39,11 +40,19 @@ def records_of(template: str) -> list[dataset.Record]:
     return dataset.load(BENCHMARK, [configs.template(template)]).records
 
 
+def word(entry: dict) -> str:
+    """A --json-out record's word under the paper's verdict (Result.word)."""
+    return Result.from_dict(entry).word("paper")
 
 
 def write_jsonl(path: Path, lines: list[dict]) -> Path:
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return path
+
+
+def same_record(result: Result) -> dict:
+    """A result as --json-out writes it, without what differs between two runs of the same SQL (its time)."""
+    return {key: value for key, value in result.as_dict().items() if key != "seconds"}
 
 
 def test_gold_sql_scores_as_verify_verifies(stored_db: str) -> None:
@@ -52,17 +61,60 @@ def test_gold_sql_scores_as_verify_verifies(stored_db: str) -> None:
     scored = score(ScoreRequest(gold=True, templates=TEMPLATES, data=BENCHMARK, dsn=stored_db, workers=2,
                                 timeout=5.0, progress=False))
     assert [r.id for r in scored.results] == list(verified) and len(verified) == 140
-    for result in scored.results:
-        expected = verified[result.id]
-        assert result.run == "gold"
-        assert result.paper == expected.paper_status, result.id
-        assert result.strict == ("pass" if expected.status == "pass" else "fail"), result.id
-        assert result.status == expected.status \
-            if expected.status != "pass" or expected.paper_status == "pass" else "mismatch"
+    assert [same_record(r) for r in scored.results] == [same_record(verified[r.id]) for r in scored.results]
+    assert {r.run for r in scored.results} == {"gold"}
+
+
+def test_the_demo_database_gives_verify_and_score_gold_the_same_records(demo: tuple[str, Path],
+                                                                         tmp_path: Path) -> None:
+    """The README's demo: every gold SQL through `reproduce verify` and through `reproduce score --gold`, each
+    question's --json-out record equal (but for its time)."""
+    dsn, benchmark = demo
+    common = ["--config", "all", "--data", str(benchmark), "--dsn", dsn, "--workers", "2"]
+    verified = reproduce("verify", *common, "--json-out", str(tmp_path / "verify.json"))
+    scored = reproduce("score", "--gold", *common, "--json-out", str(tmp_path / "score.json"))
+    assert scored.returncode == 0, scored.stderr
+    assert verified.returncode in (0, 1), verified.stderr
+    by_verify = json.loads((tmp_path / "verify.json").read_text())["results"]
+    by_score = json.loads((tmp_path / "score.json").read_text())["results"]
+    ran = [entry for entry in by_verify if entry["outcome"] != "skipped"]
+    assert len(ran) == len(by_score) > 0
+    def timeless(entries: list[dict]) -> dict[str, dict]:
+        return {entry["id"]: {key: value for key, value in entry.items() if key != "seconds"} for entry in entries}
+    assert timeless(by_score) == timeless(ran)
+
+
+def test_the_documented_outcomes_are_the_declaration() -> None:
+    assert outcomes_markdown() in (DATA.parent.parent / "docs" / "BENCHMARK-FORMAT.md").read_text()
+
+
+def test_older_reports_and_resume_lines_read_in_todays_fields() -> None:
+    """Result lines as verify and score wrote them before one result type (reports, --resume files) are read
+    with today's fields and words."""
+    verified = Result.from_dict({"id": f"{R1}/1", "template_id": "R1", "status": "mismatch", "exact": False,
+                                 "detail": {"rows": 1}, "seconds": 0.5, "paper_status": "mismatch",
+                                 "paper_reason": "best pair fails", "server": "h:5432/db"})
+    assert (verified.run, verified.outcome, verified.strict, verified.paper, verified.paper_reason,
+            verified.seconds, verified.server) == ("gold", "ran", "fail", "fail", "best pair fails", 0.5, "h:5432/db")
+    errored = Result.from_dict({"id": f"{R1}/2", "template_id": "R1", "status": "error", "exact": False,
+                                "detail": {"error": "boom"}, "seconds": 0.1})
+    assert (errored.outcome, errored.strict, errored.strict_reason, errored.paper, errored.word("strict")) == (
+        "sql_error", "fail", "boom", "fail", "sql_error")
+    skipped = Result.from_dict({"id": f"{R1}/3", "template_id": "R1", "status": "skipped", "exact": False,
+                                "detail": {"reason": "not in the data"}, "paper_status": ""})
+    assert (skipped.outcome, skipped.paper, skipped.paper_reason) == ("skipped", "fail", "not in the data")
+    scored = Result.from_dict({"run": "m", "id": f"{R1}/4", "template_id": "R1", "status": "mismatch",
+                               "paper": "fail", "paper_reason": "x", "strict": "pass", "strict_reason": "y",
+                               "seconds": 0.0, "detail": {}})
+    assert (scored.key, scored.outcome, scored.paper, scored.strict, scored.word("paper")) == (
+        ("m", f"{R1}/4"), "ran", "fail", "pass", "fail")
+    unread = Result.from_dict({"run": "m", "id": f"{R1}/5", "template_id": "R1", "status": "no_prediction",
+                               "paper": "fail", "paper_reason": "none", "strict": "fail", "strict_reason": "none"})
+    assert Result.from_dict(unread.as_dict()) == unread and unread.outcome == "no_prediction"
 
 
 def sql_predictions() -> tuple[list[dict], dict[str, str]]:
-    """R1 questions predicted with SQL, each with the status it must get."""
+    """R1 questions predicted with SQL, each with the word it must get (Result.word under the paper's verdict)."""
     gold = {r.id: r.sql for r in records_of("R1")}
     cases = {
         "pass": gold[f"{R1}/0"],
@@ -76,7 +128,7 @@ def sql_predictions() -> tuple[list[dict], dict[str, str]]:
         "empty": "SELECT 1 AS elevation FROM public.dem_us WHERE false",
         "set role": "SET ROLE postgres",
     }
-    statuses = {"pass": "pass", "mismatch": "mismatch", "wrong columns": "mismatch", "syntax error": "sql_error",
+    statuses = {"pass": "pass", "mismatch": "fail", "wrong columns": "fail", "syntax error": "sql_error",
                 "timeout": "timeout", "write": "sql_error", "two statements": "sql_error", "signal": "sql_error",
                 "empty": "empty", "set role": "sql_error"}
     lines = [{"id": f"{R1}/{n}", "sql": sql} for n, sql in enumerate(cases.values())]
@@ -96,7 +148,7 @@ def test_sql_predictions_run_in_the_sandbox(stored_db: str, tmp_path: Path) -> N
     assert result.returncode == 0, result.stderr
     document = json.loads(out.read_text())
     results = {r["id"]: r for r in document["results"]}
-    assert {key: r["status"] for key, r in results.items()} == expected
+    assert {key: word(r) for key, r in results.items()} == expected
     assert document["questions"][f"{R1}/1"]["sql"] == records_of("R1")[1].sql
     assert results[f"{R1}/1"]["detail"]["sql"] == [lines[1]["sql"]]
     assert results[f"{R1}/1"]["detail"]["rows"] == [{"elevation": records_of("R1")[1].answers[0]["elevation"] + 30}]
@@ -123,7 +175,7 @@ def test_candidates_run_in_order_and_the_first_that_runs_counts(stored_db: str, 
                                 config="raster_only",
                                 data=BENCHMARK, dsn=stored_db, progress=False))
     [result] = scored.results
-    assert (result.status, result.detail["candidate"], scored.runs[0].model) == ("pass", "2 of 3", "gpt4o")
+    assert (result.word("paper"), result.detail["candidate"], scored.runs[0].model) == ("pass", "2 of 3", "gpt4o")
 
 
 def answer(record_id: str, value: object) -> dict:
@@ -155,15 +207,15 @@ def test_answers_are_judged_without_a_database(tmp_path: Path) -> None:
                        "--dsn", UNREACHABLE, "--template", "R2", "--template", "R6", "--template", "VR2",
                        "--template", "VR5", "--json-out", str(out))
     assert result.returncode == 0, result.stderr
-    got = {r["id"]: (r["status"], r["paper"]) for r in json.loads(out.read_text())["results"]
-           if r["status"] != "no_prediction"}
+    got = {r["id"]: (r["outcome"], r["paper"]) for r in json.loads(out.read_text())["results"]
+           if r["outcome"] != "no_prediction"}
     assert got == {
-        "raster_only/elevation_compare+two_pois/0": ("pass", "pass"),
-        "raster_only/elevation_compare+two_pois/1": ("mismatch", "fail"),
-        "raster_only/aspect+poi/12": ("pass", "pass"), "raster_only/aspect+poi/13": ("mismatch", "fail"),
-        "extended/knn+distance+slope/0": ("pass", "pass"), "extended/knn+distance+slope/1": ("mismatch", "fail"),
-        "extended/range+loc+elevation_condition/3": ("pass", "pass"),
-        "extended/range+loc+elevation_condition/4": ("mismatch", "fail"),
+        "raster_only/elevation_compare+two_pois/0": ("ran", "pass"),
+        "raster_only/elevation_compare+two_pois/1": ("ran", "fail"),
+        "raster_only/aspect+poi/12": ("ran", "pass"), "raster_only/aspect+poi/13": ("ran", "fail"),
+        "extended/knn+distance+slope/0": ("ran", "pass"), "extended/knn+distance+slope/1": ("ran", "fail"),
+        "extended/range+loc+elevation_condition/3": ("ran", "pass"),
+        "extended/range+loc+elevation_condition/4": ("ran", "fail"),
         "extended/range+loc+elevation_condition/5": ("unscorable", "fail"),
     }
 
@@ -190,10 +242,10 @@ def test_the_authors_parsed_vector_answers(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     document = json.loads(out.read_text())
     assert (document["runs"][0]["model"], document["runs"][0]["method"]) == ("gpt4o", "text2sql")
-    got = {r["id"]: r["status"] for r in document["results"] if r["status"] != "no_prediction"}
-    assert got == {"vector/knn+name/0": "pass", "vector/knn+name/1": "mismatch", "vector/knn+loc/0": "pass",
+    got = {r["id"]: word(r) for r in document["results"] if r["outcome"] != "no_prediction"}
+    assert got == {"vector/knn+name/0": "pass", "vector/knn+name/1": "fail", "vector/knn+loc/0": "pass",
                    "vector/knn+loc/1": "unscorable", "vector/range+angle/0": "pass",
-                   "vector/range+angle/1": "mismatch"}
+                   "vector/range+angle/1": "fail"}
     # the repository's copy holds 11 of these 300 questions: the others are counted apart, not as wrong
     assert "289 questions not in the data, not scored (see --json-out)" in result.stdout
     assert len(document["results"]) == 11 and len(document["skipped"]) == 289
@@ -292,10 +344,10 @@ def test_html_report_with_filters_and_a_map_renders_in_a_browser(tmp_path: Path)
     text = page.read_text()
     assert "nearest predicted to stored: 6.0 m (tolerance 5 m)" in text
     assert "<text x='22' y='16' font-size='11'>stored</text>" in text and " m</text>" in text  # legend, scale
-    assert '<select name="status" onchange="filterCards()">' in text and "<option>no_prediction</option>" in text
+    assert '<select name="outcome" onchange="filterCards()">' in text and "<option>no_prediction</option>" in text
     assert text.count("<table class='sortable'>") == 2 and "<h2>Pairs of runs</h2>" in text  # runs, pairs
     assert f"warning (p): {tmp_path / 'p.jsonl'}:3: {R1}/1: neither &#x27;sql&#x27; nor &#x27;answer&#x27;" in text
-    assert 'data-run="p" data-template="R1" data-status="mismatch" data-disagree="1"' in text
+    assert 'data-run="p" data-template="R1" data-outcome="ran" data-paper="fail" data-disagree="1"' in text
     assert "<summary>all " in text  # the 60 rows folded, not cut
     assert "<li>R1: LIMIT without ORDER BY" in text and "may legitimately vary: LIMIT" not in text
     chromium = shutil.which("chromium")

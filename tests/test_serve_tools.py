@@ -201,10 +201,10 @@ def test_score_counts_an_episode_without_an_answer_as_no_prediction_saying_how_i
                        tmp_path / "scores.json")
     assert scored.returncode == 0, scored.stderr
     results = {result["id"]: result for result in json.loads((tmp_path / "scores.json").read_text())["results"]}
-    assert results[f"{R1}/0"]["status"] == "no_prediction"
+    assert results[f"{R1}/0"]["outcome"] == "no_prediction"
     assert results[f"{R1}/0"]["paper_reason"] == ("the agent submitted no answer: its episode stopped: budget "
                                                   "(all 1 calls used)")
-    assert results[f"{R1}/2"]["status"] in ("pass", "mismatch")
+    assert results[f"{R1}/2"]["outcome"] == "ran"
     assert results[f"{R1}/3"]["paper_reason"] == "the run has no prediction"
 
 

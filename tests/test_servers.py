@@ -48,9 +48,9 @@ def test_a_standby_gives_the_same_answers_as_the_primary_alone(pair: tuple) -> N
     alone = verify(demo_request(primary, demo))
     both = verify(demo_request(primary, demo, replicas=[standby.dsn()]))
     assert len(alone.results) == len(both.results) == 120
-    assert all(result.status == "pass" and result.exact for result in alone.results)
-    same = [(r.id, r.status, r.exact, r.detail.get("rows"), r.paper_status) for r in alone.results]
-    assert same == [(r.id, r.status, r.exact, r.detail.get("rows"), r.paper_status) for r in both.results]
+    assert all(result.word("strict") == "pass" and result.exact for result in alone.results)
+    same = [(r.id, r.word("strict"), r.exact, r.detail.get("rows"), r.paper) for r in alone.results]
+    assert same == [(r.id, r.word("strict"), r.exact, r.detail.get("rows"), r.paper) for r in both.results]
     answered = {result.server for result in both.results}
     assert answered == {servers.name_of(primary.dsn()), servers.name_of(standby.dsn())}
     assert [server["role"] for server in both.provenance["servers"]] == ["primary", "standby"]

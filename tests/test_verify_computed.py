@@ -16,8 +16,9 @@ import pytest
 from conftest import DATA
 from perturb import EXPECTED, perturbed
 
-from reproduce import compare, configs, dataset
+from reproduce import configs, dataset
 from reproduce.dataset import tables_needed
+from reproduce.judging import strict
 from reproduce.session import RunRequest
 from reproduce.verify import verify
 from testkit.refdb import load_computed_fixture
@@ -88,10 +89,10 @@ def test_computed_answers_are_judged_by_the_template_metric(outcomes: dict) -> N
             if metric in ("name", "names") and not any(c.isalnum() for c in str(computed)):
                 continue
             gold = dataclasses.replace(record, answers=computed)
-            assert compare.judge(record.template_id, gold.answers, computed).status == "pass"
-            inside = compare.judge(record.template_id, gold.answers, perturbed(computed, key, metric, True))
-            beyond = compare.judge(record.template_id, gold.answers, perturbed(computed, key, metric, False))
-            assert (inside.status, beyond.status) == ("pass", "mismatch"), (record.id, key, inside.first_failure)
+            assert strict.strict_verdict(record.template_id, gold.answers, computed).status == "pass"
+            inside = strict.strict_verdict(record.template_id, gold.answers, perturbed(computed, key, metric, True))
+            beyond = strict.strict_verdict(record.template_id, gold.answers, perturbed(computed, key, metric, False))
+            assert (inside.status, beyond.status) == ("pass", "fail"), (record.id, key, inside.first_failure)
             judged.add(record.template_id)
     assert judged >= {"R5", "R6", "R7", "R8", "R9", "R10", "R11", "VR5", "V5", "V13", "V21", "V25"}
 
@@ -100,6 +101,6 @@ def test_verify_reports_the_computed_fixture_run(computed_db: str) -> None:
     request = RunRequest(config="raster_only", data=DATA / "benchmark", dsn=computed_db, timeout=10.0, workers=2,
                          templates=["R5", "R6", "R7", "R10"], progress=False)
     results = verify(request).results
-    assert len(results) == 80 and {r.status for r in results} <= {"pass", "mismatch"}
-    mismatch = next(r for r in results if r.status == "mismatch")  # the ramp DEM is not the real terrain
+    assert len(results) == 80 and {r.word("strict") for r in results} <= {"pass", "fail"}
+    mismatch = next(r for r in results if r.word("strict") == "fail")  # the ramp DEM is not the real terrain
     assert mismatch.detail["failure"]["component"] in {"slope_degrees", "aspect_degrees", "tri_value"}

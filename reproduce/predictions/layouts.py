@@ -26,7 +26,7 @@ from typing import Any
 
 from gsqa_core.errors import GsqaError
 from reproduce import configs
-from reproduce.compare import LOCATION, components_of
+from reproduce.judging.tolerances import LOCATION, components_of
 from reproduce.predictions import trajectory
 
 _SQL_BLOCK = re.compile(r"```[ \t]*sql\b(.*?)```", re.S | re.I)

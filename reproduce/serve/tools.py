@@ -41,8 +41,9 @@ import shapely
 
 from gsqa_core.errors import GsqaError
 from gsqa_core.sandbox import MODEL
-from reproduce import compare, configs, describe, gate, session
+from reproduce import configs, describe, gate, session
 from reproduce.dataset import Record
+from reproduce.judging import tolerances
 from reproduce.predictions import trajectory
 from reproduce.predictions.layouts import address_only, answer_rows
 from reproduce.runner import MIN_TIMEOUT_S, Outcome, SandboxConnection, ServerLost
@@ -562,8 +563,8 @@ def _entities(record: Record) -> list[dict[str, str]]:
 
 
 def expected_answer(template_id: str) -> dict[str, Any]:
-    """What a template's answer looks like, from the tolerance table (compare.COMPONENTS): never its values."""
-    components = compare.components_of(template_id)
+    """What a template's answer looks like, from the tolerance table (tolerances.COMPONENTS): never its values."""
+    components = tolerances.components_of(template_id)
     described = [{"column": component.label, "also_accepted": list(component.keys[1:]),
                   "value": component.metric.expects, "judged_by": _judged_by(component.metric),
                   **({"rows": "one row per feature: every one named"} if component.joined else {})}
@@ -574,13 +575,13 @@ def expected_answer(template_id: str) -> dict[str, Any]:
                       + ("; a single value is taken as the first column" if len(components) == 1 else "")}
 
 
-def _judged_by(metric: compare.Metric) -> str:
+def _judged_by(metric: tolerances.Metric) -> str:
     if metric.higher_is_better:
         return f"{metric.name} >= {metric.threshold:g}"
     unit = metric.name.split("(")[-1].rstrip(")") if "(" in metric.name else ""
-    if metric is compare.RELATIVE:
+    if metric is tolerances.RELATIVE:
         return f"within {metric.threshold:.0%} of the answer"
-    if metric is compare.YES_NO:
+    if metric is tolerances.YES_NO:
         return "the same word"
     return f"within {metric.threshold:g} {unit} of the answer"
 

@@ -5,22 +5,20 @@ is scored as the authors score it (AUTHORS_SCORING): set-valued names (VR1, and 
 bag, every returned name joined against every stored name, one token F1; every other component on one pair of
 rows, the (returned row, stored row) pair that passes the most components (ties: the smallest summed error, in
 units of each tolerance). A question passes when every component passes. The thresholds and metrics are
-compare.COMPONENTS'; the token F1 is computed in the authors' float steps and a returned angle outside
-[0, 360] is refused, as their code does. Where it differs from the strict verdict (compare.judge):
+tolerances.COMPONENTS'; the token F1 is computed in the authors' float steps and a returned angle outside
+[0, 360] is refused, as their code does. Where it differs from the strict verdict (strict.strict_verdict):
 - row counts do not matter: an extra or a missing row is not a failure;
 - the names of V1-V12 are not one bag: the best single name pair decides (the authors' vector scorer);
 - rows are not paired by identity: a returned row may pass against another stored row (cross-matching).
-In both verdicts, twin rows of one feature count once (compare.one_row_per_feature). The rules kept that are
+In both verdicts, twin rows of one feature count once (values.one_row_per_feature). The rules kept that are
 not the authors' arithmetic are listed, with their reasons, in docs/BENCHMARK-FORMAT.md ("Where the paper's
 scoring is not the authors' arithmetic").
 The best pair of a one-component template (all the templates with large answers) is found through an index on
 that component (the stored names sharing a token, the nearest values, the nearest points), exactly and in time
 proportional to the rows rather than to their product (a test compares it with trying every pair on every
-multi-row real record, perturbed); several components are tried pair by pair. Trying every pair would take
-minutes per run of 3,300 questions, where `reproduce score` judges 4 such runs (65 MB of answers) in about 4 s
-of CPU (`bench/reproduce_bench.py --predictions`). There each answer is judged as it is read and only its verdict
-kept (holding the 4 runs' answers would take more than 800 MB), and twins are taken out once per side for both
-verdicts (compare.Distinct), the stored side once per question however many runs predict it.
+multi-row real record, perturbed): trying every pair would make judging a run of answers slow beyond use
+(docs/PERFORMANCE.md, `reproduce score`). Twins are taken out once per side for both verdicts (values.Distinct),
+the stored side once per question however many runs predict it.
 """
 
 from __future__ import annotations
@@ -34,30 +32,28 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from reproduce.compare import (
+from reproduce.configs import EXPLORATORY
+from reproduce.judging.strict import Check, badness, check_component, joined_check, rank_of
+from reproduce.judging.tolerances import (
     ANGLE,
     ASPECT,
-    EARTH_RADIUS_M,
     LOCATION,
     NAME,
     YES_NO,
-    Check,
     Component,
     angle_error,
-    as_number,
-    badness,
-    check_component,
     components_of,
+    tokens,
+)
+from reproduce.judging.values import (
+    EARTH_RADIUS_M,
+    as_number,
     great_circle_m,
     identity,
-    joined_check,
     lookup,
     one_row_per_feature,
     point_of,
-    rank_of,
-    tokens,
 )
-from reproduce.configs import EXPLORATORY
 
 ALL_PAIRS_UP_TO = 100_000  # pairs of rows tried one by one; above, candidates come from an index
 
@@ -108,7 +104,7 @@ AUTHORS_SCORING: dict[str, Scoring] = {
 
 
 def token_f1_as_the_authors(actual: Any, gold: Any) -> float:
-    """compare.token_f1 in the authors' float steps, P and R first, then 2PR/(P+R): 6 of 7 returned tokens
+    """tolerances.token_f1 in the authors' float steps, P and R first, then 2PR/(P+R): 6 of 7 returned tokens
     matching 8 stored gives 0.7999999999999999, which fails their threshold of 0.8, as it did for the paper."""
     return _f1_of_bags(tokens(actual), tokens(gold))
 
@@ -122,7 +118,7 @@ def _f1_of_bags(pred: Counter, ref: Counter) -> float:
 
 
 def angle_error_as_the_authors(actual: Any, gold: Any) -> float:
-    """compare.angle_error, but a returned angle outside [0, 360] is no answer: the authors' vector scorer
+    """tolerances.angle_error, but a returned angle outside [0, 360] is no answer: the authors' vector scorer
     finds no compass direction for it and skips it."""
     value = as_number(actual)
     return angle_error(actual, gold) if value is not None and 0 <= value <= 360 else math.inf
@@ -145,7 +141,7 @@ def paper_components(template_id: str) -> list[Component]:
 
 
 def paper_verdict(template_id: str, gold: list[dict[str, Any]], actual: list[dict[str, Any]]) -> PaperVerdict:
-    """pass or mismatch; the reason names the first failing component, else every component's value."""
+    """pass or fail (results.VERDICTS); the reason names the first failing component, else every component's value."""
     if not gold:
         return PaperVerdict("pass", "both empty") if not actual else PaperVerdict("fail", "nothing is stored")
     if not actual:
