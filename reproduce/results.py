@@ -16,7 +16,7 @@ from typing import Any
 from reproduce.dataset import Record
 from reproduce.judging.instability import instability
 from reproduce.judging.judge import Judgement, judge
-from reproduce.predictions import Prediction
+from reproduce.predictions.layouts import Prediction
 from reproduce.runner import Outcome
 from reproduce.session import clipped
 
