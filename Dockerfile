@@ -1,7 +1,7 @@
 # The loader: this project's CLIs (`ingest`, `reproduce`) on Debian 12's Python 3.11, in a venv with their
 # wheels (rasterio and osmium ship GDAL and libosmium inside their manylinux wheels). Two stages: the first
 # has g++, python3-dev and libosmium's headers (setup/system-packages.txt, native) to build the native PBF
-# reader (ingest/osm/_osmread.cpp) while the project is installed; the image keeps only its venv, whose compiled module needs libstdc++ and zlib,
+# reader (ingest/osm/pbf/_osmread.cpp) while the project is installed; the image keeps only its venv, whose compiled module needs libstdc++ and zlib,
 # both in the base image (one stage with the compiler and headers: 1.26 GB; this: 737 MB). The base image
 # is built locally by `make base-image` where no registry is reachable.
 FROM debian:bookworm-slim AS build
@@ -28,7 +28,7 @@ COPY ingest ./ingest
 COPY reproduce ./reproduce
 COPY sql ./sql
 # The install goes on without the native reader where it cannot build it; here it must be there.
-RUN python3 -m venv /opt/venv && pip install --no-cache-dir . && python3 -I -c "import ingest.osm._osmread"
+RUN python3 -m venv /opt/venv && pip install --no-cache-dir . && python3 -I -c "import ingest.osm.pbf._osmread"
 
 FROM debian:bookworm-slim
 

@@ -191,7 +191,7 @@ $(VENV)/bin/ingest: pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[dev]'
-	@$(PYTHON) -c 'from ingest.osm.pbf_native import reader_note; note = reader_note(); note and print(note)' >&2
+	@$(PYTHON) -c 'from ingest.osm.pbf.native import reader_note; note = reader_note(); note and print(note)' >&2
 	touch $@
 
 # The system packages first (setup/system-packages.txt: installed as root, else the apt-get line to run);

@@ -1,6 +1,6 @@
-"""Builds ingest/osm/_osmread, the native PBF reader (ingest/osm/_osmread.cpp), with g++ when the project is installed
-(`pip install -e .`, `pip install .`, the loader image). It needs g++, the Python headers and libosmium's headers
-(Debian: g++ python3-dev libosmium2-dev libprotozero-dev zlib1g-dev, the `native` group of
+"""Builds ingest/osm/pbf/_osmread, the native PBF reader (ingest/osm/pbf/_osmread.cpp), with g++ when the project
+is installed (`pip install -e .`, `pip install .`, the loader image). It needs g++, the Python headers and
+libosmium's headers (Debian: g++ python3-dev libosmium2-dev libprotozero-dev zlib1g-dev, the `native` group of
 system-packages.txt); pybind11 is a build requirement. Without them the install goes on without the module,
 after one line saying why: `ingest osm FILE.osm.pbf` then reads with pyosmium (the same rows, slower), and
 `reproduce` never needs either."""
@@ -22,7 +22,7 @@ class NativeReaderHook(BuildHookInterface):
 
     def initialize(self, version: str, build_data: dict) -> None:
         root = Path(self.root)
-        source = root / "ingest" / "osm" / "_osmread.cpp"
+        source = root / "ingest" / "osm" / "pbf" / "_osmread.cpp"
         target = source.with_name("_osmread" + sysconfig.get_config_var("EXT_SUFFIX"))
         # An editable install rebuilds only a changed source; a wheel (the loader image) always builds its own.
         if version != "editable" or not target.exists() or target.stat().st_mtime < source.stat().st_mtime:

@@ -7,7 +7,8 @@ Generates N ASTER-like GeoTIFFs (3601x3601 Int16, no NODATA tag, uncompressed st
 the terrain kinds of bench/terrain.py: gentle like the plains, rugged like the Appalachians, rough like the
 mountain west, each rougher and less compressible than the one before), measures their pixel-to-pixel steps
 (median, 90th percentile, mean, over the first 4 files), then, in each of --runs rounds, loads them with both
-tools into fresh tables of one database:
+tools into fresh tables of one database, raster2pgsql first, each after a CHECKPOINT with the files in the page
+cache (read once before the rounds):
   raster2pgsql -s 4326 -I -C -M -F -Y 50 -t 256x256 <files> public.bench_r2p | psql -v ON_ERROR_STOP=1
   ingest dem <files> --table public.bench_ingest
 and prints, for each: wall time, client CPU (all client processes), server CPU (all postgres processes),

@@ -76,8 +76,7 @@ BIN = Path(sys.executable).parent
 FULL_TILES, FULL_OSM_BYTES, FULL_OSM_FILES = 1182, 53e9, 3152
 FEATURES = {"roads": 18_491_387, "parks": 5_816_803, "lakes": 7_919_489, "postal_codes": 38_955}
 TABLES = {"pois": "pois", "roads": "roads", "parks": "parks", "lakes": "lakes", "postal_codes": "regions"}
-ANCHOR_STAGES, INGEST_STAGES = ("dem", "osm", "index", "analyze"), ("init", "fetch", "dem", "osm", "finalize",
-                                                                      "check")
+ANCHOR_STAGES = ("dem", "osm", "index", "analyze")
 COMPARED = {"dem": (("dem",), ("dem",)), "osm, indexes, ANALYZE": (("osm", "index", "analyze"), ("osm",))}
 SLOWEST = 10
 

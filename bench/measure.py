@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import resource
+import statistics
 import subprocess
 import threading
 import time
@@ -69,20 +70,6 @@ class Disk:
     def close(self) -> None:
         if self.conn is not None:
             self.conn.close()
-
-
-class DiskPeak(threading.Thread):
-    """The peak of a Disk's total, sampled every `interval_s` until `stop` is set: for work that is not one
-    command (several steps, or a command whose output is wanted)."""
-
-    def __init__(self, disk: Disk, interval_s: float = 0.2) -> None:
-        super().__init__(daemon=True)
-        self.disk, self.interval_s, self.peak, self.stop = disk, interval_s, 0, threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.wait(self.interval_s):
-            self.peak = max(self.peak, sum(self.disk.parts().values()))
-        self.disk.close()
 
 
 @dataclass
@@ -232,6 +219,20 @@ def power_law(small: tuple[float, float], large: tuple[float, float], to: float 
         return value_b * to / scale_b, 1.0
     exponent = math.log(value_b / value_a) / math.log(scale_b / scale_a)
     return value_b * (to / scale_b) ** exponent, exponent
+
+
+def medians(rounds: list[dict[str, dict]], anchor: str, ours: str) -> dict:
+    """Rounds of a comparison ({tool: {figure: value}} each) summed up: each tool's median of every figure and
+    its wall's range, and the anchor's wall over ours, of the medians and per round."""
+    out: dict = {}
+    for tool in rounds[0]:
+        walls = [r[tool]["wall_s"] for r in rounds]
+        # Only the measured figures: a tool's name and the DEM bench's phases (None here) have no median.
+        out[tool] = {key: statistics.median(r[tool][key] for r in rounds) for key, value in rounds[0][tool].items()
+                     if isinstance(value, int | float)} | {"wall_min_s": min(walls), "wall_max_s": max(walls)}
+    out["ratio_of_median_walls"] = round(out[anchor]["wall_s"] / out[ours]["wall_s"], 2)
+    out["ratios_per_round"] = [round(r[anchor]["wall_s"] / r[ours]["wall_s"], 2) for r in rounds]
+    return out
 
 
 def _postmasters() -> list[int]:

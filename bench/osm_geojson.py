@@ -5,7 +5,7 @@
 
 Generates osmx-like layers (testkit/osmx_synth.py: named and unnamed POIs with many tags, long road lines,
 parks and lakes with multipolygons and holes, postal-code polygons; one feature per line), then, `--runs`
-times and alternating which goes first, loads them into one database:
+times and alternating which goes first, each after a CHECKPOINT, loads them into one database:
   ogr2ogr -f PostgreSQL PG:<dsn> <file> -nln ogr_<layer> -append -lco GEOMETRY_NAME=geometry
           -lco GEOM_TYPE=geography -lco SPATIAL_INDEX=NONE --config PG_USE_COPY YES      (every file in turn)
   ingest osm <dir> --no-index
@@ -30,7 +30,6 @@ import hashlib
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +37,7 @@ from pathlib import Path
 import psycopg
 
 from bench.dem import drop_tables, init_database, prepare_database, timed
+from bench.measure import medians
 from gsqa_core import schema
 from ingest.fetch import STAGING, RemoteFile, VerifiedLog
 from testkit.osmx_synth import LAYER_FOLDERS, write_layers
@@ -107,18 +107,6 @@ def one_round(folder: Path, dsn: str, mb: float, ingest_first: bool, indexes: bo
     return results
 
 
-def summary(rounds: list[dict[str, dict]]) -> dict:
-    out = {}
-    for tool in rounds[0]:
-        walls = [r[tool]["wall_s"] for r in rounds]
-        # Only the measured figures: the tool's name and the DEM bench's phases (None here) have no median.
-        out[tool] = {key: statistics.median(r[tool][key] for r in rounds) for key, value in rounds[0][tool].items()
-                     if isinstance(value, int | float)} | {"wall_min_s": min(walls), "wall_max_s": max(walls)}
-    out["ratio_of_median_walls"] = round(out["ogr2ogr"]["wall_s"] / out["ingest osm"]["wall_s"], 2)
-    out["ratios_per_round"] = [round(r["ogr2ogr"]["wall_s"] / r["ingest osm"]["wall_s"], 2) for r in rounds]
-    return out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--total-mb", type=float, default=1000)
@@ -142,7 +130,7 @@ def main() -> None:
     rounds = [one_round(folder, dsn, mb, ingest_first=bool(n % 2), indexes=args.indexes) for n in range(args.runs)]
     result = {"input_mb": round(mb, 1), "files": len(list(folder.rglob("*.geojson"))), "indexes": args.indexes,
               "fetched": args.fetched, "loadavg_1min": os.getloadavg()[0],
-              "rounds": rounds, "median": summary(rounds)}
+              "rounds": rounds, "median": medians(rounds, "ogr2ogr", "ingest osm")}
     if args.json:
         print(json.dumps(result, indent=2))
         return

@@ -39,7 +39,7 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 from bench.measure import run_measured
-from ingest.osm.pbf_sources import kind_of
+from ingest.osm.pbf.sources import kind_of
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -227,7 +227,7 @@ def _osm_stage(done: str | None, options: BuildOptions, dsn: str | None) -> Stag
     """The published GeoJSON layers (osm/osm_extract/), or else OpenStreetMap extracts (osm/*.osm.pbf), read
     straight into the tables."""
     from ingest.osm.load import load_osm, load_pbf
-    from ingest.osm.pbf_sources import layer_sources
+    from ingest.osm.pbf.sources import layer_sources
     from ingest.osm.rules import LAYERS
 
     extracts = sorted((options.data_dir / "osm").glob("*.osm.pbf"))

@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated, Any
 
 import typer
 from tqdm.contrib.logging import logging_redirect_tqdm
@@ -17,12 +17,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from gsqa_core import schema
 from gsqa_core.cli import DsnOption, JsonOption, command_group, interrupted_as_130, reported_as_exit_code, run
 from gsqa_core.errors import EXIT_SOME_FAILED
-from ingest import initdb
-
-if TYPE_CHECKING:
-    from ingest.fetch import FetchReport
-    from ingest.osm.load import OsmLoadReport
-    from ingest.osm.pbf_sources import PbfReport as OsmPbfReport
+from ingest import initdb, report
 
 app = command_group(
     "ingest",
@@ -65,20 +60,9 @@ def init(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     2 unreachable database, missing PostGIS, conflicting table.
     """
     with reported_as_exit_code():
-        report = initdb.initialize(dsn)
-    if as_json:
-        typer.echo(json.dumps({"database": report.target, "created": report.created, "repaired": report.repaired,
-                               "left": report.left}))
-    else:
-        for heading, labels in ((f"created in {report.target}:", report.created),
-                                (f"repaired in {report.target} (it differed from its declaration):", report.repaired),
-                                ("not repaired (init cannot):", report.left)):
-            if labels:
-                typer.echo(heading)
-                typer.echo("\n".join(f"  {label}" for label in labels))
-        if not report.changed and not report.left:
-            typer.echo(f"nothing to do: the reference schema is already in place in {report.target}")
-    if report.left:
+        done = initdb.initialize(dsn)
+    _show(as_json, report.init_json(done), report.init_text(done))
+    if done.left:
         raise typer.Exit(EXIT_SOME_FAILED)
 
 
@@ -139,44 +123,10 @@ def fetch_command(
     parts = [part.strip() for part in what.split(",") if part.strip()]
     _log_to_stderr()
     with reported_as_exit_code():
-        report = fetch.fetch(data_dir, parts, tiles_file=tiles, bbox=fetch.parse_bbox(bbox) if bbox else None,
-                             dry_run=dry_run, workers=workers)
-    if as_json:
-        typer.echo(json.dumps(report.as_json()))
-    else:
-        _print_fetch_report(report, dry_run)
-    raise typer.Exit(report.exit_code)
-
-
-def _print_fetch_report(report: FetchReport, dry_run: bool) -> None:
-    from ingest.fetch import SOURCE_REPO
-
-    source = f"{SOURCE_REPO}@{report.revision[:12]}"
-    if dry_run:
-        present = set(report.present)
-        for remote in report.files:
-            typer.echo(f"{'present' if remote.path in present else 'fetch':8} {_size(remote.size):>9}  {remote.path}")
-        typer.echo(f"{len(report.files)} files ({_size(report.total_bytes)}) from {source}: "
-                   f"{len(report.downloaded)} to download ({_size(report.bytes_downloaded)}), "
-                   f"{len(report.present)} already present")
-    else:
-        typer.echo(f"{source}: downloaded {len(report.downloaded)} files ({_size(report.bytes_downloaded)}) in "
-                   f"{report.seconds:.1f} s; {len(report.present)} already present; {len(report.failed)} failed; "
-                   f"{len(report.missing)} missing")
-        for path, reason in sorted(report.failed.items()):
-            typer.echo(f"  failed: {path}: {reason}")
-    for path in report.missing:
-        typer.echo(f"  missing: {path} is named by the tile list but is not in {source}")
-
-
-def _size(count: float) -> str:
-    if count < 1000:
-        return f"{count:.0f} B"
-    for unit in ("kB", "MB", "GB"):
-        count /= 1000
-        if count < 1000 or unit == "GB":
-            return f"{count:.1f} {unit}"
-    raise AssertionError("unreachable")
+        fetched = fetch.fetch(data_dir, parts, tiles_file=tiles, bbox=fetch.parse_bbox(bbox) if bbox else None,
+                              dry_run=dry_run, workers=workers)
+    _show(as_json, fetched.as_json(), report.fetch_text(fetched, dry_run))
+    raise typer.Exit(fetched.exit_code)
 
 
 # The stages import their loaders when they run: `ingest osm` need not load rasterio, nor `ingest dem` shapely.
@@ -190,7 +140,7 @@ def dem_command(
         show_default=False)] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Drop the table and its load log first.")] = False,
     compression: Annotated[str, typer.Option(metavar="lz4|pglz", help="TOAST compression of rast: lz4 (fast) or pglz "
-                                             "(raster2pgsql's, smaller, about 3x slower to load).")] = "lz4",
+                                             "(raster2pgsql's, smaller, slower to load).")] = "lz4",
     skip_disk_check: Annotated[bool, typer.Option("--skip-disk-check",
                                                   help="Load even if the disk looks too small.")] = False,
     dsn: DsnOption = None,
@@ -223,16 +173,10 @@ def dem_command(
 
     _check_compression(compression)
     with _load_stage():
-        report = load_dem(paths, dsn, table=table, workers=workers, replace=replace,
+        loaded = load_dem(paths, dsn, table=table, workers=workers, replace=replace,
                           compression=compression, check_disk=not skip_disk_check)
-    if as_json:
-        typer.echo(json.dumps(report.as_json()))
-    else:
-        typer.echo(f"{report.table}: loaded {len(report.loaded)} files ({report.tiles_written:,} tiles) in "
-                   f"{report.seconds:.1f} s; {len(report.unchanged)} already loaded; {len(report.failed)} failed")
-        for name, error in report.failed.items():
-            typer.echo(f"  failed: {name}: {error}")
-    raise typer.Exit(report.exit_code)
+    _show(as_json, loaded.as_json(), report.dem_text(loaded))
+    raise typer.Exit(loaded.exit_code)
 
 
 @app.command("osm")
@@ -312,42 +256,24 @@ def osm_command(
     """
     from ingest.fetch import parse_bbox
     from ingest.osm.load import load_osm, load_pbf
-    from ingest.osm.pbf_checks import all_pbf
-    from ingest.osm.pbf_export import export
+    from ingest.osm.pbf.checks import all_pbf
+    from ingest.osm.pbf.export import export
 
     _check_compression(compression)
     wanted = [name.strip() for name in layers.split(",") if name.strip()] if layers else None
-    read, report = None, None
+    read, loaded = None, None
     with _load_stage():
         box = parse_bbox(bbox) if bbox else None
         if not all_pbf(sources):
-            report = load_osm(sources[0], dsn, layers=wanted, workers=workers, replace=replace,
+            loaded = load_osm(sources[0], dsn, layers=wanted, workers=workers, replace=replace,
                               compression=compression, bbox=box, index=not no_index)
         elif export_geojson is not None:
             read = export(sources, export_geojson, bbox=box)
         else:
-            report, read = load_pbf(sources, dsn, layers=wanted, replace=replace, compression=compression,
+            loaded, read = load_pbf(sources, dsn, layers=wanted, replace=replace, compression=compression,
                                     bbox=box, work=work, index=not no_index)
-    code = max(1 if read and read.broken else 0, report.exit_code if report else 0)
-    if as_json:
-        typer.echo(json.dumps({**({"pbf": read.as_json()} if read else {}), **(report.as_json() if report else {})}))
-    else:
-        if read:
-            _print_pbf_report(read, export_geojson)
-        if report:
-            _print_osm_report(report)
-    raise typer.Exit(code)
-
-
-def _print_pbf_report(report: OsmPbfReport, exported_to: Path | None) -> None:
-    layers = ", ".join(f"{layer} {count:,}" for layer, count in sorted(report.features.items()))
-    target = f" -> {exported_to}" if exported_to else ""
-    typer.echo(f"{len(report.sources)} extract(s){target}: {layers}; {report.duplicates:,} objects already taken "
-               f"from an earlier extract; node locations: {report.location_index.split(',')[0] or 'not needed'}")
-    if report.broken:
-        typer.echo(f"could not be built ({', '.join(f'{kind} {n:,}' for kind, n in sorted(report.broken.items()))}):")
-        for line in report.broken_listed:
-            typer.echo(f"  {line}")
+    _show(as_json, report.osm_json(read, loaded), report.osm_text(read, loaded, export_geojson))
+    raise typer.Exit(max(1 if read and read.broken else 0, loaded.exit_code if loaded else 0))
 
 
 @app.command("all")
@@ -396,15 +322,9 @@ def all_command(
     options = build.BuildOptions(data_dir, what=parts, offline=offline, bbox=fetch.parse_bbox(bbox) if bbox else None,
                                  workers=workers, compression=compression)
     with _load_stage():
-        report = build.build(options, dsn, lambda line: print(line, file=sys.stderr, flush=True))
-    if as_json:
-        typer.echo(json.dumps(report.as_json()))
-    else:
-        for stage in report.stages:
-            typer.echo(f"{stage.stage:9} {stage.state:8} {stage.seconds:8.1f} s  {stage.summary}")
-        if report.exit_code:
-            typer.echo("the build stopped; fix what the failed stage names, then run the same command again")
-    raise typer.Exit(report.exit_code)
+        built = build.build(options, dsn, lambda line: print(line, file=sys.stderr, flush=True))
+    _show(as_json, built.as_json(), report.build_text(built))
+    raise typer.Exit(built.exit_code)
 
 
 @app.command("demo-data")
@@ -428,8 +348,7 @@ def demo_data_command(
     except OSError as error:
         print(f"error: {data_dir}: cannot write the demo data ({error.strerror or error})", file=sys.stderr)
         raise typer.Exit(2) from None
-    typer.echo(f"{data_dir}: {written['tiles']} DEM tiles, {written['pois']} pois and a few features per other "
-               f"layer, {written['R1']} R1 and {written['V5']} V5 questions under benchmark/")
+    typer.echo(report.demo_text(data_dir, written))
 
 
 @app.command("status")
@@ -447,23 +366,7 @@ def status_command(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
 
     with reported_as_exit_code():
         state = build.status(dsn)
-    if as_json:
-        typer.echo(json.dumps(state))
-        return
-    origin = state["snapshot"]
-    if origin:
-        typer.echo(f"snapshot  {origin['state']:11} {origin.get('restored', '')[:19]}  from {origin['source']} "
-                   f"(manifest sha256 {origin['manifest_sha256']})")
-    for stage in state["stages"]:
-        line = f"{stage['stage']:9} {stage['state']:11}"
-        if stage.get("started"):
-            line += f" {stage['started'][:19]}  {stage['seconds'] or 0:8.1f} s  {stage['summary']}"
-        typer.echo(line)
-    expected = {table: files for stage in state["stages"]
-                for table, files in ((stage.get("expected") or {}).get("tables") or {}).items()}
-    for table, loaded in state["loaded"].items():
-        files = f"{loaded['files']:,}" + (f" of {expected[table]:,}" if table in expected else "")
-        typer.echo(f"{table:14} {files:>15} files  {loaded['rows'] or 0:>14,} rows")
+    _show(as_json, state, report.status_text(state))
 
 
 @app.command("check")
@@ -488,13 +391,7 @@ def check_command(
     with reported_as_exit_code():
         results = check.run_checks(dsn, reference=reference)
     results.sort(key=lambda result: result.ok)
-    if as_json:
-        typer.echo(json.dumps([result.as_json() for result in results]))
-    else:
-        for result in results:
-            typer.echo(f"{'ok' if result.ok else 'FAILED':6} {result.name:22} {result.detail}")
-        failed = sum(not result.ok for result in results)
-        typer.echo(f"{len(results) - failed} of {len(results)} checks passed")
+    _show(as_json, [result.as_json() for result in results], report.checks_text(results))
     raise typer.Exit(1 if any(not result.ok for result in results) else 0)
 
 
@@ -562,14 +459,9 @@ def snapshot_create(
     if snapshot_format not in manifest.FORMATS:
         raise typer.BadParameter(f"expected one of {', '.join(manifest.FORMATS)}", param_hint="--format")
     with reported_as_exit_code():
-        report = create.create(folder, dsn, jobs or os.cpu_count() or 1, verify, part_size or manifest.PART_SIZE,
-                               image, snapshot_format, data_dir)
-    if as_json:
-        typer.echo(json.dumps(report.as_json()))
-        return
-    done = "already held a finished snapshot" if report.already else f"written in {report.seconds:.1f} s"
-    typer.echo(f"{folder}: {report.parts} parts ({_size(report.bytes)}) {done}; manifest sha256 "
-               f"{report.manifest_sha256}")
+        created = create.create(folder, dsn, jobs or os.cpu_count() or 1, verify, part_size or manifest.PART_SIZE,
+                                image, snapshot_format, data_dir)
+    _show(as_json, created.as_json(), report.snapshot_created_text(folder, created))
 
 
 @snapshot_app.command("push")
@@ -593,8 +485,7 @@ def snapshot_push(
 
     with reported_as_exit_code():
         commit = hub.push(folder, repo, revision)
-    typer.echo(f"{folder} pushed to the dataset {repo} (commit {commit}); restore it with "
-               f"`ingest snapshot restore hf:{repo}{'@' + revision if revision else ''}`")
+    typer.echo(report.pushed_text(folder, repo, revision, commit))
 
 
 @snapshot_app.command("restore")
@@ -648,23 +539,15 @@ def snapshot_restore(
         if preflight:
             typer.echo(f"{restore.preflight(folder, dsn, replace, allow_version_change)} {folder}")
             return
-        report = restore.restore_folder(folder, label, dsn, workers, replace, allow_version_change, data_dir)
+        restored = restore.restore_folder(folder, label, dsn, workers, replace, allow_version_change, data_dir)
     if data_dir is not None:
-        typer.echo(f"{source} extracted into {data_dir} in {report.seconds:.1f} s; start its server, then finish with "
-                   f"`ingest snapshot restore {source}` against it")
+        typer.echo(report.extracted_text(source, data_dir, restored))
         return
-    for change in report.version_changes:
+    for change in restored.version_changes:
         print(f"warning: {change}: answers may differ in the last digits ("
               f"{manifest.VERSION_KEYS[change.split()[0]]})", file=sys.stderr)
-    if as_json:
-        typer.echo(json.dumps(report.as_json()))
-    else:
-        typer.echo(f"{source} restored into {report.target} in {report.seconds:.1f} s (manifest sha256 "
-                   f"{report.manifest_sha256}); {len(report.checks) - len(report.failed_checks)} of "
-                   f"{len(report.checks)} checks passed")
-        for failed in report.failed_checks:
-            typer.echo(f"FAILED {failed.name:22} {failed.detail}")
-    raise typer.Exit(1 if report.failed_checks else 0)
+    _show(as_json, restored.as_json(), report.restored_text(source, restored))
+    raise typer.Exit(1 if restored.failed_checks else 0)
 
 
 @app.command("export")
@@ -719,22 +602,11 @@ def export_command(
         if check_only:
             checked = verify.check_export(folder, dsn)
         else:
-            report = run.export(folder, dsn, parts, vector_formats, workers=workers)
+            exported = run.export(folder, dsn, parts, vector_formats, workers=workers)
     if check_only:
-        if as_json:
-            typer.echo(json.dumps(checked.as_json()))
-        else:
-            for difference in checked.differences:
-                typer.echo(f"DIFFERS {difference}")
-            verdict = "equals" if not checked.differences else f"differs from ({len(checked.differences)} differences)"
-            typer.echo(f"{folder}: {checked.files} files; {verdict} the database {checked.database}")
+        _show(as_json, checked.as_json(), report.export_check_text(folder, checked))
         raise typer.Exit(1 if checked.differences else 0)
-    if as_json:
-        typer.echo(json.dumps(report.as_json()))
-    else:
-        typer.echo(f"{folder}: {report.files} files ({_size(report.bytes)}); {len(report.written)} written, "
-                   f"{len(report.kept)} already there, in {report.seconds:.1f} s; manifest sha256 "
-                   f"{report.manifest_sha256}")
+    _show(as_json, exported.as_json(), report.export_text(folder, exported))
 
 
 def _subset(given: str, allowed: tuple[str, ...], option: str) -> tuple[str, ...]:
@@ -744,26 +616,12 @@ def _subset(given: str, allowed: tuple[str, ...], option: str) -> tuple[str, ...
     return chosen
 
 
-def _print_osm_report(report: OsmLoadReport, listed: int = 20) -> None:
-    from ingest.osm.load import describe_skip
-
-    for layer in report.layers.values():
-        typer.echo(f"{layer.table}: loaded {len(layer.loaded)} of {layer.files} files ({layer.rows_written:,} rows "
-                   f"from {layer.features_read:,} features); {len(layer.unchanged)} already loaded; "
-                   f"{len(layer.failed)} failed; skipped features: {layer.skipped_count:,}"
-                   + (f"; indexed and analyzed in {layer.ready_seconds:.1f} s" if layer.ready_seconds is not None
-                      else ""))
-        for error in layer.failed.values():  # the message names the file
-            typer.echo(f"  failed: {error}")
-    skipped = [entry for layer in report.layers.values() for entry in layer.skipped]
-    total = sum(layer.skipped_count for layer in report.layers.values())
-    if total:
-        typer.echo(f"skipped features ({total:,}; loader 1 could not have stored them):")
-        for entry in skipped[:listed]:
-            typer.echo(f"  {describe_skip(entry)}")
-        if total > listed:
-            typer.echo(f"  ... and {total - listed:,} more (see --json)")
-    typer.echo(f"done in {report.seconds:.1f} s")
+def _show(as_json: bool, data: Any, text: str) -> None:
+    """A command's result on stdout: `data` as JSON with --json, else the report's text (if it has any)."""
+    if as_json:
+        typer.echo(json.dumps(data))
+    elif text:
+        typer.echo(text)
 
 
 def _check_compression(compression: str) -> None:

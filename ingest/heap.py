@@ -3,13 +3,10 @@
 A loader's main process receives its parsers' batches (about 1 MB each) as new bytes objects and frees each
 once written. After the first such block is freed, glibc's dynamic mmap threshold rises past that size and
 later blocks come from the heap, where small long-lived allocations settle into the freed holes: the holes
-can no longer hold a batch, the heap grows instead, and the process's resident memory grows with the input
-(untrimmed, `ingest osm`'s main process on the full-build rehearsal's layers: 161 MB at 2.5 GB, 293 MB at 5 GB).
+can no longer hold a batch, the heap grows instead, and the process's resident memory grows with the input.
 `malloc_trim(0)` after each file hands the free pages of every arena back (glibc 2.8 and later), which keeps
-it level: on those layers the main process peaks at 68 and 69 MB, the parsers at 57-64 MB (`ingest osm
---replace` alone, RSS sampled from /proc every 0.2 s). A fixed mmap threshold keeps it level as well, but its
-mmap, munmap and page faults for every batch make the 1 GB load of bench/osm_geojson.py 6-8 % slower;
-trimming costs nothing measurable.
+it level (docs/PERFORMANCE.md, "Where the time goes"). A fixed mmap threshold keeps it level as well, but its
+mmap, munmap and page faults for every batch make a load slower; trimming costs nothing measurable.
 """
 
 from __future__ import annotations

@@ -143,7 +143,7 @@ def stop_processes(processes: list[multiprocessing.process.BaseProcess]) -> None
 
 def _widen_pipe(queue: multiprocessing.Queue) -> None:
     """Items are about a megabyte (osm/batches.py); through the default 64 kB pipe each costs the two processes a
-    dozen switches, and `ingest osm` on GeoJSON takes 15-25 % longer than through a 1 MB pipe."""
+    dozen switches, which slow `ingest osm` on GeoJSON noticeably."""
     try:
         import fcntl
 

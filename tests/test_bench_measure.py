@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from bench.measure import Disk, folder_bytes, power_law, run_measured
+from bench.measure import Disk, folder_bytes, medians, power_law, run_measured
 
 
 def test_power_law_carries_the_measured_growth_to_the_full_size():
@@ -39,3 +39,13 @@ def test_folder_bytes_counts_a_hard_linked_file_once(tmp_path):
     (tmp_path / "part").write_bytes(b"x" * 8192)
     os.link(tmp_path / "part", tmp_path / "link")
     assert folder_bytes(tmp_path) == os.lstat(tmp_path / "part").st_blocks * 512
+
+
+def test_rounds_of_a_comparison_sum_up_to_medians_ranges_and_ratios():
+    rounds = [{"anchor": {"tool": "a", "wall_s": wall * 2, "rows": 7}, "ours": {"tool": "o", "wall_s": wall,
+                                                                               "rows": 5, "phases_s": None}}
+              for wall in (1.0, 3.0, 2.0)]
+    assert medians(rounds, "anchor", "ours") == {
+        "anchor": {"wall_s": 4.0, "rows": 7, "wall_min_s": 2.0, "wall_max_s": 6.0},
+        "ours": {"wall_s": 2.0, "rows": 5, "wall_min_s": 1.0, "wall_max_s": 3.0},
+        "ratio_of_median_walls": 2.0, "ratios_per_round": [2.0, 2.0, 2.0]}

@@ -141,7 +141,7 @@ def test_the_build_context_holds_only_what_the_dockerfiles_copy(tmp_path: Path) 
               for source in line.split()[1:-1]}
     assert copied and all(any(path == source or path.startswith(source + "/") for path in context)
                           for source in copied)
-    for name in (".venv/bin/python", "data/dem/tiles/a.tif", "ingest/osm/_osmread.so", "ingest/__pycache__/a.pyc",
+    for name in (".venv/bin/python", "data/dem/tiles/a.tif", "ingest/osm/pbf/_osmread.so", "ingest/__pycache__/a.pyc",
                  "ingest/load.py", "tests/test_a.py", "README.md"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("")

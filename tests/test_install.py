@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FAILING_GXX = """#!/bin/sh
-echo "ingest/osm/_osmread.cpp:1:10: fatal error: osmium/area/assembler.hpp: No such file or directory" >&2
+echo "ingest/osm/pbf/_osmread.cpp:1:10: fatal error: osmium/area/assembler.hpp: No such file or directory" >&2
 exit 1
 """
 
@@ -35,5 +35,5 @@ def test_without_libosmium_headers_the_wheel_builds_without_the_native_reader(tm
     [wheel] = (tmp_path / "wheel").glob("*.whl")
     assert wheel.name.endswith("-py3-none-any.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "reproduce/cli.py" in names and "ingest/osm/pbf_native.py" in names
+    assert "reproduce/cli.py" in names and "ingest/osm/pbf/native.py" in names
     assert not [name for name in names if "_osmread" in name and name.endswith(".so")]

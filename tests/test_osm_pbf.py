@@ -19,10 +19,11 @@ from conftest import DATA
 from load_helpers import BIN, end_sessions, paused, wait_for
 from loader1 import table_rows
 
-from ingest.osm import pbf_native, pbf_plans
 from ingest.osm.load import load_pbf
-from ingest.osm.pbf_export import export
-from ingest.osm.pbf_sources import PbfReport
+from ingest.osm.pbf import native as pbf_native
+from ingest.osm.pbf import plans as pbf_plans
+from ingest.osm.pbf.export import export
+from ingest.osm.pbf.sources import PbfReport
 from ingest.osm.rules import KIND_LAYERS
 from testkit.tools import missing
 
@@ -156,9 +157,9 @@ def test_a_pbf_loads_the_same_rows_as_its_exported_layers(new_database, tmp_path
 
 def test_the_native_reader_is_built_where_its_build_tools_are() -> None:
     """CI and the loader image install g++ and libosmium's headers (system-packages.txt), so the install built
-    ingest/osm/_osmread; elsewhere (no compiler) a direct load reads with pyosmium, and this says so."""
+    ingest/osm/pbf/_osmread; elsewhere (no compiler) a direct load reads with pyosmium, and this says so."""
     if pbf_native.native_reader() is None:
-        missing("native PBF reader", "installed without g++ or libosmium's headers (ingest/osm/_osmread was not "
+        missing("native PBF reader", "installed without g++ or libosmium's headers (ingest/osm/pbf/_osmread was not "
                 "built); loads read with pyosmium")
     assert pbf_native.reader_note() is None
 
@@ -169,9 +170,10 @@ def test_the_native_reader_is_built_where_its_build_tools_are() -> None:
 READER_BATCHES = """
 import hashlib, json, sys, tempfile
 from pathlib import Path
-from ingest.osm import pbf_native, pbf_plans
-from ingest.osm.pbf_pyosmium import copy_rows, run_reader
-from ingest.osm.pbf_sources import FOLDERS, layer_sources
+from ingest.osm.pbf import native as pbf_native
+from ingest.osm.pbf import plans as pbf_plans
+from ingest.osm.pbf.pyosmium import copy_rows, run_reader
+from ingest.osm.pbf.sources import FOLDERS, layer_sources
 
 def batches(paths, work, native):
     sent = {}

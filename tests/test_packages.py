@@ -2,6 +2,7 @@
 `ingest`, the stage runner sits above the loaders and the load machinery below them."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from testkit.imports import loaded_by
 ROOT = Path(__file__).resolve().parent.parent
 # The two layers of `ingest` that are not loaders; every other module of `ingest` (the packages ingest/dem/ and
 # ingest/osm/) is a loader, which may import gsqa_core, the machinery and its own package, never the runner.
-RUNNER = {"cli", "build", "fetch", "initdb", "check", "demo", "snapshot.manifest", "snapshot.create",
+RUNNER = {"cli", "report", "build", "fetch", "initdb", "check", "demo", "snapshot.manifest", "snapshot.create",
           "snapshot.card", "snapshot.restore", "snapshot.hub", "snapshot.physical", "export.vector", "export.dem",
           "export.geojson", "export.flatgeobuf", "export.manifest", "export.run", "export.verify"}
 MACHINERY = {"load_state", "ordered_pool", "diskspace", "indexes"}
@@ -23,6 +24,19 @@ def test_reproduce_imports_no_loader_module():
     assert "cli" in reproduce_modules and "verify" in reproduce_modules
     loaded = loaded_by([f"reproduce.{name}" for name in reproduce_modules], ("ingest",))
     assert loaded == [], f"reproduce imports loader modules: {' '.join(loaded)}"
+
+
+def test_reproduce_serve_imports_neither_loaders_nor_sqlalchemy():
+    """reproduce/serve/ is held to reproduce's rules: no loader module of `ingest`, no SQLAlchemy (a command)."""
+    serve_modules = sorted(path.stem for path in (ROOT / "reproduce" / "serve").glob("*.py") if path.stem != "__init__")
+    script = ("import importlib, sys\n"
+              f"for name in {serve_modules!r}:\n"
+              "    importlib.import_module('reproduce.serve.' + name)\n"
+              "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('ingest', 'sqlalchemy', "
+              "'geoalchemy2'))))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert "tools" in serve_modules and "protocol" in serve_modules
+    assert done.stdout.strip() == "", f"reproduce.serve imports: {done.stdout.strip()}"
 
 
 def test_the_command_line_tools_do_not_import_sqlalchemy():
@@ -79,7 +93,7 @@ def test_the_machinery_imports_neither_the_loaders_nor_the_runner():
 
 
 def test_no_module_imports_another_modules_private_name():
-    """`from M import _name` only where `_name` is a module of package M (the native reader, ingest.osm._osmread);
+    """`from M import _name` only where `_name` is a module of package M (the native reader, ingest.osm.pbf._osmread);
     a name kept private by its module is not another module's to use."""
     wrong = []
     for package in ("gsqa_core", "ingest", "reproduce"):
@@ -100,3 +114,14 @@ def test_only_the_command_line_imports_serve():
     importers = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "reproduce").rglob("*.py")
                        if any(name.split(".")[:2] == ["reproduce", "serve"] for name in imported(path)))
     assert [path for path in importers if not path.startswith("reproduce/serve/")] == ["reproduce/cli.py"]
+
+
+def test_the_pbf_path_is_the_subpackage_design_names():
+    """docs/DESIGN.md's PBF rows name every module of ingest/osm/pbf/ (the native reader's source too), and the PBF
+    path has no module left beside it in ingest/osm/."""
+    rows = [line for line in (ROOT / "docs" / "DESIGN.md").read_text().splitlines() if line.startswith("| PBF")]
+    named = {Path(name).name for row in rows for name in re.findall(r"`([\w/.]+\.(?:py|cpp))`", row)}
+    package = ROOT / "ingest" / "osm" / "pbf"
+    assert rows and all("`ingest/osm/pbf/" in row for row in rows)
+    assert named == {path.name for path in package.iterdir() if path.suffix in (".py", ".cpp")} - {"__init__.py"}
+    assert sorted(path.name for path in (ROOT / "ingest" / "osm").glob("*") if "pbf" in path.name) == ["pbf"]

@@ -2,8 +2,8 @@
 
 AddRasterConstraints reads most values from the first row (srid, scale, alignment, bands, pixel types,
 NODATA, out-db), the tile sizes from a GROUP BY over the whole table, and the extent from ST_Extent over
-the whole table, then adds each constraint with its own validating scan (about 13 % of raster2pgsql's
-time, and every check detoasts whole tiles). We know all of those values from the tile grids we load, so
+the whole table, then adds each constraint with its own validating scan (a good part of raster2pgsql's
+time: every check detoasts whole tiles). We know all of those values from the tile grids we load, so
 we run AddRasterConstraints on tiny proxy tables that have the same first row, the same ranking of tile
 sizes and the same extreme tiles, and copy the definitions PostGIS wrote onto the real table. The copies
 are added while the table is empty, or before new rows arrive, so PostgreSQL checks every loaded tile in
@@ -11,9 +11,9 @@ memory as it is inserted instead of re-reading 16 GB afterwards. The max-extent 
 exactly as PostGIS adds it, and is added at the end (reconcile with extent=True).
 
 The checks at insert are not free: PostGIS's ST_BandMetaData, behind the pixel-type, NODATA and out-db
-constraints, detoasts the whole tile three times per tile, 7-8 % of both cores' CPU samples over a load of 24
-rough files (lz4 decompression 5-6 %; perf, load.py). They cannot leave the insert without a validating scan
-afterwards, which would detoast every tile three times again in one backend, or a direct write to the catalog.
+constraints, detoasts the whole tile three times per tile (docs/PERFORMANCE.md, "Where the time goes"). They
+cannot leave the insert without a validating scan afterwards, which would detoast every tile three times again
+in one backend, or a direct write to the catalog.
 """
 
 from __future__ import annotations

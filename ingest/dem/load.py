@@ -10,39 +10,25 @@ constraints (constraints.py), index and VACUUM ANALYZE. What differs is how it g
   compressed values over as they are: a single writer keeps the heap in rid order, and the stagers keep
   both cores busy;
 - `rast` is stored with lz4 TOAST compression (or pglz, as raster2pgsql, with --compression pglz): TOAST
-  compression decides the server time, and lz4 costs a fraction of pglz's CPU for a table 7-45 % larger by
-  terrain (24 files: rough 476 against 445 MB, gentle 311 against 215 MB); 24 rugged files load in 4.10 s
-  with lz4, 8.47 s with pglz (`bench/dem.py --files 24 --terrain rugged [--compression pglz]`); pixels and
-  query results are the same;
+  compression decides the server time, and lz4 costs a fraction of pglz's CPU for a larger table; pixels and
+  query results are the same (docs/PERFORMANCE.md has both);
 - the raster constraints and the GiST index exist before the tiles arrive, so PostgreSQL checks each
   tile in memory while it is inserted instead of re-reading the whole table afterwards;
 - each file is one transaction that also writes its gsqa.load_log row, so a rerun skips the files
   whose size and checksum match and reloads the rest.
 
-Where the time goes (`bench/dem.py --files 24 --terrain rough`, 2 cores, the server's default settings):
-- the load is CPU-bound on both cores. Per file the writer's backend spends 0.12 s of CPU, a stager's backend
-  0.15 s, a stager's client 0.05 s, the main process 0.02 s: about 0.3 s of CPU per 0.15 s of wall (raster2pgsql
-  takes 0.66 s per file). So the speed-up over raster2pgsql is at most 2 x its wall / our CPU (client and
-  server): about 4.3x on rugged and rough terrain at 24 files, 4.4x at 100. raster2pgsql's time is mostly pglz
-  compression, whose speed differs more between VMs than ours, so on those terrains the ratio depends on the CPU.
-  A competing CPU-bound process slows both tools alike, by about 15 % (`--busy`), so the ratio holds;
-- of both cores' samples (`perf record -a -F 499 --call-graph dwarf,16384 -- .venv/bin/ingest dem ...`), the
-  writer's backend takes 27-30 % (the raster constraints 7-8 %, fetching the stage 3.5-5 %, ANALYZE about 2 %,
-  the rest writing the table's TOAST, index and WAL), the stagers' backends 34-36 % (lz4 compression 14-17 %),
-  the client processes 17-21 %, the checkpointer and WAL writer 3-4 %, idle 10-14 % (the start and the
-  finish); across all backends PostgreSQL 15 extending a relation one zero-filled 8 kB page at a time takes
-  6-11 %, all pwrite 11-20 %, WAL inserts 3-5 %. The writer's append is the critical path;
-- the start, 0.55-0.65 s until the first file's transaction (a statement log of the server): the interpreter
-  and imports take the first 0.25 s (`python -X importtime -c "import ingest.cli, ingest.dem.load"`:
-  ingest.cli 124 ms, of which psycopg 44, tqdm's logging bridge 28 and typer 21; ingest.dem.load 87 ms, mostly
-  rasterio and numpy); then each stager's backend loads PostGIS's raster library and GDAL (64-78 ms) while the
-  main connection takes the lock, makes the table, its index and the constraints (until 0.45 s); the writer
-  begins a file only once it is staged whole (the first file's COPY 206 ms, done at 0.55 s). From the end of
-  the imports both cores are busy, so staging the first file sooner would only delay the next ones;
+Where the time goes (docs/PERFORMANCE.md, "Where the time goes", has the profile's figures):
+- the load is CPU-bound on both cores, so the speed-up over raster2pgsql is at most 2 x its wall / our CPU
+  (client and server). raster2pgsql's time is mostly pglz compression, whose speed differs more between VMs
+  than ours, so the ratio depends on the CPU; a competing CPU-bound process slows both tools alike;
+- the writer's append is the critical path, while the stagers' backends build and compress the rasters;
+- the start (interpreter and imports, then each stager's backend loading PostGIS's raster library while the
+  main connection makes the table, its index and the constraints; the writer begins a file only once it is
+  staged whole): from the end of the imports both cores are busy, so staging the first file sooner would only
+  delay the next ones;
 - the finish (max-extent constraint, heap-order check, the stages' drop, VACUUM ANALYZE, which raster2pgsql's
-  -M pays too), with the last file's append: 0.4-0.5 s at 24 files, 1.0-1.35 s at 100. The TOAST table's
-  VACUUM (0.15-0.19 s) runs on a second connection beside the table's VACUUM ANALYZE (0.22-0.26 s):
-  0.28-0.29 s together against 0.39-0.40 s one after the other (_vacuum_analyze).
+  -M pays too): the TOAST table's VACUUM runs on a second connection beside the table's VACUUM ANALYZE
+  (_vacuum_analyze), so the two overlap.
 """
 
 from __future__ import annotations

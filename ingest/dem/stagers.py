@@ -11,11 +11,10 @@ A worker runs at most two of its files ahead of the writer, one staged and waiti
 one item), one being staged, so staged tiles never pile up on disk however far the writer lags: staging takes
 at most a few files' worth of extra disk at a time. The job's result is a Staged record.
 
-There is one worker per core (load.py's default): the writer's append is the critical path, and two, three or
-four stagers give the same wall within the noise (`bench/dem.py --files 24`). The stage's own page writes and
-reads (its extension, eviction and fetch, about 7-10 % of both cores' CPU samples over a load of 24 rough
-files) are the price of compressing on both cores: one backend building and compressing everything takes 1.8
-times the writer's CPU (load.py, _APPEND).
+There is one worker per core (load.py's default): the writer's append is the critical path, and more stagers
+do not shorten it (`bench/dem.py --files 24`). The stage's own page writes and reads (its extension, eviction
+and fetch) are the price of compressing on both cores: one backend building and compressing everything would
+spend far more CPU than the writer does (load.py, _APPEND).
 """
 
 from __future__ import annotations
@@ -97,8 +96,8 @@ $route$;
 
 
 def _warm_up(dsn: str) -> None:
-    """Connect while the writer reads the headers and sets up the table: a new backend spends about 0.1 s
-    loading PostGIS's raster library (and GDAL) at its first raster function. A failure here is left to the
+    """Connect while the writer reads the headers and sets up the table: a new backend spends a noticeable
+    time loading PostGIS's raster library (and GDAL) at its first raster function. A failure here is left to the
     first job, which reports it."""
     with contextlib.suppress(psycopg.Error, DatabaseUnreachable):
         _connect(dsn).execute("SELECT postgis_raster_lib_version()")

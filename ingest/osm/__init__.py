@@ -6,7 +6,6 @@ from OpenStreetMap PBF extracts, row for row as loader 1 built them.
   which layer) and loader 1's (which feature becomes which rows);
 - features.py: one feature -> its binary COPY rows; batches.py: what both readers hand the loader;
 - geojson.py: reading GeoJSON layer files in parallel pieces;
-- the PBF path: pbf_checks.py (inputs, before anything starts), pbf_sources.py (sources, report), pbf_plans.py
-  (which reader reads what), pbf_readers.py (the reader processes of a direct load), pbf_native.py and
-  _osmread.cpp (the native reader), pbf_pyosmium.py (the portable reader), pbf_export.py (--export-geojson).
+- pbf/: the PBF path (the inputs' checks, sources, reader plans and processes, the native and the pyosmium
+  readers, --export-geojson).
 """

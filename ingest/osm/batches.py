@@ -1,6 +1,6 @@
 """What both readers (GeoJSON files, PBF extracts) hand the loader: per source, Batch items of binary COPY rows
 of about BATCH_BYTES, each counting its features and the features skipped; SourceError when the whole source
-cannot be loaded. The native PBF reader makes the same batches in C++, with these bounds (pbf_native.py)."""
+cannot be loaded. The native PBF reader makes the same batches in C++, with these bounds (pbf/native.py)."""
 
 from __future__ import annotations
 

@@ -9,9 +9,8 @@ loader 1 made, so shapely decides what loader 1's shapely decided (it closes ope
 fewer than 4 points, builds empty geometries and collections). Invalid polygons (a bow-tie) are kept as
 they are: geography does not validate, and loader 1 did not repair.
 
-Runs in the parser worker processes: no database here. A stored feature costs them about 20 µs of Python
-(its tags, loader 1's rules, the WKB from the coordinate buffer, the binary COPY row), measured on
-bench/osm_geojson.py's layers on the 2-core VM of 2026-12-03.
+Runs in the parser worker processes: no database here. A stored feature's Python (its tags, loader 1's rules,
+the WKB from the coordinate buffer, the binary COPY row) is most of their work.
 """
 
 from __future__ import annotations

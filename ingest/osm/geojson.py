@@ -6,10 +6,8 @@ Two layouts, told apart by the start of a file (`sniff`):
   The file is cut at line starts into byte ranges of about RANGE_BYTES that workers parse at the same
   time, a line at a time with simdjson (no Python object per coordinate; features.py). A malformed
   line is one skipped feature: the next line starts afresh. The range holding the end of the file must
-  find the closing `]` of the array, or the file is truncated. A parser process reads about 130 MB/s of
-  roads lines, 170 MB/s of lakes and 70 MB/s of pois, many small features, most of which a byte-level
-  prefilter (rules.may_yield_rows) rejects before any JSON parse (bench/osm_geojson.py's layers, one core of
-  the 2-core VM of 2026-12-03; faster VMs of that kind read about twice as fast).
+  find the closing `]` of the array, or the file is truncated. Most pois lines, many small features, are
+  rejected by a byte-level prefilter (rules.may_yield_rows) before any JSON parse.
 - stream: anything else that is JSON (pretty-printed, one single line, ...): one worker reads the whole
   file with ijson's C backend, feature by feature, in constant memory. A JSON error here cannot be
   stepped over, so it fails the file.

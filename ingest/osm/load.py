@@ -9,8 +9,8 @@ name order (loader 1 took the file system's order, which nobody can reproduce), 
   connection writes them in file order with binary COPY, so ids and the heap follow file and feature
   order; ids come from the table's sequence, set at the start of each file to the rows already there;
   two such writer lanes load different layers at the same time (_run_lanes);
-- PBF: two reader processes (pbf_readers.py) turn the extracts into sources, one per extract, kind of object
-  and layer (pbf_sources.py), each a stream of the same batches a GeoJSON file gives; one writer lane per
+- PBF: two reader processes (pbf/readers.py) turn the extracts into sources, one per extract, kind of object
+  and layer (pbf/sources.py), each a stream of the same batches a GeoJSON file gives; one writer lane per
   layer loads its sources in name order, exactly as files (below, "file" is a file or a source);
 - each file is one transaction together with its gsqa.load_log row (load_state.py): kill the load
   anywhere and a rerun resumes after the last committed file; a changed file is reloaded with every file
@@ -23,8 +23,8 @@ name order (loader 1 took the file system's order, which nobody can reproduce), 
   other lanes go on loading, unless --no-index or a file of the layer failed; a table rewritten from its
   first row drops its index in that transaction first, so that its rows are not indexed one by one.
 
-The interpreter, imports and plan take the first 0.22-0.24 s of a load on one core (statement logs of
-`ingest osm` on bench/osm_geojson.py's 285 MB: the first COPY); from then on both cores are busy to the end.
+The interpreter, imports and plan run on one core until the first COPY; from then on both cores are busy to
+the end.
 """
 
 from __future__ import annotations
@@ -66,11 +66,11 @@ from ingest.ordered_pool import JobStream, OrderedPool
 from ingest.osm.batches import SourceError
 from ingest.osm.features import COPY_HEADER, COPY_TRAILER
 from ingest.osm.geojson import Job, jobs_for, layer_files, parse_job
-from ingest.osm.pbf_checks import check_inputs
-from ingest.osm.pbf_native import reader_note
-from ingest.osm.pbf_plans import reader_plans
-from ingest.osm.pbf_readers import Readers, ReadProgress
-from ingest.osm.pbf_sources import PbfReport, layer_sources
+from ingest.osm.pbf.checks import check_inputs
+from ingest.osm.pbf.native import reader_note
+from ingest.osm.pbf.plans import reader_plans
+from ingest.osm.pbf.readers import Readers, ReadProgress
+from ingest.osm.pbf.sources import PbfReport, layer_sources
 from ingest.osm.rules import LAYER_BY_FOLDER, LAYERS, RULES_VERSION, Layer
 
 log = logging.getLogger(__name__)
@@ -240,7 +240,7 @@ def load_osm(source: Path, dsn: str | None = None, *, layers: list[str] | None =
 def load_pbf(paths: list[Path], dsn: str | None = None, *, layers: list[str] | None = None, replace: bool = False,
              compression: str = "lz4", progress: bool = True, bbox: tuple[float, float, float, float] | None = None,
              work: Path | None = None, index: bool = True) -> tuple[OsmLoadReport, PbfReport]:
-    """Load OpenStreetMap extracts straight into the tables: the reader processes (pbf_readers.py) stream binary COPY
+    """Load OpenStreetMap extracts straight into the tables: the reader processes (pbf/readers.py) stream binary COPY
     rows, one writer connection per layer takes each source (extract x reader) in name order, one
     transaction each with its load_log row, as for GeoJSON files. A rerun skips sources logged with the
     same extract (size, checksum), box and rules; nodes are read again only if a nodes source is missing."""
@@ -297,7 +297,7 @@ class _GeoJsonFeed:
 
 
 class _PbfFeed:
-    """A lane's sources of OpenStreetMap extracts: each the stream of one reader process (pbf_readers.py)."""
+    """A lane's sources of OpenStreetMap extracts: each the stream of one reader process (pbf/readers.py)."""
 
     def __init__(self, readers: Readers) -> None:
         self.readers = readers

@@ -4,8 +4,8 @@ values (loader 1's rules, both paths).
 
 "Loader 1" is the set of `*_processor.py` scripts that built the database the stored answers come from
 (docs/REFERENCE-DB.md, Load rules). The GeoJSON reader (`geojson.py`) and the pyosmium PBF reader
-(`pbf_pyosmium.py`) hand every feature to `rows_of`; the native PBF reader (`_osmread.cpp`) applies the same
-rules in C++, given as data by `pbf_native.py` from the declarations here:
+(`pbf/pyosmium.py`) hand every feature to `rows_of`; the native PBF reader (`pbf/_osmread.cpp`) applies the same
+rules in C++, given as data by `pbf/native.py` from the declarations here:
 
 - each table column is looked up in the feature's tags: the name column from `name`, a column `addr_x`
   from the tag `addr:x` (every underscore becomes a colon), any other column from the tag of its own name;

@@ -2,7 +2,7 @@
 declaration of rules.py (OSMX_RULES) classifies them, then loader 1's rows.
 
 The portable reader: --export-geojson reads with it always, a direct load where the native reader
-(pbf_native.py) is not built or is switched off; both give the same features, and a direct load the same rows,
+(native.py) is not built or is switched off; both give the same features, and a direct load the same rows,
 byte for byte. Every feature is what osmx wrote: the OSM id (no type marker), all tags, a geometry; it becomes
 rows through loader 1's rules (rows_of), exactly as a published GeoJSON feature does.
 
@@ -30,8 +30,8 @@ from osmium.filter import EntityFilter, IdFilter, KeyFilter
 
 from ingest.osm.batches import Batcher
 from ingest.osm.features import envelope_overlaps, row_packer
-from ingest.osm.pbf_plans import ReadPlan
-from ingest.osm.pbf_sources import KINDS, PbfReport, source_name, unreadable
+from ingest.osm.pbf.plans import ReadPlan
+from ingest.osm.pbf.sources import KINDS, PbfReport, source_name, unreadable
 from ingest.osm.rules import (
     AREA_KEYS,
     AREA_RELATION_TYPES,

@@ -15,10 +15,10 @@ from typing import Any, TextIO
 from tqdm import tqdm
 
 from gsqa_core.errors import GsqaError
-from ingest.osm.pbf_checks import check_inputs, extent
-from ingest.osm.pbf_plans import ReadPlan, reader_plans
-from ingest.osm.pbf_pyosmium import Feature, run_reader
-from ingest.osm.pbf_sources import FOLDERS, PbfReport, layer_sources, source_name
+from ingest.osm.pbf.checks import check_inputs, extent
+from ingest.osm.pbf.plans import ReadPlan, reader_plans
+from ingest.osm.pbf.pyosmium import Feature, run_reader
+from ingest.osm.pbf.sources import FOLDERS, PbfReport, layer_sources, source_name
 
 
 def export(paths: list[Path], folder: Path, bbox: tuple[float, float, float, float] | None = None,

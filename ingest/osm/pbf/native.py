@@ -1,13 +1,11 @@
 """The native PBF reader (`_osmread.cpp`, libosmium, built at install where a compiler and libosmium's headers
 are): a direct load's reader. It gives the same sources, rows and report as the pyosmium reader
-(pbf_pyosmium.py), byte for byte: both follow the declarations of rules.py, which it receives here as data
+(pyosmium.py), byte for byte: both follow the declarations of rules.py, which it receives here as data
 (the osmx classification, loader 1's rules per layer, the batch bounds).
 
-It takes a third to a ninth of the pyosmium reader's CPU (`bench/osm_pbf.py`, with and without
-GSQA_NATIVE_READER=0): reader CPU 1.7-1.9 s against 12.5-16 s on the dense city, 4.6-4.8 s against 13.5 s
-on the town, where reading the file decides. pyosmium's calls per object (an object wrapper, a Python call
-per tag as a NamedTuple, the WKB as hex) are most of its CPU (py-spy: osmium's own C++ 21 %, tags 12 %,
-packing the row 9 %, WKB 8 %); the native reader classifies and packs the rows in C++."""
+It exists for speed (docs/PERFORMANCE.md, the pyosmium rows against the native ones): pyosmium's calls per
+object (an object wrapper, a Python call per tag as a NamedTuple, the WKB as hex) are most of that reader's
+CPU; the native reader classifies and packs the rows in C++."""
 
 from __future__ import annotations
 
@@ -19,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ingest.osm.batches import BATCH_BYTES, MAX_REPORTED_PER_JOB, Batch
-from ingest.osm.pbf_plans import ReadPlan
-from ingest.osm.pbf_sources import KINDS, LISTED_BROKEN, PbfReport, source_name, unreadable
+from ingest.osm.pbf.plans import ReadPlan
+from ingest.osm.pbf.sources import KINDS, LISTED_BROKEN, PbfReport, source_name, unreadable
 from ingest.osm.rules import (
     AREA_RELATION_TYPES,
     AREA_RULES,
@@ -39,12 +37,12 @@ NATIVE_READER_PACKAGES = "g++ python3-dev libosmium2-dev libprotozero-dev zlib1g
 
 @functools.cache
 def native_reader() -> Any:
-    """The native reader's module (ingest/osm/_osmread, built at install where a compiler and libosmium's headers
+    """The native reader's module (ingest/osm/pbf/_osmread, built at install where a compiler and libosmium's headers
     are), or None when it is not built or switched off ($GSQA_NATIVE_READER=0)."""
     if os.environ.get(NATIVE_READER_ENV) == "0":
         return None
     try:
-        from ingest.osm import _osmread
+        from ingest.osm.pbf import _osmread
     except ImportError:
         return None
     return _osmread
@@ -64,7 +62,7 @@ def reader_note() -> str | None:
 
 def read_natively(plan: ReadPlan, send: Callable[[str, str, tuple], None]) -> PbfReport:
     """A direct load: every extract of the plan read by the native reader, which gives the same sources, rows
-    and report as the pyosmium reader (pbf_pyosmium.run_reader with copy_rows). Each source's batches go to
+    and report as the pyosmium reader (pyosmium.run_reader with copy_rows). Each source's batches go to
     `send`, then its end; an extract that cannot be read to its end fails its open sources, and the reader goes
     on with the next one."""
     native = native_reader()

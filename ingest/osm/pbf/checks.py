@@ -11,7 +11,7 @@ from typing import Any
 import osmium
 
 from gsqa_core.errors import GsqaError
-from ingest.osm.pbf_sources import source_name
+from ingest.osm.pbf.sources import source_name
 
 PBF_MAGIC = b"OSMHeader"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingest.osm.pbf_sources import source_name
+from ingest.osm.pbf.sources import source_name
 from ingest.osm.rules import KIND_LAYERS
 
 # Input bytes above which node locations go to one file, not RAM. Below it two readers keep an index each:

@@ -3,8 +3,7 @@ any connection, each reading its ReadPlan with the native reader (or, where it i
 and handing each source's batches to the loader's writers through a bounded queue per kind and layer.
 
 Their memory is mostly node locations: each reader that needs them keeps its own index in memory, 16 bytes per
-node, up to 1 GiB of input (pbf_plans.py), then one sparse file on disk. On bench/osm_pbf.py's inputs (up to
-11.3 M objects) the largest process stays at 50-315 MB RSS."""
+node, up to 1 GiB of input (plans.py), then one sparse file on disk."""
 
 from __future__ import annotations
 
@@ -21,10 +20,10 @@ from tqdm import tqdm
 
 from ingest.ordered_pool import JobStream, die_with_parent, stop_processes
 from ingest.osm.batches import SourceError
-from ingest.osm.pbf_native import native_reader, read_natively
-from ingest.osm.pbf_plans import READERS, READERS_ON_DISK, ReadPlan, file_reads
-from ingest.osm.pbf_pyosmium import copy_rows, run_reader
-from ingest.osm.pbf_sources import KINDS, PbfReport, kind_of
+from ingest.osm.pbf.native import native_reader, read_natively
+from ingest.osm.pbf.plans import READERS, READERS_ON_DISK, ReadPlan, file_reads
+from ingest.osm.pbf.pyosmium import copy_rows, run_reader
+from ingest.osm.pbf.sources import KINDS, PbfReport, kind_of
 from ingest.osm.rules import KIND_LAYERS
 
 READY_BATCHES_PER_SOURCE = 8  # batches of about 1 MB a reader may hold ready for each (kind, layer) queue

@@ -1,7 +1,7 @@
-// The native PBF reader of a direct load (ingest/osm/pbf_native.py; --export-geojson reads with pyosmium):
-// libosmium reads one extract for one reader process and hands over binary COPY rows, in a third to a ninth of
-// the pyosmium reader's CPU (ingest/osm/pbf_native.py has the figures). It gives the same batches, counts, skip lists and report as the
-// pyosmium reader (ingest/osm/pbf_pyosmium.py), byte for byte (tests/test_osm_pbf.py compares them):
+// The native PBF reader of a direct load (ingest/osm/pbf/native.py; --export-geojson reads with pyosmium):
+// libosmium reads one extract for one reader process and hands over binary COPY rows, in a fraction of the
+// pyosmium reader's CPU (docs/PERFORMANCE.md has the figures). It gives the same batches, counts, skip lists and
+// report as the pyosmium reader (ingest/osm/pbf/pyosmium.py), byte for byte (tests/test_osm_pbf.py compares them):
 // - the rules come from Python as data, declared once in ingest/osm/rules.py: the osmx classification (which
 //   node, way or area gives a feature of which layer, with which shape: Classification) and loader 1's rules
 //   per layer (tag -> column, the name column, osm_id, the pois category passes and staging rows, the
@@ -47,13 +47,13 @@ namespace py = pybind11;
 
 namespace {
 
-// Loader 1's column limit and the batch and report bounds, from Python (pbf_native.native_limits), so that each
+// Loader 1's column limit and the batch and report bounds, from Python (native.native_limits), so that each
 // is declared once and both readers give the same batches and reports.
 struct Limits {
     std::size_t varchar = 0;  // characters a tag value may have (rules.VARCHAR_LIMIT)
     std::size_t batch_bytes = 0;  // a batch is sent once it holds this much (batches.BATCH_BYTES)
     std::size_t reported = 0;  // skipped features listed per batch (batches.MAX_REPORTED_PER_JOB)
-    std::size_t listed_broken = 0;  // objects that could not be built, listed (pbf_sources.LISTED_BROKEN)
+    std::size_t listed_broken = 0;  // objects that could not be built, listed (sources.LISTED_BROKEN)
 };
 
 Limits limits_from(const py::dict& spec) {
@@ -117,7 +117,7 @@ struct OsmxRule {
     }
 };
 
-// The osmx classification (rules.OSMX_RULES), from Python (pbf_native.native_classification).
+// The osmx classification (rules.OSMX_RULES), from Python (native.native_classification).
 struct Classification {
     std::vector<OsmxRule> nodes, ways, areas;  // in the order of the declaration
     std::vector<std::string> area_relation_types;  // rules.AREA_RELATION_TYPES
@@ -189,7 +189,7 @@ struct Sink {
     bool ended = false;
 };
 
-// OSM objects already taken from an earlier extract of the same reader (pbf_pyosmium._Seen): neighbouring
+// OSM objects already taken from an earlier extract of the same reader (pyosmium._Seen): neighbouring
 // Geofabrik extracts share the objects that cross their border.
 struct Seen {
     osmium::index::IdSetDense<osmium::unsigned_object_id_type> nodes, ways, relations;
@@ -212,7 +212,7 @@ public:
     }
 
     // The ways of the wanted layers get their node locations; the others (buildings: most ways of an
-    // extract) are dropped before the lookups, as the KeyFilter of pbf_pyosmium._objects does.
+    // extract) are dropped before the lookups, as the KeyFilter of pyosmium._objects does.
     void way(osmium::Way& way) {
         end_sources(m_node_sinks);
         if (m_sinks.empty() || std::none_of(m_way_keys.begin(), m_way_keys.end(),
@@ -221,7 +221,7 @@ public:
         }
         if (m_locations) m_locations->way(way);
         const auto& tags = way.tags();
-        std::vector<std::pair<const char*, bool>> wanted;  // layer, ring (as pbf_pyosmium.way_features)
+        std::vector<std::pair<const char*, bool>> wanted;  // layer, ring (as pyosmium.way_features)
         std::optional<bool> closed;
         for (const OsmxRule* rule : matching(m_rules.ways, tags)) {
             if (rule->ring_when_closed && !closed) closed = is_closed(way);
@@ -271,7 +271,7 @@ public:
         }
     }
 
-    // The area manager's first pass: relations with area keys (pbf_pyosmium._Members and the area manager).
+    // The area manager's first pass: relations with area keys (pyosmium._Members and the area manager).
     void relation(const osmium::Relation& relation) {
         if (!m_manager) return;
         const auto& tags = relation.tags();
@@ -318,7 +318,7 @@ public:
         }
     }
 
-    // The sources of a kind end as soon as the file moves on to the next kind (as pbf_pyosmium.copy_rows
+    // The sources of a kind end as soon as the file moves on to the next kind (as pyosmium.copy_rows
     // ends them): a writer waiting for a source's end must not wait for the rest of the file, while this
     // reader blocks on a full queue of another layer.
     void end_sources(std::map<std::string, Sink>& sinks) {
@@ -572,7 +572,7 @@ py::dict read_extract(const std::string& path, const std::string& index_name, co
 }  // namespace
 
 PYBIND11_MODULE(_osmread, module) {
-    module.doc() = "The native PBF reader of a direct load (ingest/osm/pbf_native.py): loader 1's rows as "
+    module.doc() = "The native PBF reader of a direct load (ingest/osm/pbf/native.py): loader 1's rows as "
                    "binary COPY batches, straight from libosmium";
     py::class_<Seen>(module, "Seen").def(py::init<>());
     module.def("read_extract", &read_extract);
