@@ -17,7 +17,7 @@ import pytest
 from docker_helpers import ROOT, base_image
 
 pytestmark = pytest.mark.docker
-SELECTION = "tests/test_readme.py tests/test_cli.py"
+SELECTION = "-m 'not docker' tests/test_readme.py tests/test_cli.py"  # no Docker engine in there
 EXTRA_CA_DIR = Path("/usr/local/share/ca-certificates")
 # The container's first steps: what a new machine starts with, then the README's commands, as root.
 SCRIPT = f"""set -eu
