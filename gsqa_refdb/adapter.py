@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import queue
 import shutil
@@ -24,17 +25,18 @@ from typing import Any
 
 from gsqa_core.errors import GsqaError
 from gsqa_core.sandbox import MODEL
-from reproduce import describe, results, session
+from reproduce import configs, dataset, describe, results, session
 from reproduce.dataset import Record
 from reproduce.judging.judge import Judgement, judge
-from reproduce.predictions.layouts import Prediction, address_only, answer_rows, sql_blocks
+from reproduce.predictions.inspect_log import NO_ANSWER, submission
+from reproduce.predictions.layouts import Prediction, address_only, answer_rows, sql_statements
 from reproduce.results import Result
 from reproduce.runner import MAX_ROWS, SandboxConnection
 from reproduce.serve.tools import ServeRequest, expected_answer, open_tools
 from reproduce.stats import wilson
 
-__all__ = ["SERVE_SESSIONS", "Judge", "Record", "Verdict", "agent_prompts", "expected_answer", "questions",
-           "schema_prompt", "selection", "serve_process", "wilson"]
+__all__ = ["NO_ANSWER", "SERVE_SESSIONS", "Judge", "Record", "Verdict", "agent_prompts", "expected_answer",
+           "gold_sql", "questions", "schema_prompt", "selection", "serve_process", "submission", "wilson"]
 
 RUN = "inspect"  # the run's name in the judge's results
 
@@ -75,6 +77,17 @@ def agent_prompts(request: ServeRequest) -> dict[str, str]:
     tools, the budget, the question and the answer it expects); the database preflighted for gsqa_model."""
     with open_tools(request) as tools:
         return {question: tools.instructions(question) for question in tools.question_ids()}
+
+
+def gold_sql(question_id: str, data: str | None) -> str:
+    """A question's gold SQL, from --data (else the Hugging Face dataset), its template's records read once."""
+    return _gold_of_template(configs.question_id(question_id).template.id, data)[str(question_id)]
+
+
+@functools.lru_cache(maxsize=64)
+def _gold_of_template(template_id: str, data: str | None) -> dict[str, str]:
+    found = dataset.load(Path(data) if data else None, [configs.template(template_id)])
+    return {record.id: record.sql for record in found.records}
 
 
 # What a `reproduce serve` of one question may hold of gsqa_model's sessions: the one its calls share and, while
@@ -135,7 +148,7 @@ class Judge:
         """The verdicts on a model's text: its ```sql blocks (else the whole text) run in turn as gsqa_model, the
         first that runs judged; read as `reproduce score` reads {"id", "sql": text}."""
         record = self.records[question_id]
-        statements = (sql_blocks(text) or (text,)) if text.strip() else ()
+        statements = sql_statements(text)
         if not statements:
             return _verdict(results.unjudged(RUN, record, "sql_error", "no SQL in the prediction"))
         job = results.SqlJob(RUN, record, Prediction(record.id, "inspect", statements))

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
-from inspect_ai.model import ChatMessageAssistant, ChatMessageTool
 from inspect_ai.scorer import (
     CORRECT,
     INCORRECT,
@@ -32,12 +31,10 @@ from inspect_ai.scorer import (
     value_to_float,
 )
 from inspect_ai.solver import TaskState
-from inspect_ai.tool import ToolCall
 from inspect_ai.util import concurrency
 
 from gsqa_refdb import adapter
 
-SUBMIT = "submit_answer"  # the tool of `reproduce serve` whose answer is judged
 # The name under which every task of a process bounds the gsqa_model sessions it holds (Inspect's concurrency).
 MODEL_SESSIONS = "gsqa_model sessions"
 _as_float = value_to_float()
@@ -78,7 +75,7 @@ def sql_judge(judge: adapter.Judge, connections: int) -> Scorer:
 def answer_judge(judge: adapter.Judge) -> Scorer:
     """The answer the agent submitted with `submit_answer` (the last one the tool recorded), judged."""
     def judged(question_id: str, answer: Any) -> adapter.Verdict:
-        return judge.answer(question_id, answer, "" if answer is not None else f"no answer recorded by {SUBMIT}")
+        return judge.answer(question_id, answer, "" if answer is not None else adapter.NO_ANSWER)
     return _scorer(lambda state: submitted_answer(state.messages), judged, None)
 
 
@@ -98,20 +95,12 @@ def _scorer(prediction: Callable[[TaskState], Any], verdict: Callable[[str, Any]
     return score
 
 
-def submission(messages: list[Any]) -> ToolCall | None:
-    """The last `submit_answer` call the tool recorded (its result is no error), None if there is none."""
-    recorded = {message.tool_call_id for message in messages
-                if isinstance(message, ChatMessageTool) and message.function == SUBMIT and message.error is None}
-    calls = [call for message in messages if isinstance(message, ChatMessageAssistant)
-             for call in message.tool_calls or [] if call.function == SUBMIT and call.id in recorded]
-    return calls[-1] if calls else None
-
-
 def has_submitted(messages: list[Any]) -> bool:
-    return submission(messages) is not None
+    return adapter.submission(messages) is not None
 
 
 def submitted_answer(messages: list[Any]) -> Any:
-    """The answer of the last recorded `submit_answer` call; None if none was recorded."""
-    call = submission(messages)
+    """The answer of the last recorded `submit_answer` call (as `reproduce score` reads it from the log);
+    None if none was recorded."""
+    call = adapter.submission(messages)
     return call.arguments.get("answer") if call else None

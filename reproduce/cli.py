@@ -298,7 +298,8 @@ def rebase(
 def score(
     predictions: Annotated[list[Path], typer.Argument(metavar="PRED...", help="One run of one model and method: a "
                                                       "file or a folder of predictions (JSON Lines, or the GS-QA2 "
-                                                      "runs' files).", show_default=False)] = [],  # noqa: B006
+                                                      "runs' files); an Inspect log: a run per epoch.",
+                                                      show_default=False)] = [],  # noqa: B006
     names: Annotated[list[str], typer.Option("--name", metavar="NAME", help="A name for each PRED, in order "
                                              "(default: its file or folder name).")] = [],  # noqa: B006
     gold: Annotated[bool, typer.Option("--gold", help="Also score the dataset's own SQL as a run named gold "
@@ -321,7 +322,9 @@ def score(
     optionally with "model", "method", "seconds", "tokens". Also read, detected from their content: the GS-QA2
     raster text-to-SQL runner's per-question files and the GS-QA vector runs' sql_generate.json and
     *_json_parse.json (docs/BENCHMARK-FORMAT.md, Predictions); ids in any of the three schemes (2100,
-    aspect+poi-0, raster_only:aspect+poi:0) mean the same question.
+    aspect+poi-0, raster_only:aspect+poi:0) mean the same question. An Inspect log of `inspect eval
+    gsqa_refdb/...` (.eval or .json, or a folder of them; the `inspect` extra) gives a run per log and epoch,
+    with the model's tokens and cost per question (docs/INSPECT.md).
 
     SQL runs exactly as `verify` runs gold SQL, but as the model role gsqa_model (--gold's as gsqa_reader;
     --reader-dsn is gsqa_model's login): one statement in its own read-only

@@ -1,12 +1,12 @@
 """`reproduce score` as a library call: a model's predictions judged against the stored answers.
 
-Each run (one model and method: a file or a folder of predictions, reproduce/predictions/) is paired with
-the benchmark questions by id. SQL predictions run exactly as `verify` runs gold SQL (the same Runner: one
-statement, server-side timeout, capped rows), but as the model role gsqa_model, which cannot see the query
-text of gold runs (--gold's run goes as gsqa_reader); all models' SQL on one queue; answer
-predictions are judged directly, so a run of answers needs no database. Every question of every run gets
-one result (results.Result), with the paper's verdict (the headline) and the strict one beside it; a
-question a run did not predict counts as wrong, as in the paper.
+Each run (one model and method: a file or a folder of predictions, or one epoch of an Inspect log,
+reproduce/predictions/) is paired with the benchmark questions by id. SQL predictions run exactly as `verify`
+runs gold SQL (the same Runner: one statement, server-side timeout, capped rows), but as the model role
+gsqa_model, which cannot see the query text of gold runs (--gold's run goes as gsqa_reader); all models' SQL
+on one queue; answer predictions are judged directly, so a run of answers needs no database. Every question
+of every run gets one result (results.Result), with the paper's verdict (the headline) and the strict one
+beside it; a question a run did not predict counts as wrong, as in the paper.
 Each question is judged by the pipeline `verify` runs (results.py): the same SQL gives the same record.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,7 +24,7 @@ from gsqa_core.errors import GsqaError
 from gsqa_core.sandbox import MODEL, READER, Role
 from reproduce import results, schedule, session
 from reproduce.dataset import Record, Skip
-from reproduce.predictions.layouts import Prediction, PredictionRun, Problem, read_run
+from reproduce.predictions.layouts import Prediction, PredictionRun, Problem, read_runs
 from reproduce.results import GOLD_RUN, Result, SqlJob
 from reproduce.resume import ResumeFile
 
@@ -68,8 +69,10 @@ def score(request: ScoreRequest) -> Scores:
     by_id = {record.id: record for record in records}
     answered: dict[tuple[str, str], Result] = {}
     runs = [gold_run(records)] if request.gold else []
-    runs += [read_run(path, name, set(by_id), _judging_answers(name, by_id, answered))
-             for path, name in zip(request.predictions, run_names(request), strict=True)]
+    for path, name in zip(request.predictions, run_names(request), strict=True):
+        runs += read_runs(path, name, set(by_id), lambda run: _judging_answers(run, by_id, answered))
+    if twice := [name for name, count in Counter(run.name for run in runs).items() if count > 1]:
+        raise GsqaError(f"two runs named {twice[0]!r}: give each PRED a --name of its own")
     if not any(run.predictions or any(p.id for p in run.problems) for run in runs):
         first = "; ".join(str(problem) for run in runs for problem in run.problems[:3])
         raise GsqaError(f"nothing to score: no readable prediction of the {len(records)} selected questions"
@@ -82,7 +85,7 @@ def score(request: ScoreRequest) -> Scores:
     provenance = {**session.provenance(request, data, "reproduce score", prepared),
                   "runs": [{"name": run.name, "source": run.source, "model": run.model, "method": run.method,
                             "predictions": len(run.predictions), "problems": len(run.problems),
-                            "outside": run.outside} for run in runs]}
+                            "outside": run.outside, **_usage(run)} for run in runs]}
     resume = session.open_resume(request, _resume_header(provenance, runs), entry=Result.from_dict,
                                  format=RESUME_FORMAT, command="reproduce score", key=lambda result: result.key)
     done = dict(resume.done) if resume else {}
@@ -97,6 +100,12 @@ def score(request: ScoreRequest) -> Scores:
     provenance["seconds"] = round(time.perf_counter() - started, 3)
     ordered = [by_key[(run.name, record.id)] for run in runs for record in records]
     return Scores(provenance, runs, ordered, {record.id: record for record in records}, data.skipped)
+
+
+def _usage(run: PredictionRun) -> dict[str, Any]:
+    """The model's tokens (input, output, total) and cost in dollars over the run's selected questions, where
+    its predictions give them (null where they do not): an Inspect log's from the provider, per sample."""
+    return {"tokens": run.tokens or None, "cost": round(run.cost, 9) if run.cost is not None else None}
 
 
 def run_names(request: ScoreRequest) -> list[str]:
@@ -127,7 +136,7 @@ def gold_run(records: list[Record]) -> PredictionRun:
 
 def _judging_answers(run: str, records: dict[str, Record], answered: dict[tuple[str, str], Result]
                      ) -> Callable[[Prediction], Prediction]:
-    """What read_run keeps of a prediction: an answer is judged as it is read and only its verdict is kept
+    """What read_runs keeps of a prediction: an answer is judged as it is read and only its verdict is kept
     (in `answered`), so that a run's memory does not grow with its answers (docs/PERFORMANCE.md, `reproduce
     score`); SQL is kept to be run."""
     def keep(prediction: Prediction) -> Prediction:

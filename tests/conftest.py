@@ -202,6 +202,28 @@ def demo(demo_db: tuple[str, Path]) -> tuple[str, Path]:
 
 
 @pytest.fixture(scope="module")
+def gold(demo: tuple[str, Path]) -> dict:
+    """The demo's R1 records by question id (the Inspect tests script the model with their gold SQL)."""
+    from reproduce import configs, dataset
+
+    return {record.id: record for record in dataset.load(demo[1], [configs.template("R1")]).records}
+
+
+@pytest.fixture
+def inspect_offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No token count (so no download: Inspect's mock model counts with tiktoken's o200k_base, which tiktoken
+    downloads on first use); Inspect's traces and buffers in the test's folder, not in ~/.local."""
+    import tiktoken
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    def refused(name: str) -> None:
+        raise AssertionError(f"tiktoken.get_encoding({name!r}): a token count would download its encoding")
+    monkeypatch.setattr(tiktoken, "get_encoding", refused)
+
+
+@pytest.fixture(scope="module")
 def demo_dsn(demo_db: tuple[str, Path]) -> str:
     """The module's demo database's DSN."""
     return demo_db[0]

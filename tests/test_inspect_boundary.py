@@ -1,4 +1,5 @@
-"""Inspect stays optional: neither `ingest` nor `reproduce` imports it, and inside gsqa_refdb/ only the adapter
+"""Inspect stays optional: neither `ingest` nor `reproduce` imports it (`reproduce score` reads an Inspect log
+with inspect_ai imported then: tests/test_inspect_logs.py), and inside gsqa_refdb/ only the adapter
 imports `reproduce` (so that a change of reproduce's types changes the adapter alone). That Inspect finds
 the tasks by their registered names, tests/test_inspect_tasks.py shows."""
 
@@ -17,7 +18,8 @@ def modules(package: str) -> list[str]:
 
 def test_no_module_of_ingest_or_reproduce_imports_inspect() -> None:
     names = modules("reproduce") + ["ingest.cli", "gsqa_core.cli"]
-    assert "reproduce.serve.protocol" in names and "reproduce.score" in names
+    # score reads Inspect's logs (predictions.inspect_log), importing inspect_ai only when it is given one
+    assert {"reproduce.serve.protocol", "reproduce.score", "reproduce.predictions.inspect_log"} <= set(names)
     assert loaded_by(names, ("inspect_ai", "gsqa_refdb")) == []
 
 
@@ -36,7 +38,7 @@ def test_only_the_adapter_imports_reproduce_and_nothing_private() -> None:
     into_reproduce = {name for name, found in files.items() if any(m.split(".")[0] == "reproduce" for m in found)}
     private = [m for found in files.values() for m in found
                if m.split(".")[0] in ("reproduce", "gsqa_core") and m.rsplit(".", 1)[-1].startswith("_")]
-    assert {"adapter", "tasks", "scorer", "logs", "_registry"} <= set(files)
+    assert {"adapter", "tasks", "scorer", "_registry"} <= set(files)
     assert into_reproduce == {"adapter"}
     assert private == []
 

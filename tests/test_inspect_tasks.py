@@ -1,102 +1,37 @@
 """The Inspect tasks (gsqa_refdb/) end to end on the demo database, offline: Inspect's mock model scripted to give
 the gold SQL (or the gold tool calls) for some questions and wrong ones for others, each task found by its
-registered name, and the scores, metrics and the log read back as predictions exactly what the script meant;
-`reproduce score` on those predictions gives the same verdicts.
+registered name, and the scores and metrics exactly what the script meant; `reproduce score` on the log gives
+the same verdicts (the log as runs: tests/test_inspect_logs.py).
 
 Offline: every scripted output carries its token usage, so the mock model never counts tokens itself (Inspect
 0.3.285 counts with tiktoken's o200k_base, which tiktoken downloads on first use); tiktoken's loader is made to
-fail here to hold that no count, and so no download, is tried."""
+fail (conftest's inspect_offline) to hold that no count, and so no download, is tried."""
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 
-import inspect_ai
 import pytest
-import tiktoken
-from inspect_ai.model import ChatMessageTool, ModelOutput, ModelUsage, get_model
+from inspect_ai.model import ChatMessageTool, ModelOutput
+from inspect_helpers import (
+    QUESTIONS,
+    R1,
+    WRONG,
+    metrics,
+    run,
+    score_logs,
+    scripted,
+    verdicts,
+    verdicts_by_run,
+)
 
 from gsqa_core.errors import GsqaError
-from gsqa_refdb import adapter, logs
-from reproduce import configs, dataset, stats
-from testkit.cli import reproduce
+from gsqa_refdb import adapter
+from reproduce import stats
 
-R1 = "raster_only/elevation+poi"
-QUESTIONS = [f"{R1}/{n}" for n in range(5)]
-WRONG = "SELECT 1.5 AS elevation"
-
-
-@pytest.fixture(autouse=True)
-def offline_and_in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No token count (so no download); Inspect's traces and buffers in the test's folder, not in ~/.local."""
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-
-    def refused(name: str) -> None:
-        raise AssertionError(f"tiktoken.get_encoding({name!r}): a token count would download its encoding")
-    monkeypatch.setattr(tiktoken, "get_encoding", refused)
-
-
-@pytest.fixture(scope="module")
-def gold(demo: tuple[str, Path]) -> dict:
-    return {record.id: record for record in dataset.load(demo[1], [configs.template("R1")]).records}
-
-
-def task_args(demo: tuple[str, Path]) -> dict:
-    return {"config": "raster_only", "template": "R1", "id": QUESTIONS, "data": str(demo[1]), "dsn": demo[0]}
-
-
-def usage(n: int) -> ModelUsage:
-    return ModelUsage(input_tokens=100 + n, output_tokens=10 + n, total_tokens=110 + 2 * n, total_cost=0.125 * (n + 1))
-
-
-def question_of(messages: list) -> str:
-    return re.search(r"Question (\S+):", next(m.text for m in messages if m.role == "user")).group(1)
-
-
-def scripted(answer: Callable[[str, list], ModelOutput]) -> Callable:
-    """The mock model's outputs: `answer(question id, messages so far)`, with usage set (no token count)."""
-    def output(messages: list, tools: list, tool_choice: object, config: object) -> ModelOutput:
-        question = question_of(messages)
-        said = answer(question, messages)
-        said.usage = usage(int(question.rsplit("/", 1)[1]))
-        return said
-    return output
-
-
-def run(task: str, demo: tuple[str, Path], outputs: Callable, log_dir: Path, **options) -> inspect_ai.log.EvalLog:
-    args = {**task_args(demo), **options.pop("task_args", {})}
-    [log] = inspect_ai.eval(task, model=get_model("mockllm/model", custom_outputs=outputs), task_args=args,
-                            log_dir=str(log_dir), display="none", **options)
-    assert log.status == "success", log.error
-    return log
-
-
-def verdicts(log: inspect_ai.log.EvalLog, scorer: str, epoch: int = 1) -> dict[str, tuple]:
-    return {sample.id: (sample.scores[scorer].value, sample.scores[scorer].metadata["strict"],
-                        sample.scores[scorer].metadata["outcome"]) for sample in log.samples if sample.epoch == epoch}
-
-
-def metrics(log: inspect_ai.log.EvalLog) -> dict[str, float]:
-    [scored] = log.results.scores
-    return {name: found.value for name, found in scored.metrics.items()}
-
-
-def scored_by_reproduce(demo: tuple[str, Path], log: inspect_ai.log.EvalLog, folder: Path) -> dict[str, tuple]:
-    """`reproduce score` on the log's predictions (gsqa_refdb.logs): each question's paper and strict verdicts."""
-    lines = [line for found in logs.read(Path(log.location)) if (line := found.as_line()) is not None
-             and found.epoch == 1]
-    path = folder / "predictions.jsonl"
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    args = [arg for question in QUESTIONS for arg in ("--id", question)]
-    done = reproduce("score", path, "--config", "raster_only", *args, "--data", demo[1], "--dsn", demo[0], "--json-out",
-                     folder / "scores.json")
-    assert done.returncode in (0, 1), done.stderr
-    return {result["id"]: ("C" if result["paper"] == "pass" else "I", "C" if result["strict"] == "pass" else "I",
-                           result["outcome"]) for result in json.loads((folder / "scores.json").read_text())["results"]}
+pytestmark = pytest.mark.usefixtures("inspect_offline")
 
 
 def test_the_selection_is_the_questions_in_dataset_order_and_its_connections_are_bounded(demo) -> None:
@@ -136,13 +71,9 @@ def test_text2sql_scores_the_gold_sql_correct_and_the_rest_incorrect(demo, gold,
     assert wrong["detail"]["sql"] == [WRONG]
     assert scores[QUESTIONS[4]].explanation.startswith("sql_error: refused: `DROP` changes the database")
 
-    read = sorted(logs.read(Path(log.location)), key=lambda found: (found.epoch, found.id))
-    assert [(found.id, found.epoch, found.kind, found.prediction) for found in read] == [
-        (question, epoch, "sql", replies[question]) for epoch in (1, 2) for question in QUESTIONS]
-    assert [(found.tokens, found.cost) for found in read if found.epoch == 1] == [
-        ({"input": 100 + n, "output": 10 + n, "total": 110 + 2 * n}, 0.125 * (n + 1)) for n in range(5)]
-    assert {(found.model, found.method) for found in read} == {("mockllm/model", "gsqa_refdb/text2sql")}
-    assert scored_by_reproduce(demo, log, tmp_path) == expected
+    _, _, scored = score_logs(demo, tmp_path, log.location)
+    stem = Path(log.location).stem
+    assert verdicts_by_run(scored) == {f"{stem} epoch 1": expected, f"{stem} epoch 2": expected}
 
 
 def agent_reply(gold: dict, wrong: bool = True) -> Callable[[str, list], ModelOutput]:
@@ -183,12 +114,13 @@ def test_sql_agent_scores_the_submitted_gold_answers_correct_and_the_rest_incorr
         "Error executing tool submit_answer: refused: the answer is null (expected rows, a value or a list of values) "
         "[budget left: 19 calls, 600 s]"]
 
-    read = {found.id: found for found in logs.read(Path(log.location))}
-    assert read[QUESTIONS[0]].prediction == gold[QUESTIONS[0]].answers
-    assert read[QUESTIONS[1]].prediction == [{"elevation": -999}]
-    assert (read[QUESTIONS[3]].prediction, read[QUESTIONS[3]].unanswered) == (None, "no answer recorded by "
-                                                                                    "submit_answer")
-    assert scored_by_reproduce(demo, log, tmp_path) == verdicts(log, "answer_judge")
+    _, _, scored = score_logs(demo, tmp_path, log.location)
+    assert verdicts_by_run(scored) == {Path(log.location).stem: verdicts(log, "answer_judge")}
+    results = {result["id"]: result for result in scored["results"]}
+    assert results[QUESTIONS[0]]["detail"]["answer"] == gold[QUESTIONS[0]].answers
+    assert results[QUESTIONS[1]]["detail"]["answer"] == [{"elevation": -999}]
+    assert [results[question]["paper_reason"] for question in QUESTIONS[3:]] == [
+        "no answer recorded by submit_answer"] * 2
 
 
 def test_twenty_agents_at_once_share_the_model_role_s_eight_connections(demo, gold, tmp_path: Path) -> None:

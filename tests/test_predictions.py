@@ -77,6 +77,22 @@ def test_json_lines_sql_and_answers(tmp_path: Path) -> None:
                                                           "names no benchmark question; not scored"]
 
 
+def test_a_run_s_tokens_and_cost_are_its_selected_lines_summed(tmp_path: Path) -> None:
+    """By kind where a line gives them by kind, a bare number as the total; a line outside the selection, or
+    without usage, adds nothing."""
+    path = write_lines(tmp_path / "run.jsonl",
+                       {"id": f"{R1}/0", "sql": "SELECT 1", "tokens": {"input": 100, "output": 20}, "cost": 0.25},
+                       {"id": f"{R1}/1", "answer": 1, "tokens": 50, "cost": 0.5},
+                       {"id": f"{R1}/2", "answer": 2, "tokens": {"input": 7, "total": "many"}},
+                       {"id": f"{R1}/3", "answer": 3, "tokens": True, "cost": "free"},
+                       {"id": f"{R1}/4", "answer": 4, "tokens": 1000, "cost": 9.0})
+    run = read_run(path, "run", SELECTED - {f"{R1}/4"})
+    assert (run.tokens, run.cost) == ({"input": 107, "output": 20, "total": 50}, 0.75)
+    assert run.predictions[f"{R1}/0"].meta == {"tokens": {"input": 100, "output": 20}, "cost": 0.25}
+    plain = read_run(write_lines(tmp_path / "none.jsonl", {"id": f"{R1}/0", "answer": 1}), "n", SELECTED)
+    assert (plain.tokens, plain.cost) == ({}, None)
+
+
 def test_every_bad_line_is_one_problem_naming_file_and_line(tmp_path: Path) -> None:
     path = write_lines(tmp_path / "bad.jsonl",
                        b"{not json", b'{"id": "raster_only/elevation+poi/0", "sql": "SELECT \xff"}',

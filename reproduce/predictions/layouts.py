@@ -9,7 +9,9 @@ Predictions):
   `*_json_parse.json` (the parser model's text with ```json answers);
 - an agent's trajectory from `reproduce serve --trajectory` (its format: trajectory.py beside): each submitted
   answer is an answer prediction, an episode without one has none (the reason says how it stopped), and
-  each question's calls are kept for the reports.
+  each question's calls are kept for the reports;
+- an Inspect log of a gsqa_refdb task (its reading: inspect_log.py beside), or a folder of them: each epoch of
+  each log is a run of its own (`read_runs`), the model's tokens and cost per question kept with each prediction.
 Every id scheme maps to the canonical `<group>/<template>/<n>` (`configs.question_id`). A line or file that cannot
 be read is a Problem (where and why), never an exception: the rest of the run is still scored.
 """
@@ -27,7 +29,7 @@ from typing import Any
 from gsqa_core.errors import GsqaError
 from reproduce import configs
 from reproduce.judging.tolerances import LOCATION, components_of
-from reproduce.predictions import trajectory
+from reproduce.predictions import inspect_log, trajectory
 
 _SQL_BLOCK = re.compile(r"```[ \t]*sql\b(.*?)```", re.S | re.I)
 _JSON_BLOCK = re.compile(r"```[ \t]*json\b(.*?)```", re.S | re.I)
@@ -84,6 +86,10 @@ class PredictionRun:
     unanswered: dict[str, str] = field(default_factory=dict)  # why a question the run saw has no prediction
     warnings: list[Problem] = field(default_factory=list)  # read past, without changing the exit code
     skipped: list[Problem] = field(default_factory=list)  # files of a run folder that hold no predictions
+    # The model's usage over the selected questions, where the predictions give it: tokens by kind (input,
+    # output, total) and the cost in dollars.
+    tokens: dict[str, int] = field(default_factory=dict)
+    cost: float | None = None
     # What is kept of each prediction (score judges an answer as it is read and keeps only the verdict, so
     # that the memory of a run does not grow with its answers).
     keep: Callable[[Prediction], Prediction] = field(default=lambda prediction: prediction, repr=False)
@@ -114,9 +120,48 @@ class PredictionRun:
     def warn(self, where: str, why: str) -> None:
         self.warnings.append(Problem(where, why))
 
+    def count_usage(self, meta: dict[str, Any]) -> None:
+        """A selected question's tokens (by kind, or a bare number: the total) and cost added to the run's."""
+        tokens = meta.get("tokens")
+        by_kind = {"total": tokens} if _number(tokens) else tokens if isinstance(tokens, dict) else {}
+        for kind, count in by_kind.items():
+            if _number(count):
+                self.tokens[kind] = self.tokens.get(kind, 0) + count
+        if _number(cost := meta.get("cost")):
+            self.cost = (self.cost or 0) + cost
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _file_of(where: str) -> str:
     """The file of a prediction's place: `file:line`, `file[entry]` or the file itself."""
     return re.sub(r"(:\d+|\[\d+\])$", "", where)
+
+
+def read_runs(path: Path, name: str, selected: set[str] | frozenset[str],
+              keeping: Callable[[str], Callable[[Prediction], Prediction]] | None = None) -> list[PredictionRun]:
+    """The runs of one PRED: an Inspect log, or a folder of them, gives a run per log and epoch; anything else
+    is one run (read_run). `keeping(run name)` says what each run keeps of a prediction."""
+    logs = _inspect_logs(path)
+    if not logs:
+        return [read_run(path, name, selected, keeping(name) if keeping else None)]
+    runs: list[PredictionRun] = []
+    unread = []
+    for file in logs:
+        label = name if file == path else f"{name}/{file.relative_to(path).with_suffix('')}"
+        try:
+            runs += _read_log(file, label, selected, keeping)
+        except inspect_log.Unreadable as error:
+            unread.append(Problem(str(file), str(error)))
+    if not runs:  # every log unreadable: a run that says so
+        runs = [PredictionRun(name, str(path), selected=frozenset(selected))]
+    runs[0].problems += unread
+    if path.is_dir():
+        runs[0].skipped += [Problem(str(file), "not an Inspect log (a folder of logs is read as logs)")
+                            for file in _visible_files(path) if file not in logs]
+    return runs
 
 
 def read_run(path: Path, name: str, selected: set[str] | frozenset[str],
@@ -157,14 +202,18 @@ def _prediction_files(path: Path, run: PredictionRun) -> list[Path]:
     if path.is_file():
         return [path]
     found = []
-    for member in sorted(path.rglob("*")):
-        if not member.is_file() or any(part.startswith(".") for part in member.relative_to(path).parts):
-            continue
+    for member in _visible_files(path):
         if member.suffix in (".jsonl", ".json") and member.name not in RUNNER_FILES_SKIPPED:
             found.append(member)
         else:
             run.skipped.append(Problem(str(member), "not predictions (the run's folder holds it beside them)"))
     return found
+
+
+def _visible_files(folder: Path) -> list[Path]:
+    """The files of a folder and its subfolders, but hidden ones."""
+    return [member for member in sorted(folder.rglob("*"))
+            if member.is_file() and not any(part.startswith(".") for part in member.relative_to(folder).parts)]
 
 
 def _read_file(run: PredictionRun, file: Path, content: bytes, beside_others: bool = False) -> bool:
@@ -235,13 +284,13 @@ def _read_line(run: PredictionRun, where: str, line: Any) -> None:
     if has_sql and has_answer:
         run.refuse(where, f"{question} has both 'sql' and 'answer' (expected one)", question)
         return
-    meta = {key: line[key] for key in ("model", "method", "seconds", "tokens") if key in line}
+    meta = {key: line[key] for key in ("model", "method", "seconds", "tokens", "cost") if key in line}
     run.model = run.model or str(meta.get("model", ""))
     run.method = run.method or str(meta.get("method", ""))
+    if question in run.selected:
+        run.count_usage(meta)
     if has_sql:
-        sql = line["sql"]
-        statements = (sql_blocks(sql) or (sql,)) if isinstance(sql, str) and sql.strip() else ()
-        run.add(Prediction(question, where, statements, meta=meta))
+        run.add(Prediction(question, where, sql_statements(line["sql"]), meta=meta))
     else:
         _add_answer(run, Prediction(question, where, meta=meta), line["answer"])
 
@@ -300,6 +349,11 @@ def address_only(template_id: str, rows: list[dict[str, Any]]) -> str:
     if rows and all("geometry" not in row for row in rows) and any("address" in row for row in rows):
         return "a location given only as an address: not geocoded over the network (docs/BENCHMARK-FORMAT.md)"
     return ""
+
+
+def sql_statements(sql: Any) -> tuple[str, ...]:
+    """The SQL candidates of a prediction's `sql`: its ```sql blocks, else the whole text; none if it is blank."""
+    return (sql_blocks(sql) or (sql,)) if isinstance(sql, str) and sql.strip() else ()
 
 
 def sql_blocks(text: str) -> tuple[str, ...]:
@@ -404,3 +458,61 @@ def _read_trajectory(run: PredictionRun, file: Path, content: bytes) -> None:
         else:
             why = f" ({episode.why})" if episode.why else ""
             run.unanswered[question] = f"the agent submitted no answer: its episode stopped: {episode.stop}{why}"
+
+
+# --- an Inspect log (inspect_log.py): a run per epoch ---------------------------------------------------------
+
+
+def _inspect_logs(path: Path) -> list[Path]:
+    """The Inspect logs a PRED gives: itself, or a folder's (none: the PRED is read as predictions)."""
+    if path.is_file():
+        return [path] if inspect_log.is_log(path) else []
+    return [file for file in _visible_files(path) if inspect_log.is_log(file)] if path.is_dir() else []
+
+
+def _read_log(file: Path, label: str, selected: set[str] | frozenset[str],
+              keeping: Callable[[str], Callable[[Prediction], Prediction]] | None) -> list[PredictionRun]:
+    """A run per epoch of the log, named `label` (one epoch) or `label epoch N`; inspect_log.Unreadable if the
+    file is no log of ours. Where its samples stop being readable, the first run says so."""
+    header, samples = inspect_log.read(file)
+    digest = _file_digest(file)
+    runs: dict[int, PredictionRun] = {}
+
+    def run_of(epoch: int) -> PredictionRun:
+        if epoch not in runs:
+            name = label if header.epochs == 1 else f"{label} epoch {epoch}"
+            runs[epoch] = PredictionRun(name, str(file), header.model, header.task, selected=frozenset(selected),
+                                        digests={str(file): digest}, **({"keep": keeping(name)} if keeping else {}))
+        return runs[epoch]
+
+    for epoch in range(1, header.epochs + 1):
+        run_of(epoch)
+    try:
+        for sample in samples:
+            where = str(file) if header.epochs == 1 else f"{file} epoch {sample.epoch}"
+            _add_logged(run_of(sample.epoch), where, sample, header.kind)
+    except inspect_log.Unreadable as error:
+        runs[1].refuse(str(file), str(error))
+    return [runs[epoch] for epoch in sorted(runs)]
+
+
+def _file_digest(file: Path) -> str:
+    with file.open("rb") as opened:
+        return hashlib.file_digest(opened, "sha256").hexdigest()
+
+
+def _add_logged(run: PredictionRun, where: str, sample: inspect_log.LoggedSample, kind: str) -> None:
+    """One sample of the run's epoch: its SQL or answer a prediction, its usage counted; none: why, kept."""
+    question = _question_of(run, where, {"id": sample.id}, "a sample whose id is a question id")
+    if question is None:
+        return
+    if question not in run.selected:
+        run.outside += 1
+        return
+    run.count_usage(sample.meta)
+    if sample.prediction is None:
+        run.unanswered[question] = sample.unanswered
+    elif kind == "sql":
+        run.add(Prediction(question, where, sql_statements(sample.prediction), meta=sample.meta))
+    else:
+        _add_answer(run, Prediction(question, where, meta=sample.meta), sample.prediction)
