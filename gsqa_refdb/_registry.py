@@ -2,4 +2,4 @@
 `gsqa` (`--model gsqa/gold`)."""
 
 from gsqa_refdb.gold import GoldModel  # noqa: F401 - imported to register it
-from gsqa_refdb.tasks import sql_agent, text2sql  # noqa: F401 - imported to register them
+from gsqa_refdb.tasks import code_agent, sql_agent, text2sql  # noqa: F401 - imported to register them

@@ -43,9 +43,11 @@ RUN = "inspect"  # the run's name in the judge's results
 
 def selection(config: str, template: list[str], id: list[str], data: str | None, dsn: str | None,
               reader_dsn: str | None, timeout: float, connections: int, max_calls: int = 20,
-              max_seconds: float = 600.0, max_rows: int = 100, sessions_each: int = 1) -> ServeRequest:
+              max_seconds: float = 600.0, max_rows: int = 100, sessions_each: int = 1, tools: str = "sql",
+              export: str | None = None) -> ServeRequest:
     """What `reproduce` selects under these options (--config, --template, --id, --data, --dsn, --reader-dsn,
-    --timeout), the budgets of `reproduce serve` (--max-calls, --max-seconds, --max-rows), and `connections`:
+    --timeout), the budgets and tools of `reproduce serve` (--max-calls, --max-seconds, --max-rows, --tools,
+    --export), and `connections`:
     how many SQL judgements or agents the task runs at once, each holding up to `sessions_each` of gsqa_model's
     sessions (the role's connection limit bounds them all)."""
     most = MODEL.connection_limit // sessions_each
@@ -55,7 +57,8 @@ def selection(config: str, template: list[str], id: list[str], data: str | None,
                         f"{MODEL.connection_limit}, shared by every run on the database")
     return ServeRequest(config=config, data=Path(data) if data else None, dsn=dsn, reader_dsn=reader_dsn,
                         timeout=timeout, templates=list(template), ids=list(id), max_rows=max_rows,
-                        max_calls=max_calls, max_seconds=max_seconds, connections=connections)
+                        max_calls=max_calls, max_seconds=max_seconds, connections=connections, tools=tools,
+                        export=Path(export) if export else None)
 
 
 def questions(request: ServeRequest) -> list[Record]:
@@ -101,7 +104,10 @@ def serve_process(request: ServeRequest, question_id: str) -> tuple[str, list[st
     roles' passwords), an explicit dsn as DATABASE_URL, so that no password goes on a command line."""
     args = ["serve", "--config", request.config, "--id", question_id, "--timeout", f"{request.timeout:g}",
             "--max-calls", str(request.max_calls), "--max-seconds", f"{request.max_seconds:g}",
-            "--max-rows", str(request.max_rows), "--connections", "1", "--method", "inspect react"]
+            "--max-rows", str(request.max_rows), "--connections", "1", "--method", "inspect react",
+            "--tools", request.tools]
+    if request.export:
+        args += ["--export", str(request.export)]
     if request.data:
         args += ["--data", str(request.data)]
     if request.reader_dsn:

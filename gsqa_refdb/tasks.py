@@ -1,5 +1,5 @@
-"""GS-QA2 as Inspect tasks: `inspect eval gsqa_refdb/text2sql` and `gsqa_refdb/sql_agent` (code_agent waits
-for the code agents' run_python tool).
+"""GS-QA2 as Inspect tasks: `inspect eval gsqa_refdb/text2sql`, `gsqa_refdb/sql_agent` and
+`gsqa_refdb/code_agent`.
 
 Both select what `reproduce` selects, under its option names: `-T config=raster_only -T template=R1
 -T data=DIR -T id=QUESTION_ID` (template and id take one value or a list: `-T template=[R1,R2]`), `-T dsn=...`
@@ -14,6 +14,9 @@ samples in dataset order.
   one stdio server per sample serving that question alone with the budgets `-T max_calls=N -T max_seconds=S
   -T max_rows=N`; the sample ends when submit_answer has recorded an answer (or the model calls no tool), and
   the recorded answer is judged. Inspect's message limit follows the call budget (MESSAGES_PER_CALL).
+- code_agent: the same agent with run_python in place of query (`reproduce serve --tools python`): its programs
+  run in the question's own sandbox container over the files of `-T export=DIR` (an `ingest export` folder of
+  this database; `make sandbox-image`).
 
 `-T connections=N` (4): how many SQL judgements (text2sql, at most 8) or agents (sql_agent, at most 4: each
 agent's server holds a session, and while it starts its preflight another) run at once, so that the run stays
@@ -77,6 +80,23 @@ def sql_agent(config: str = "all", template: str | list[str] | None = None, id: 
     request = adapter.selection(config, _listed(template), _listed(id), data, dsn, reader_dsn, timeout, connections,
                                 max_calls=max_calls, max_seconds=max_seconds, max_rows=max_rows,
                                 sessions_each=adapter.SERVE_SESSIONS)
+    return _agent_task(request, config, connections, max_calls)
+
+
+@task
+def code_agent(config: str = "all", template: str | list[str] | None = None, id: str | list[str] | None = None,
+               data: str | None = None, dsn: str | None = None, reader_dsn: str | None = None,
+               timeout: float = 120.0, max_calls: int = 20, max_seconds: float = 600.0, export: str | None = None,
+               connections: int = 4) -> Task:
+    """A code-writing agent: a ReAct loop over question, schema, run_python and submit_answer; its programs run in
+    our sandbox container over the export; its submitted answer is judged."""
+    request = adapter.selection(config, _listed(template), _listed(id), data, dsn, reader_dsn, timeout, connections,
+                                max_calls=max_calls, max_seconds=max_seconds, sessions_each=adapter.SERVE_SESSIONS,
+                                tools="python", export=export)
+    return _agent_task(request, config, connections, max_calls)
+
+
+def _agent_task(request: adapter.ServeRequest, config: str, connections: int, max_calls: int) -> Task:
     records = adapter.questions(request)
     prompts = adapter.agent_prompts(request)
     samples = [Sample(id=record.id, input=prompts[record.id], metadata={"template": record.template_id})

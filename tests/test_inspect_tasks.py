@@ -26,10 +26,12 @@ from inspect_helpers import (
     verdicts,
     verdicts_by_run,
 )
+from test_python_sandbox import image  # noqa: F401 - the fixture: the sandbox image, built where missing
 
 from gsqa_core.errors import GsqaError
 from gsqa_refdb import adapter
 from reproduce import stats
+from testkit import code_agent
 
 pytestmark = pytest.mark.usefixtures("inspect_offline")
 
@@ -131,3 +133,36 @@ def test_twenty_agents_at_once_share_the_model_role_s_eight_connections(demo, go
               max_samples=20, task_args={"id": everything})
     assert verdicts(log, "answer_judge") == {question: ("C", "C", "ran") for question in everything}
     assert metrics(log)["accuracy"] == 1.0
+
+
+def code_agent_reply(records: dict) -> Callable[[str, list], ModelOutput]:
+    """The scripted code agent (testkit/code_agent.py): its program through run_python, then the rows it printed
+    submitted; for question 1 a program that fails, then no tool call."""
+    def answer(question: str, messages: list) -> ModelOutput:
+        results = [message for message in messages if isinstance(message, ChatMessageTool)]
+        if not results:
+            program = "1 / 0" if question == QUESTIONS[1] else code_agent.program(records[question].question)
+            return ModelOutput.for_tool_call("mockllm/model", "run_python", {"question_id": question,
+                                                                              "code": program})
+        ran = json.loads(results[-1].text)
+        if ran["outcome"] != "ok":
+            return ModelOutput.from_content("mockllm/model", "My program failed.")
+        return ModelOutput.for_tool_call("mockllm/model", "submit_answer",
+                                         {"question_id": question, "answer": json.loads(ran["stdout"])})
+    return answer
+
+
+@pytest.mark.docker
+def test_code_agent_runs_its_programs_in_the_sandbox_and_its_answers_are_judged(
+        demo, gold, demo_export: Path, image: str, tmp_path: Path) -> None:  # noqa: F811
+    log = run("gsqa_refdb/code_agent", demo, scripted(code_agent_reply(gold)), tmp_path / "logs",
+              task_args={"export": str(demo_export)})
+    assert verdicts(log, "answer_judge") == {
+        question: ("I", "I", "no_prediction") if question == QUESTIONS[1] else ("C", "C", "ran")
+        for question in QUESTIONS}
+    tools = [[call.function for message in sample.messages if message.role == "assistant"
+              for call in message.tool_calls or []] for sample in log.samples]
+    assert tools == [["run_python"] if question == QUESTIONS[1] else ["run_python", "submit_answer"]
+                     for question in QUESTIONS]
+    _, _, scored = score_logs(demo, tmp_path, log.location)
+    assert verdicts_by_run(scored) == {Path(log.location).stem: verdicts(log, "answer_judge")}

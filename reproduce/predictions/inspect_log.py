@@ -23,7 +23,8 @@ from typing import Any
 
 from gsqa_core.errors import GsqaError
 
-TASKS = {"gsqa_refdb/text2sql": "sql", "gsqa_refdb/sql_agent": "answer"}  # the task -> what its samples predict
+# The task -> what its samples predict.
+TASKS = {"gsqa_refdb/text2sql": "sql", "gsqa_refdb/sql_agent": "answer", "gsqa_refdb/code_agent": "answer"}
 SUBMIT = "submit_answer"  # the tool of `reproduce serve` whose recorded answer is the agent's prediction
 NO_ANSWER = f"no answer recorded by {SUBMIT}"
 TOKENS = ("input", "output", "total")
