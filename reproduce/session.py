@@ -212,15 +212,21 @@ def _template_order(template_id: str) -> tuple[str, int]:
 REPORTED_CHARACTERS = 2_000  # a value in a report (JSON, JUnit, HTML, --resume) longer than this is cut
 
 
-def clipped(value: Any) -> Any:
-    """`value` with every string past REPORTED_CHARACTERS cut, its size noted: one 400 MB value must not
-    become an 800 MB report."""
+REPORTED_DEPTH = 32  # nesting of a value in a report: a model's answer nested deeper is not kept below it
+
+
+def clipped(value: Any, depth: int = 0) -> Any:
+    """`value` with every string past REPORTED_CHARACTERS cut, its size noted (one 400 MB value must not
+    become an 800 MB report), and what is nested past REPORTED_DEPTH left out (a hostile answer nested
+    thousands deep must not end the run in a RecursionError)."""
     if isinstance(value, str) and len(value) > REPORTED_CHARACTERS:
         return f"{value[:REPORTED_CHARACTERS]}… (cut: {len(value):,} characters in all)"
+    if isinstance(value, dict | list) and depth >= REPORTED_DEPTH:
+        return f"(not kept: nested past {REPORTED_DEPTH} levels)"
     if isinstance(value, dict):
-        return {key: clipped(item) for key, item in value.items()}
+        return {key: clipped(item, depth + 1) for key, item in value.items()}
     if isinstance(value, list):
-        return [clipped(item) for item in value]
+        return [clipped(item, depth + 1) for item in value]
     return value
 
 

@@ -229,3 +229,15 @@ def test_the_scripted_code_agent_gets_the_same_answers_in_the_container_as_on_th
             assert json.loads(run.stdout) == code_agent.answer_here(record.question, str(demo_export))
     finally:
         sandbox.close()
+
+
+def test_an_export_path_with_commas_and_quotes_is_mounted(image: str, tmp_path: Path) -> None:
+    folder = tmp_path / 'an "odd",path'
+    folder.mkdir()
+    (folder / "layer.txt").write_text("the export\n")
+    folder.chmod(0o755)
+    sandbox = PythonSandbox(folder, LIMITS)
+    try:
+        still_works(sandbox)
+    finally:
+        sandbox.close()

@@ -396,3 +396,21 @@ def test_several_runs_of_one_model_give_pass_k_flips_and_their_own_noise(tmp_pat
             "metric": "pass_k_pct", "value": "40.0"} in rows
     assert {"run": "m1 vs n1", "model": "", "method": "", "config": "raster_only", "template": "R1",
             "metric": "pair_difference", "value": "-5.0"} in rows
+
+
+def test_hostile_answers_are_judged_wrong_and_never_end_the_run(tmp_path: Path) -> None:
+    """An integer past a float's range, an answer nested past what reports keep, a line nested past what the
+    JSON reader goes: each is one question's verdict or one line not read; the other questions are scored."""
+    path = tmp_path / "hostile.jsonl"
+    path.write_text(json.dumps({"id": f"{R1}/0", "answer": [{"elevation": 10**400}]}) + "\n"
+                    + json.dumps({"id": f"{R1}/1", "answer": json.loads("[" * 500 + "]" * 500)}) + "\n"
+                    + '{"id": "' + f"{R1}/2" + '", "answer": ' + "[" * 5000 + "]" * 5000 + "}\n")
+    out = tmp_path / "scores.json"
+    scored = reproduce("score", path, "--config", "raster_only", "--template", "R1", "--data", BENCHMARK, "--dsn",
+                       UNREACHABLE, "--json-out", out, "--html", tmp_path / "scores.html")
+    assert scored.returncode == 1, scored.stderr  # a line not read
+    assert f"not read: {path}:3: JSON nested deeper than the reader goes" in scored.stdout
+    results = {result["id"]: result for result in json.loads(out.read_text())["results"]}
+    assert [(results[f"{R1}/{n}"]["outcome"], results[f"{R1}/{n}"]["paper"]) for n in range(3)] == [
+        ("ran", "fail"), ("ran", "fail"), ("no_prediction", "fail")]
+    assert "(not kept: nested past 32 levels)" in json.dumps(results[f"{R1}/1"]["detail"]["answer"])

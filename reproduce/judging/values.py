@@ -25,12 +25,13 @@ _HEX_EWKB = re.compile(r"^(00|01)[0-9A-Fa-f]{16,}$")
 
 
 def as_number(value: Any) -> float | None:
-    """The value as a float; NULL, booleans, NaN and text that is no number: None."""
+    """The value as a float; NULL, booleans, NaN, text that is no number and integers past a float's range:
+    None."""
     if value is None or isinstance(value, bool):
         return None
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return None if math.isnan(number) else number
 

@@ -241,7 +241,7 @@ def _read_file(run: PredictionRun, file: Path, content: bytes, beside_others: bo
 def _whole_json(content: bytes) -> Any:
     try:
         return json.loads(content)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None  # JSON Lines (or broken): read line by line, each line judged on its own
 
 
@@ -257,6 +257,9 @@ def _read_lines(run: PredictionRun, file: Path, content: bytes) -> None:
             continue
         except ValueError as error:
             run.refuse(where, f"not JSON ({error})")
+            continue
+        except RecursionError:
+            run.refuse(where, "JSON nested deeper than the reader goes")
             continue
         _read_line(run, where, line)
 
@@ -424,7 +427,7 @@ def _json_blocks(text: str) -> list[Any]:
     for block in _JSON_BLOCK.findall(text):
         try:
             value = json.loads(block)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         found += _flattened(value)
     return found

@@ -18,6 +18,7 @@ bounded read of the reply, which `docker exec -i` gives directly, and the CLI is
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +65,7 @@ class PythonRun:
     stderr: str
     stdout_bytes: int
     stderr_bytes: int
+    timeout: float = 0.0  # the seconds the call was given
     container_killed: bool = False  # the call outlived its timeout and grace: the scratch folder is gone
 
     @property
@@ -101,7 +104,7 @@ def docker_run_options(limits: Limits, export: Path) -> list[str]:
             "--memory-swap", f"{limits.memory_mb}m", "--pids-limit", str(limits.pids),
             "--tmpfs", f"/tmp:rw,nosuid,nodev,noexec,size={limits.scratch_mb}m,mode=1777",
             "--shm-size", f"{limits.shm_mb}m", "--ulimit", "core=0",
-            "--mount", f"type=bind,source={export.resolve()},target={DATA_MOUNT},readonly",
+            "--mount", f"type=bind,{_csv_field(f'source={export.resolve()}')},target={DATA_MOUNT},readonly",
             "--log-driver", "none"]
 
 
@@ -130,10 +133,12 @@ class PythonSandbox:
         self.started = False
         self._lock = threading.Lock()  # one call at a time per container
 
-    def run(self, code: str, timeout: float) -> PythonRun:
-        """The code in a fresh Python process; ends at `timeout` seconds (the process group and whatever it
-        left are killed), or at timeout + grace by killing the container."""
+    def run(self, code: str, timeout: float | Callable[[], float]) -> PythonRun:
+        """The code in a fresh Python process; ends at `timeout` seconds (a callable: asked once the container
+        is this call's, since a call waiting for the one before it spends its episode's time; the process group
+        and whatever it left are killed), or at that + grace by killing the container."""
         with self._lock:
+            timeout = round(timeout() if callable(timeout) else timeout, 3)
             if not self.started:
                 self._start()
             argv = ["docker", "exec", "--interactive", self.name, "python3", "/opt/sandbox/run_call.py",
@@ -144,8 +149,8 @@ class PythonSandbox:
             if run is None:  # the runner itself was killed (memory) or hung: start afresh next time
                 self._kill()
                 return PythonRun(None, "SIGKILL", not finished, round(time.monotonic() - started, 3), 0, "", "",
-                                 0, 0, container_killed=True)
-            return run
+                                 0, 0, timeout, container_killed=True)
+            return dataclasses.replace(run, timeout=timeout)
 
     def close(self) -> None:
         """Remove the container (and its scratch folder); nothing happens if it never started."""
@@ -177,7 +182,7 @@ class Containers:
         self._running: dict[str, PythonSandbox] = {}
         reap_orphans()
 
-    def run(self, question: str, code: str, timeout: float) -> PythonRun:
+    def run(self, question: str, code: str, timeout: float | Callable[[], float]) -> PythonRun:
         with self._lock:
             sandbox = self._running.setdefault(question, PythonSandbox(self.export, self.limits))
         return sandbox.run(code, timeout)
@@ -272,6 +277,11 @@ def _joined(stream: dict) -> str:
     if not stream["cut"]:
         return stream["head"] + stream["tail"]
     return f"{stream['head']}\n[... {stream['cut']:,} bytes cut ...]\n{stream['tail']}"
+
+
+def _csv_field(field: str) -> str:
+    """A field of --mount's comma-separated value, quoted as CSV (a path may hold commas and quotes)."""
+    return '"' + field.replace('"', '""') + '"'
 
 
 def _first_line(text: str) -> str:

@@ -272,12 +272,12 @@ class Tools:
                                    f"{python_sandbox.MAX_CODE_CHARACTERS:,}")
             if call.seconds_left() < MIN_TIMEOUT_S:
                 raise call.refused(f"refused: no time left in the episode's budget of {self.budget['seconds']:g} s")
-            timeout = max(MIN_TIMEOUT_S, min(self.budget["timeout"], call.seconds_left()))
             try:
-                run = self._containers.run(call.question, code, timeout)
+                run = self._containers.run(call.question, code, lambda: max(
+                    MIN_TIMEOUT_S, min(self.budget["timeout"], call.seconds_left())))
             except python_sandbox.SandboxUnavailable as unavailable:
                 raise call.refused(str(unavailable)) from None
-            return call.ran(run, timeout)
+            return call.ran(run)
 
     def submit_answer(self, question_id: str, answer: Any) -> dict[str, Any]:
         """Record the answer (rows like the stored answers, a value, or a list of values; the same as JSON
@@ -480,11 +480,12 @@ class _Call:
                              "ORDER BY and LIMIT")
         return _fitted(reply, gate.MAX_REPLY_BYTES)
 
-    def ran(self, run: python_sandbox.PythonRun, timeout: float) -> dict[str, Any]:
+    def ran(self, run: python_sandbox.PythonRun) -> dict[str, Any]:
         """What run_python returns, its line written with the output as the agent got it."""
-        why = {"timeout": f"stopped at the timeout of {timeout:g} s",
-               "killed": f"killed by {run.signal} (the sandbox's memory is "
-                         f"{python_sandbox.Limits().memory_mb:,} MB; at most that)",
+        memory = (f" (the sandbox's memory is {python_sandbox.Limits().memory_mb:,} MB: the likely cause)"
+                  if run.signal == "SIGKILL" else "")
+        why = {"timeout": f"stopped at the timeout of {run.timeout:.3g} s",
+               "killed": f"killed by {run.signal}{memory}",
                "lost": "the sandbox did not answer and was replaced: files written in /tmp/work are gone"}
         output = {"exit": run.exit, "stdout": run.stdout, "stderr": run.stderr}
         self.done(run.outcome, error=why.get(run.outcome, ""), peak_kb=run.peak_kb, **output)
