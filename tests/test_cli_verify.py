@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import signal
@@ -68,7 +70,7 @@ def verify(db: str, data: Path, *extra: str) -> subprocess.CompletedProcess[str]
 def full_run(db: str, data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path_factory.mktemp("reports")
     result = verify(db, data, "--template", "R1", "--json-out", str(out / "run.json"), "--junit",
-                    str(out / "run.xml"), "--html", str(out / "run.html"))
+                    str(out / "run.xml"), "--html", str(out / "run.html"), "--csv-out", str(out / "run.csv"))
     return result, out
 
 
@@ -134,6 +136,14 @@ def test_junit_and_html(full_run: tuple) -> None:
     assert "Stored answer: <code>[{&quot;elevation&quot;: 100.0}]</code>" in page  # the empty one
     mode = (out / "run.html").stat().st_mode & 0o777
     assert mode == 0o666 & ~_umask(), oct(mode)  # what any new file gets, not the temporary file's 0600
+
+
+def test_csv_is_scores_of_the_gold_run(full_run: tuple) -> None:
+    rows = list(csv.DictReader(io.StringIO((full_run[1] / "run.csv").read_text())))
+    figures = {row["metric"]: row["value"] for row in rows if (row["config"], row["template"]) == ("raster_only", "R1")}
+    assert {row["run"] for row in rows} == {"gold"}
+    assert (figures["questions"], figures["strict_pct"], figures["paper_pct"], figures["timeout"]) == (
+        "5", "20.0", "20.0", "1")
 
 
 def _umask() -> int:
