@@ -17,14 +17,16 @@ from gsqa_core import schema
 from gsqa_core.cli import DsnOption, JsonOption, command_group, interrupted_as_130, manual, reported_as_exit_code, run
 from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
 from gsqa_core.sandbox import MODEL, READER
-from reproduce import configs, gate, readiness, report
+from reproduce import configs, gate, readiness
 from reproduce import verify as verification
 from reproduce.judging import tolerances, values
+from reproduce.reports import console, files, json_report
+from reproduce.reports.model import of_scores, of_verify
 from reproduce.runner import DEFAULT_TIMEOUT_S, MAX_ROWS, MAX_TIMEOUT_S, MIN_TIMEOUT_S
 from reproduce.serve import python_sandbox
 from reproduce.serve.tools import ServeRequest
 from reproduce.session import REPORTED_CHARACTERS, Request, RunRequest
-from reproduce.verify import Run, Shown
+from reproduce.verify import Shown
 
 app = command_group(
     "reproduce",
@@ -129,6 +131,9 @@ JsonOutOption = Annotated[Path | None, typer.Option("--json-out", metavar="FILE"
                                                     help="Every question's result as JSON.")]
 JunitOption = Annotated[Path | None, typer.Option("--junit", metavar="FILE", show_default=False, dir_okay=False,
                                                   help="JUnit XML (a testcase per question).")]
+CsvOutOption = Annotated[Path | None, typer.Option("--csv-out", metavar="FILE", show_default=False, dir_okay=False,
+                                                  help="The figures in long format (run, model, method, config, "
+                                                  "template, metric, value).")]
 HtmlOption = Annotated[Path | None, typer.Option("--html", metavar="FILE", show_default=False, dir_okay=False,
                                                  help="One self-contained HTML page.")]
 CORES = os.cpu_count() or 1
@@ -150,8 +155,8 @@ def verify(
     data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
     workers: WorkersOption = CORES, templates: TemplateOption = [], ids: IdOption = [],  # noqa: B006
-    json_out: JsonOutOption = None, junit: JunitOption = None, html: HtmlOption = None,
-    resume: ResumeOption = None,
+    json_out: JsonOutOption = None, csv_out: CsvOutOption = None, junit: JunitOption = None,
+    html: HtmlOption = None, resume: ResumeOption = None,
     force: ForceOption = False,
     baseline: Annotated[Path | None, typer.Option("--baseline", metavar="FILE",
                                                   help="An earlier --json-out: list what changed.",
@@ -174,13 +179,14 @@ def verify(
 
     Prints a table per config and template (questions, pass % (the strict verdict), exact %, paper %, counts
     per word, seconds), the first failing questions with their evidence and the skipped ones grouped by
-    template and reason; a progress bar goes to stderr. --json-out writes {"provenance", "summary",
-    "results"}, each question's record as `reproduce score --gold` writes it (outcome, paper and strict
-    verdicts with their reasons, exact; docs/BENCHMARK-FORMAT.md); --html one self-contained page: the
-    database and its versions, the pass rate per template, and every question that did not pass with its
-    text, expected against actual values, SQL and the `reproduce show ID` command; --baseline lists the
-    changes since an earlier --json-out (older reports too), regressions first. --resume refuses a file
-    written for another dataset, database (row counts) or timeout unless --force.
+    template and reason; a progress bar goes to stderr. The files are those `reproduce score --gold` writes,
+    of the one run `gold` (docs/BENCHMARK-FORMAT.md, "Outputs"): --json-out each question's record (outcome,
+    paper and strict verdicts with their reasons, exact) with the figures per template; --csv-out the
+    figures in long format; --junit a testcase per question; --html one self-contained page: the database
+    and its versions, the pass rate per template, and every question that did not pass with its text, both
+    verdicts, expected against actual values, the rows, the SQL and the `reproduce show ID` command;
+    --baseline lists the changes since an earlier --json-out (older reports too), regressions first.
+    --resume refuses a file written for another dataset, database (row counts) or timeout unless --force.
 
     Words (a question's strict verdict when its SQL ran, else its outcome): pass, fail (the first failing
     component, both values), empty (no rows), timeout, sql_error (the SQL error), skipped (not in the data,
@@ -205,32 +211,23 @@ def verify(
     130 interrupted: running queries were cancelled on the server and the --resume file flushed.
     """
     request = _request(RunRequest, locals())
+    outputs = _report_files(locals())
     with reported_as_exit_code():
-        report.check_writable([json_out, junit, html, resume])
-        previous = report.read_baseline(baseline) if baseline else None
+        files.check_writable([*outputs.values(), resume])
+        previous = json_report.read_words(baseline) if baseline else None
         kept = f"; finished questions are in {resume}" if resume else ""
         with interrupted_as_130(f"running queries were cancelled{kept}"):
             run = verification.verify(request, durations=baseline)
-    _print_run(run, previous)
-    for path, render in ((json_out, lambda: report.as_json(run.provenance, run.results)),
-                         (junit, lambda: report.junit(run.results)),
-                         (html, lambda: report.html_page(run.provenance, run.results, run.records))):
-        if path:
-            report.write_atomically(path, render())
+    report = of_verify(run, previous)
+    typer.echo(console.text(report))
+    files.write(report, outputs)
     passed = all(result.strict == "pass" for result in run.results)
     raise typer.Exit(EXIT_OK if passed else EXIT_SOME_FAILED)
 
 
-def _print_run(run: Run, previous: dict[str, str] | None) -> None:
-    typer.echo(report.table(run.results))
-    if len(run.provenance["servers"]) > 1:
-        typer.echo("\n" + report.servers_text(run.provenance, run.results))
-    if failures := report.failures(run.results):
-        typer.echo("\n" + failures)
-    if skips := report.skips(run.results):
-        typer.echo("\n" + skips)
-    if previous is not None:
-        typer.echo("\n" + report.baseline_text(report.baseline_changes(previous, run.results)))
+def _report_files(parameters: dict[str, Any]) -> dict[str, Path | None]:
+    """The report files a command's options ask for: its parameters named as files.FORMATS names them."""
+    return {name: parameters[name] for name in files.FORMATS if name in parameters}
 
 
 @app.command()
@@ -311,9 +308,7 @@ def score(
     resume: ResumeOption = None,
     force: ForceOption = False,
     json_out: JsonOutOption = None,
-    csv_out: Annotated[Path | None, typer.Option("--csv-out", metavar="FILE", help="The figures in long format "
-                                                 "(run, model, method, config, template, metric, value).",
-                                                 show_default=False, dir_okay=False)] = None,
+    csv_out: CsvOutOption = None,
     html: HtmlOption = None, junit: JunitOption = None, max_rows: MaxRowsOption = MAX_ROWS,
 ) -> None:
     """Score a model's predictions: each PRED is one run (one model, one method), a file or a folder.
@@ -340,9 +335,11 @@ def score(
     Several runs of one model and method (their "model" and "method"): pass^k (the questions every run passed), the
     questions whose verdict flips between them and the spread of their pass rates, the runs' own noise; a
     pair of runs whose difference is within it is said to be.
-    --json-out, --junit and --html give every question; the HTML page has sortable tables of the runs, their
-    pairs and repeated runs, the lines not read, filters by run, template, outcome and where runs disagree,
-    the predicted and gold side by side (long answers folded, never cut), an agent's calls, and maps with a
+    --json-out and --junit give every question (the same files as `reproduce verify` writes); the --html page
+    (verify's too) has the runs, sortable tables of the figures, the pairs and repeated runs, the lines not
+    read, and a card per question that did not pass (or has an agent's calls, or runs that disagree) with
+    filters by run, template, outcome and where runs disagree: both verdicts, the predicted and the stored
+    answer side by side (long answers folded, never cut), the gold SQL, an agent's calls, and maps with a
     legend and scale for locations. --csv-out has the pairs and repeated runs too.
 
     Example: reproduce score gpt4o.jsonl sonnet.jsonl --config raster_only --csv-out scores.csv
@@ -353,30 +350,20 @@ def score(
     the same command scores the rest).
     """
     from reproduce import score as scoring
-    from reproduce import score_report
 
     if not predictions and not gold:
         raise typer.BadParameter("give at least one PRED (a predictions file or folder), or --gold",
                                  param_hint="PRED")
     request = _request(scoring.ScoreRequest, locals())
+    outputs = _report_files(locals())
     with reported_as_exit_code():
-        report.check_writable([json_out, csv_out, html, junit, resume])
+        files.check_writable([*outputs.values(), resume])
         kept = f"; scored questions are in {resume}, the same command scores the rest" if resume else ""
         with interrupted_as_130(f"running queries were cancelled{kept}"):
             scored = scoring.score(request)
-    typer.echo(score_report.runs_text(scored) + "\n\n" + score_report.table(scored))
-    if repeated := score_report.repeated_text(scored):
-        typer.echo("\n" + repeated)
-    if len(scored.runs) > 1:
-        typer.echo("\n" + score_report.pairs_text(scored))
-    if problems := score_report.problems_text(scored):
-        typer.echo("\n" + problems)
-    if scored.skipped:
-        typer.echo(f"\n{len(scored.skipped)} questions not in the data, not scored (see --json-out)")
-    for path, render in ((json_out, score_report.as_json), (csv_out, score_report.csv_long),
-                         (html, score_report.html_page), (junit, score_report.junit)):
-        if path:
-            report.write_atomically(path, render(scored))
+    report = of_scores(scored)
+    typer.echo(console.text(report))
+    files.write(report, outputs)
     raise typer.Exit(EXIT_SOME_FAILED if scored.problems else EXIT_OK)
 
 
@@ -472,7 +459,7 @@ def serve(
             from reproduce.serve import protocol
         except ModuleNotFoundError as missing:
             raise GsqaError(str(missing)) from None
-        report.check_writable([trajectory])
+        files.check_writable([trajectory])
         if transport == "http":
             protocol.refuse_taken_address(host, port)
         tools = open_tools(request)

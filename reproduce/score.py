@@ -83,9 +83,7 @@ def score(request: ScoreRequest) -> Scores:
     prepared = session.prepare(request, list({job.record.id: job.record for job in jobs}.values()),
                                _roles(jobs), request.command) if jobs else None
     provenance = {**session.provenance(request, data, "reproduce score", prepared),
-                  "runs": [{"name": run.name, "source": run.source, "model": run.model, "method": run.method,
-                            "predictions": len(run.predictions), "problems": len(run.problems),
-                            "outside": run.outside, **_usage(run)} for run in runs]}
+                  "runs": [run_facts(run) for run in runs]}
     resume = session.open_resume(request, _resume_header(provenance, runs), entry=Result.from_dict,
                                  format=RESUME_FORMAT, command="reproduce score", key=lambda result: result.key)
     done = dict(resume.done) if resume else {}
@@ -124,6 +122,14 @@ def run_names(request: ScoreRequest) -> list[str]:
         taken.add(candidate)
         unique.append(candidate)
     return unique
+
+
+def run_facts(run: PredictionRun) -> dict[str, Any]:
+    """What the reports say of a run (provenance["runs"]): where it came from, how many predictions, how many
+    lines could not be read, the model's tokens and cost."""
+    return {"name": run.name, "source": run.source, "model": run.model, "method": run.method,
+            "predictions": len(run.predictions), "problems": len(run.problems), "outside": run.outside,
+            **_usage(run)}
 
 
 def gold_run(records: list[Record]) -> PredictionRun:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import signal
@@ -68,7 +70,7 @@ def verify(db: str, data: Path, *extra: str) -> subprocess.CompletedProcess[str]
 def full_run(db: str, data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path_factory.mktemp("reports")
     result = verify(db, data, "--template", "R1", "--json-out", str(out / "run.json"), "--junit",
-                    str(out / "run.xml"), "--html", str(out / "run.html"))
+                    str(out / "run.xml"), "--html", str(out / "run.html"), "--csv-out", str(out / "run.csv"))
     return result, out
 
 
@@ -76,10 +78,11 @@ def test_each_status_and_exit_1(full_run: tuple, db: str) -> None:
     result, out = full_run
     assert result.returncode == 1, result.stderr
     report = json.loads((out / "run.json").read_text())
-    assert list(report) == ["provenance", "summary", "results"]
-    assert report["summary"] == {"questions": 5, "predicted": 5, "answered": 3, "paper_passed": 1, "strict_passed": 1,
-                                 "exact": 1, "ran": 2, "empty": 1, "timeout": 1, "sql_error": 1, "skipped": 0,
-                                 "no_prediction": 0, "unreadable": 0, "unscorable": 0}
+    assert list(report) == ["provenance", "runs", "summary", "pairs", "repeated", "skipped", "questions", "results"]
+    assert report["summary"]["gold"]["total/all"].items() >= {  # the gold run's counts, beside its rates
+        "questions": 5, "predicted": 5, "answered": 3, "paper_passed": 1, "strict_passed": 1, "exact": 1, "ran": 2,
+        "empty": 1, "timeout": 1, "sql_error": 1, "skipped": 0, "no_prediction": 0, "unreadable": 0,
+        "unscorable": 0}.items()
     by_id = {entry["id"]: entry for entry in report["results"]}
     assert {status: (by_id[IDS[status]]["outcome"], by_id[IDS[status]]["strict"]) for status in QUESTIONS} == {
         "pass": ("ran", "pass"), "mismatch": ("ran", "fail"), "empty": ("empty", "fail"),
@@ -133,6 +136,14 @@ def test_junit_and_html(full_run: tuple) -> None:
     assert "Stored answer: <code>[{&quot;elevation&quot;: 100.0}]</code>" in page  # the empty one
     mode = (out / "run.html").stat().st_mode & 0o777
     assert mode == 0o666 & ~_umask(), oct(mode)  # what any new file gets, not the temporary file's 0600
+
+
+def test_csv_is_scores_of_the_gold_run(full_run: tuple) -> None:
+    rows = list(csv.DictReader(io.StringIO((full_run[1] / "run.csv").read_text())))
+    figures = {row["metric"]: row["value"] for row in rows if (row["config"], row["template"]) == ("raster_only", "R1")}
+    assert {row["run"] for row in rows} == {"gold"}
+    assert (figures["questions"], figures["strict_pct"], figures["paper_pct"], figures["timeout"]) == (
+        "5", "20.0", "20.0", "1")
 
 
 def _umask() -> int:
@@ -248,11 +259,12 @@ def test_the_preflight_names_the_command_that_runs_it(fresh_dsn: str, tmp_path: 
 def test_skipped_questions_are_grouped_with_their_reason(db: str, data: Path) -> None:
     result = verify(db, data, "--template", "R1", "--template", "R5")
     assert "20 skipped [R5]: file qa2/raster_only/slope+poi.jsonl is not in" in result.stdout
-    from reproduce import configs, dataset, report
+    from reproduce import configs, dataset
+    from reproduce.reports.console import skips
     from reproduce.verify import _skipped
 
     vector = dataset.load(DATA / "benchmark", [configs.template("V1")])
-    [line] = report.skips([_skipped(skip) for skip in vector.skipped]).splitlines()
+    [line] = skips([_skipped(skip) for skip in vector.skipped]).splitlines()
     assert line.startswith("97 skipped [V1]: file vector/T1/") and line.endswith("(and 96 more like it)")
 
 
@@ -274,7 +286,7 @@ def test_resume_skips_finished_questions_and_refuses_another_setup(db: str, data
     assert first.returncode == 1 and len(lines) == 6 and json.loads(lines[0])["timeout"] == 1.0
     again = verify(db, data, "--resume", str(resume), "--json-out", str(tmp_path / "again.json"))
     assert again.returncode == 1 and len(resume.read_text().splitlines()) == 6  # nothing re-run
-    assert json.loads((tmp_path / "again.json").read_text())["summary"]["timeout"] == 1
+    assert json.loads((tmp_path / "again.json").read_text())["summary"]["gold"]["total/all"]["timeout"] == 1
     refused = verify(db, data, "--resume", str(resume), "--timeout", "2")
     assert refused.returncode == 2 and "another timeout" in refused.stderr
     narrowed = verify(db, data, "--resume", str(resume), "--id", IDS["pass"])
