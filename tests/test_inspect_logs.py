@@ -169,7 +169,7 @@ def test_a_damaged_log_alone_or_a_log_of_another_task_is_one_line(demo, tmp_path
                             log_dir=str(tmp_path / "logs"), display="none")
     for path, why in ((damaged, "not a readable Inspect log (ValueError: EOCD not found)"),
                       (log.location, "a log of the task 'other_task', not of gsqa_refdb/text2sql or "
-                                     "gsqa_refdb/sql_agent: not scored")):
+                                     "gsqa_refdb/sql_agent or gsqa_refdb/code_agent: not scored")):
         done = reproduce("score", path, "--config", "raster_only", "--id", Q0, "--data", demo[1], "--dsn", demo[0])
         assert (done.returncode, done.stdout, done.stderr) == (2, "", f"error: nothing to score: no readable "
                                                                       f"prediction of the 1 selected questions "
