@@ -32,7 +32,8 @@ from reproduce.predictions.inspect_log import NO_ANSWER, submission
 from reproduce.predictions.layouts import Prediction, address_only, answer_rows, sql_statements
 from reproduce.results import Result
 from reproduce.runner import MAX_ROWS, SandboxConnection
-from reproduce.serve.tools import ServeRequest, expected_answer, open_tools
+from reproduce.serve.prompts import expected_answer
+from reproduce.serve.tools import ServeRequest, open_tools
 from reproduce.stats import wilson
 
 __all__ = ["NO_ANSWER", "SERVE_SESSIONS", "Judge", "Record", "Verdict", "agent_prompts", "expected_answer",

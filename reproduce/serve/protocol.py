@@ -29,7 +29,8 @@ except ModuleNotFoundError as missing:
                               name=missing.name) from None
 
 from gsqa_core.errors import GsqaError
-from reproduce.serve.tools import ToolRefused, Tools, agent_instructions, reply_text
+from reproduce.serve.prompts import agent_instructions
+from reproduce.serve.tools import ToolRefused, Tools, reply_text
 
 READS = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 # run_python reads the data and writes only in its own scratch folder; its output may differ between calls.

@@ -43,11 +43,11 @@ from gsqa_core.errors import GsqaError
 from gsqa_core.sandbox import MODEL
 from reproduce import configs, describe, gate, session
 from reproduce.dataset import Record
-from reproduce.judging import tolerances
 from reproduce.predictions import trajectory
 from reproduce.predictions.layouts import address_only, answer_rows
 from reproduce.runner import MIN_TIMEOUT_S, Outcome, SandboxConnection, ServerLost
 from reproduce.serve import python_sandbox
+from reproduce.serve.prompts import agent_instructions, entities, expected_answer
 
 APPLICATION_NAME = "gsqa-serve"  # what pg_stat_activity shows for the tools' connections
 TOOL_KINDS = {"sql": "query", "python": "run_python"}  # --tools: each kind's tool beside question, schema, submit
@@ -226,8 +226,8 @@ class Tools:
             call.done("ok", result=record.question)
             reply = {"question_id": record.id, "question": record.question,
                      "expects": expected_answer(record.template_id), "budget_left": call.budget_left}
-            if self._containers is not None and (entities := _entities(record)):
-                reply["entities"] = entities
+            if self._containers is not None and (places := entities(record)):
+                reply["entities"] = places
             return reply
 
     def schema(self) -> str:
@@ -527,64 +527,6 @@ def _bounded(arguments: dict[str, Any]) -> tuple[dict[str, Any], int]:
         if size > gate.MAX_ANSWER_CHARACTERS:
             return {"answer": f"(not kept: {size:,} characters)"}, size
     return arguments, 0
-
-
-AGENT_INSTRUCTIONS = {
-    "intro": """You answer geospatial questions of the GS-QA2 benchmark with its reference data (OpenStreetMap
-layers and a DEM raster) through these tools: question(question_id) gives the question and the answer it
-expects; schema() describes the tables;""",
-    "sql": """query(question_id, sql) runs one read-only SELECT on the reference database (PostgreSQL 15 with
-PostGIS; rows come back as JSON, geometries as WKT);""",
-    "python": """run_python(question_id, code) runs a Python program (geopandas, shapely, pyproj, rasterio,
-pyarrow, numpy, scipy) in a sandbox without network, with the data as files at /data: /data/vector/LAYER.parquet
-(GeoParquet of the tables pois, roads, parks, lakes, regions: the same columns, geometries in EPSG:4326) and
-/data/dem/dem_us.vrt (the DEM as one raster over the Cloud-Optimized GeoTIFFs beside it, metres); print what you
-need (stdout and stderr come back, long output cut in the middle); /tmp/work keeps your files for the question;
-for a terrain question, question() also gives its places as WKT;""",
-    "end": """submit_answer(question_id, answer) records your answer, once, and ends the question. Answer with a
-JSON list of rows whose keys are the expected columns, or with one value where one is expected. Every call on a
-question counts against its budget.""",
-}
-
-
-def agent_instructions(served: frozenset[str]) -> str:
-    """What an agent is told of the tools served (the MCP prompt's first part)."""
-    return "\n".join(AGENT_INSTRUCTIONS[part] for part in ("intro", "sql", "python", "end")
-                     if part in ("intro", "end") or part in served)
-
-
-def _entities(record: Record) -> list[dict[str, str]]:
-    """A terrain question's places as the authors' code-agent baseline gave them: name and geometry as WKT
-    (from the record's question_entities; never anything of the answer)."""
-    if record.group == "vector":
-        return []
-    return [{"name": str(entity.get("display_name") or key), "wkt": entity["geo_wkt"]}
-            for key, entity in record.question_entities.items()
-            if isinstance(entity, dict) and isinstance(entity.get("geo_wkt"), str)]
-
-
-def expected_answer(template_id: str) -> dict[str, Any]:
-    """What a template's answer looks like, from the tolerance table (tolerances.COMPONENTS): never its values."""
-    components = tolerances.components_of(template_id)
-    described = [{"column": component.label, "also_accepted": list(component.keys[1:]),
-                  "value": component.metric.expects, "judged_by": _judged_by(component.metric),
-                  **({"rows": "one row per feature: every one named"} if component.joined else {})}
-                 for component in components]
-    example = {component.label: f"<{component.metric.expects.split(',')[0]}>" for component in components}
-    return {"components": described,
-            "format": f"a JSON list of rows such as [{json.dumps(example)}]"
-                      + ("; a single value is taken as the first column" if len(components) == 1 else "")}
-
-
-def _judged_by(metric: tolerances.Metric) -> str:
-    if metric.higher_is_better:
-        return f"{metric.name} >= {metric.threshold:g}"
-    unit = metric.name.split("(")[-1].rstrip(")") if "(" in metric.name else ""
-    if metric is tolerances.RELATIVE:
-        return f"within {metric.threshold:.0%} of the answer"
-    if metric is tolerances.YES_NO:
-        return "the same word"
-    return f"within {metric.threshold:g} {unit} of the answer"
 
 
 def open_tools(request: ServeRequest) -> Tools:
