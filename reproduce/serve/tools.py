@@ -240,19 +240,13 @@ class Tools:
     def query(self, question_id: str, sql: str) -> dict[str, Any]:
         """Run one SQL query in the sandbox as gsqa_model: rows (NULLs as null, geometries as WKT)."""
         with self._call(question_id, "query", {"sql": sql}) as call:
-            if "sql" not in self.request.served:
-                raise call.refused("refused: query is not served here (reproduce serve --tools sql)")
-            if not isinstance(sql, str) or not sql.strip():
-                raise call.refused("refused: no SQL (expected one query as text)")
-            if call.oversized:
-                raise call.refused(f"refused: the SQL is {call.oversized:,} characters; at most "
-                                   f"{gate.MAX_SQL_CHARACTERS:,}")
+            self._admit(call, "sql", sql, "SQL", "one query as text", gate.MAX_SQL_CHARACTERS)
             try:
                 with self._pool.connection(wait=call.seconds_left()) as sandbox:
                     if sandbox is None or call.seconds_left() < MIN_TIMEOUT_S:
                         raise call.refused(f"refused: no time left in the episode's budget of "
                                            f"{self.budget['seconds']:g} s (the calls before waited for a connection)")
-                    sandbox.timeout = max(MIN_TIMEOUT_S, min(self.budget["timeout"], call.seconds_left()))
+                    sandbox.timeout = call.timeout()
                     outcome = sandbox.run(sql)
             except ServerLost as lost:  # no connection can be had now
                 raise call.refused(f"the database cannot be reached now: {lost}") from None
@@ -263,21 +257,23 @@ class Tools:
         COGs and their VRT; a scratch folder as the working directory, kept for the question): stdout and
         stderr (head and tail when long), the exit status, seconds and peak memory."""
         with self._call(question_id, "run_python", {"code": code}) as call:
-            if self._containers is None:
-                raise call.refused("refused: run_python is not served here (reproduce serve --tools python)")
-            if not isinstance(code, str) or not code.strip():
-                raise call.refused("refused: no code (expected a Python program as text)")
-            if call.oversized:
-                raise call.refused(f"refused: the code is {call.oversized:,} characters; at most "
-                                   f"{python_sandbox.MAX_CODE_CHARACTERS:,}")
+            self._admit(call, "python", code, "code", "a Python program as text", python_sandbox.MAX_CODE_CHARACTERS)
             if call.seconds_left() < MIN_TIMEOUT_S:
                 raise call.refused(f"refused: no time left in the episode's budget of {self.budget['seconds']:g} s")
             try:
-                run = self._containers.run(call.question, code, lambda: max(
-                    MIN_TIMEOUT_S, min(self.budget["timeout"], call.seconds_left())))
+                run = self._containers.run(call.question, code, call.timeout)
             except python_sandbox.SandboxUnavailable as unavailable:
                 raise call.refused(str(unavailable)) from None
             return call.ran(run)
+
+    def _admit(self, call: _Call, kind: str, text: Any, noun: str, expected: str, limit: int) -> None:
+        """What query and run_python refuse alike: a tool not served, no text, text past its limit."""
+        if kind not in self.request.served:
+            raise call.refused(f"refused: {TOOL_KINDS[kind]} is not served here (reproduce serve --tools {kind})")
+        if not isinstance(text, str) or not text.strip():
+            raise call.refused(f"refused: no {noun} (expected {expected})")
+        if call.oversized:
+            raise call.refused(f"refused: the {noun} is {call.oversized:,} characters; at most {limit:,}")
 
     def submit_answer(self, question_id: str, answer: Any) -> dict[str, Any]:
         """Record the answer (rows like the stored answers, a value, or a list of values; the same as JSON
@@ -446,6 +442,10 @@ class _Call:
         self.began = time.perf_counter()
         self.outcome = self.error = ""
         self.written = False
+
+    def timeout(self) -> float:
+        """A statement's or program's limit now: --timeout, or the episode's time left if less."""
+        return max(MIN_TIMEOUT_S, min(self.tools.budget["timeout"], self.seconds_left()))
 
     def seconds_left(self) -> float:
         return max(0.0, self.tools.budget["seconds"] - self.episode.elapsed()) if self.episode else math.inf
