@@ -6,8 +6,10 @@ finished call on disk.
 Lines, each with a `type`:
 - `run`: written when a server starts on the file: the format, model, method, budgets, dataset checksum and
   start time. A rerun on the same file appends another one (and must agree on what the run depends on).
-- `call`: question_id (null for schema), tool, arguments, outcome (ok, rows, error, timeout, refused; for
-  run_python also killed and lost), rows, the sha256 of the result, seconds, the episode's elapsed seconds and
+- `call`: question_id (null for schema), the client it came from (client), tool, arguments, outcome (ok, rows,
+  error, timeout, refused; for run_python also killed and lost), rows, the result as the agent got it (result,
+  bounded as sent) and its sha256, the model's usage the client attached to the call (usage: input_tokens,
+  output_tokens, cost), seconds, the episode's elapsed seconds and
   its budget left after the call; for submit_answer the answer as submitted; for run_python the code, its exit
   status, its output as the agent got it (stdout, stderr: head and tail) and its peak memory (peak_kb).
 - `stop`: a question's episode ended: reason `submitted` or `budget`, and why. An episode with calls and no
@@ -40,13 +42,14 @@ DEPENDS_ON = ("model", "method", "budget", "dataset")  # what a rerun on the sam
 LINES: dict[str, tuple[str, ...]] = {
     "run": ("format", "type", *DEPENDS_ON, "config", "templates", "ids", "questions", "database", "tool_version",
             "pid", "started_at"),
-    "call": ("type", "question_id", "tool", "arguments", "outcome", "rows", "truncated", "result_sha256", "error",
-             "exit", "stdout", "stderr", "peak_kb", "seconds", "call", "elapsed", "budget_left", "at"),
+    "call": ("type", "question_id", "client", "tool", "arguments", "outcome", "rows", "truncated", "result",
+             "result_sha256", "error", "exit", "stdout", "stderr", "peak_kb", "usage", "seconds", "call", "elapsed",
+             "budget_left", "at"),
     "stop": ("type", "question_id", "reason", "why", "calls", "elapsed"),
 }
 # What `reproduce score` shows of each call beside the verdict: the call line but what only the file needs.
 REPORTED = tuple(name for name in LINES["call"]
-                 if name not in ("type", "question_id", "result_sha256", "elapsed", "at"))
+                 if name not in ("type", "question_id", "result", "result_sha256", "elapsed", "at"))
 
 
 @dataclass
