@@ -29,7 +29,8 @@ class Batcher:
     load: it only appends; the counts a Batch carries are taken with it."""
 
     def __init__(self) -> None:
-        self.parts: list[bytes] = []  # one per row
+        self.parts: list[bytes] = []  # a row each, or (absorb) many
+        self.rows = 0
         self.size = 0
         self.features = 0  # in all batches so far
         self.taken = 0  # features in the batches already taken
@@ -39,7 +40,15 @@ class Batcher:
     def add(self, rows: list[bytes]) -> None:
         self.features += 1
         self.parts += rows
+        self.rows += len(rows)
         self.size += sum(map(len, rows))
+
+    def absorb(self, data: bytes, rows: int, features: int) -> None:
+        """What the native encoder made of some features: their rows' data, none of them skipped."""
+        self.parts.append(data)
+        self.rows += rows
+        self.size += len(data)
+        self.features += features
 
     def pass_over(self) -> None:
         """A feature that yields no row."""
@@ -55,7 +64,6 @@ class Batcher:
         return self.size >= BATCH_BYTES
 
     def take(self) -> Batch:
-        batch = Batch(b"".join(self.parts), len(self.parts), self.features - self.taken, self.skipped,
-                      self.skipped_count)
-        self.parts, self.size, self.taken, self.skipped, self.skipped_count = [], 0, self.features, [], 0
+        batch = Batch(b"".join(self.parts), self.rows, self.features - self.taken, self.skipped, self.skipped_count)
+        self.parts, self.rows, self.size, self.taken, self.skipped, self.skipped_count = [], 0, 0, self.features, [], 0
         return batch

@@ -142,7 +142,7 @@ def geometry_wkb(feature: Any) -> bytes:
         if kind in _WKB_TYPES and isinstance(coordinates, simdjson.Array):
             try:
                 return _fast_wkb(kind, coordinates)
-            except _Slow:
+            except (_Slow, TypeError):  # TypeError: len() of a number where a ring or a member should be
                 pass
     return shapely_wkb(_plain(geometry))
 

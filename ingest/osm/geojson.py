@@ -4,7 +4,9 @@ Two layouts, told apart by the start of a file (`sniff`):
 
 - lines (the fast path): the `features` array holds one feature per line, as extractors write them.
   The file is cut at line starts into byte ranges of about RANGE_BYTES that workers parse at the same
-  time, a line at a time with simdjson (no Python object per coordinate; features.py). A malformed
+  time, a line at a time: by the native encoder (_lines.cpp, C++ with simdjson; native.py) where it is
+  built, which hands the few lines it does not take without a doubt to the Python path, else with
+  pysimdjson (no Python object per coordinate; features.py): the same rows either way. A malformed
   line is one skipped feature: the next line starts afresh. The range holding the end of the file must
   find the closing `]` of the array, or the file is truncated. Most pois lines, many small features, are
   rejected by a byte-level prefilter (rules.may_yield_rows) before any JSON parse.
@@ -30,12 +32,14 @@ import simdjson
 
 from ingest.osm.batches import Batch, Batcher, SourceError
 from ingest.osm.features import encoder
+from ingest.osm.native import line_encoder
 from ingest.osm.rules import LAYERS, BadFeature, may_yield_rows
 
 SNIFF_BYTES = 64 << 10  # where the `features` array starts
 MAX_LINE_BYTES = 256 << 20  # a first line longer than this is not the one-feature-per-line layout
 RANGE_BYTES = 8 << 20
 _CLOSE = ord("]")
+_STRIP = b" \t\r,"  # around a feature on its line (the separating comma); _lines.cpp strips the same
 _FEATURES_START = re.compile(rb'"features"\s*:\s*\[')
 
 
@@ -51,6 +55,7 @@ class Job:
     end: int = 0
     last: bool = True
     bbox: tuple[float, float, float, float] | None = None  # keep only features whose envelope overlaps it
+    native: bool = True  # the native encoder where it is built (False: the Python path, as where it is not)
 
 
 def sniff(path: Path) -> tuple[str, int]:
@@ -115,39 +120,73 @@ def _encode_safely(encode: Any, feature: Any, offset: int, batcher: Batcher) -> 
         batcher.skip(offset, str(error))
 
 
-def _read_lines(job: Job, batcher: Batcher) -> Iterator[Batch]:
-    """The features of a piece of a lines file. The piece holds whole lines (jobs_for cuts at line starts),
-    so it is read at once and split in C; this loop runs once per feature of 53 GB."""
-    layer = LAYERS[job.layer]
-    encode, parse = encoder(layer, job.source_name, job.bbox), simdjson.Parser().parse
-    prefilter, closed = layer.in_passes, False
-    with open(job.path, "rb") as handle:
-        handle.seek(job.start)
-        piece = handle.read(job.end - job.start)
-    offset = last = job.start
-    for line in piece.split(b"\n"):
-        here, offset = offset, offset + len(line) + 1
-        text = line.strip(b" \t\r,")
-        if not text or closed:
-            continue
-        last = here
+class _Lines:
+    """The lines of a piece of a lines file, one at a time, as the Python path takes them: the end of the
+    features array, the pois prefilter, then the feature. The native encoder (_lines.cpp) takes the same lines
+    the same way and hands this the ones it declines."""
+
+    def __init__(self, job: Job, batcher: Batcher) -> None:
+        self.layer, self.batcher = LAYERS[job.layer], batcher
+        self.encode, self.parse = encoder(self.layer, job.source_name, job.bbox), simdjson.Parser().parse
+        self.closed, self.last = False, job.start  # past the features array; where the last line seen starts
+
+    def take(self, text: bytes, here: int) -> None:
+        """One stripped, non-empty line before the end of the features array, starting at byte `here`."""
+        self.last, batcher = here, self.batcher
         if text[0] == _CLOSE:
-            closed = True  # the end of the features array; the rest is the collection's tail
-        elif prefilter and not may_yield_rows(layer, text):
+            self.closed = True  # the end of the features array; the rest is the collection's tail
+        elif self.layer.in_passes and not may_yield_rows(self.layer, text):
             batcher.pass_over()
-            closed = text.endswith(b"]}")
+            self.closed = text.endswith(b"]}")
         else:
             try:
-                batcher.add(encode(parse(text), here))
+                batcher.add(self.encode(self.parse(text), here))
             except BadFeature as error:
                 batcher.skip(here, str(error))
             except ValueError as error:  # simdjson: not valid JSON (or not UTF-8) on its own
-                closed = _last_feature(parse, encode, text, here, batcher, " ".join(str(error).split()))
+                reason = " ".join(str(error).split())
+                self.closed = _last_feature(self.parse, self.encode, text, here, batcher, reason)
+
+
+def _read_lines(job: Job, batcher: Batcher) -> Iterator[Batch]:
+    """The features of a piece of a lines file. The piece holds whole lines (jobs_for cuts at line starts),
+    so it is read at once; the native encoder takes it where it is built, else a loop here that runs once per
+    feature of 53 GB."""
+    lines = _Lines(job, batcher)
+    with open(job.path, "rb") as handle:
+        handle.seek(job.start)
+        piece = handle.read(job.end - job.start)
+    native = line_encoder(lines.layer, job.source_name, job.bbox) if job.native else None
+    yield from (_encoded_natively(native, piece, job.start, lines) if native else _encoded(piece, job.start, lines))
+    if job.last and not lines.closed:
+        raise SourceError(f"{job.path}: truncated: its {job.end:,} bytes end inside the features array (the last "
+                          f"line starts at byte {lines.last:,}); expected a complete GeoJSON FeatureCollection")
+
+
+def _encoded(piece: bytes, start: int, lines: _Lines) -> Iterator[Batch]:
+    offset, batcher = start, lines.batcher
+    for line in piece.split(b"\n"):
+        here, offset = offset, offset + len(line) + 1
+        text = line.strip(_STRIP)
+        if text and not lines.closed:
+            lines.take(text, here)
+            if batcher.full():
+                yield batcher.take()
+
+
+def _encoded_natively(native: Any, piece: bytes, start: int, lines: _Lines) -> Iterator[Batch]:
+    """The native encoder's run of lines up to a full batch, the end of the array, or a line it declines,
+    which the Python path then takes: the same batches, line for line."""
+    position, batcher = 0, lines.batcher
+    while position < len(piece) and not lines.closed:
+        position, data, rows, features, last, closed, declined, text_start, text_end = native.encode(
+            piece, position, start, batcher.size)
+        batcher.absorb(data, rows, features)
+        lines.closed, lines.last = closed, last if last >= 0 else lines.last
+        if declined >= 0:
+            lines.take(piece[text_start:text_end], start + declined)
         if batcher.full():
             yield batcher.take()
-    if job.last and not closed:
-        raise SourceError(f"{job.path}: truncated: its {job.end:,} bytes end inside the features array (the last "
-                          f"line starts at byte {last:,}); expected a complete GeoJSON FeatureCollection")
 
 
 def _last_feature(parse: Any, encode: Any, text: bytes, offset: int, batcher: Batcher, reason: str) -> bool:

@@ -18,8 +18,7 @@
 //   outside --bbox: in the report read_extract returns.
 // Built by hatch_build.py when the project is installed.
 
-#include <pybind11/pybind11.h>
-#include <pybind11/stl.h>
+#include "copy_rows.hpp"
 
 #include <osmium/area/assembler.hpp>
 #include <osmium/area/multipolygon_manager.hpp>
@@ -33,7 +32,6 @@
 
 #include <algorithm>
 #include <array>
-#include <arpa/inet.h>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -44,22 +42,9 @@
 #include <vector>
 
 namespace py = pybind11;
+using namespace copy_rows;
 
 namespace {
-
-// Loader 1's column limit and the batch and report bounds, from Python (native.native_limits), so that each
-// is declared once and both readers give the same batches and reports.
-struct Limits {
-    std::size_t varchar = 0;  // characters a tag value may have (rules.VARCHAR_LIMIT)
-    std::size_t batch_bytes = 0;  // a batch is sent once it holds this much (batches.BATCH_BYTES)
-    std::size_t reported = 0;  // skipped features listed per batch (batches.MAX_REPORTED_PER_JOB)
-    std::size_t listed_broken = 0;  // objects that could not be built, listed (sources.LISTED_BROKEN)
-};
-
-Limits limits_from(const py::dict& spec) {
-    return {spec["varchar"].cast<std::size_t>(), spec["batch_bytes"].cast<std::size_t>(),
-            spec["reported"].cast<std::size_t>(), spec["listed_broken"].cast<std::size_t>()};
-}
 
 using Envelope = std::array<double, 4>;  // west, south, east, north
 
@@ -86,19 +71,6 @@ Envelope envelope_of(const osmium::Area& area) {  // of its outer rings
                     std::max(envelope[2], of_ring[2]), std::max(envelope[3], of_ring[3])};
     }
     return envelope;
-}
-
-void put16(std::string& out, int16_t value) { uint16_t n = htons(static_cast<uint16_t>(value)); out.append(reinterpret_cast<const char*>(&n), 2); }
-void put32(std::string& out, int32_t value) { uint32_t n = htonl(static_cast<uint32_t>(value)); out.append(reinterpret_cast<const char*>(&n), 4); }
-void put64(std::string& out, int64_t value) {
-    put32(out, static_cast<int32_t>(static_cast<uint64_t>(value) >> 32));
-    put32(out, static_cast<int32_t>(static_cast<uint64_t>(value) & 0xffffffffu));
-}
-
-std::size_t code_points(const char* text) {  // Python's len() of the decoded string
-    std::size_t count = 0;
-    for (const char* c = text; *c; ++c) count += (static_cast<unsigned char>(*c) & 0xC0) != 0x80;
-    return count;
 }
 
 // One osmx rule (rules.OsmxRule): an object with the tag `key` gives a feature of `layer` when the value is one
@@ -148,33 +120,6 @@ std::vector<const OsmxRule*> matching(const std::vector<OsmxRule>& rules, const 
     }
     return found;
 }
-
-// One table's rules, from ingest/osm/rules.Layer (declared there).
-struct Rules {
-    std::string table;
-    int attributes = 0;  // columns after geometry
-    std::unordered_map<std::string, int> tag_columns;
-    int name_column = 0;
-    int osm_id_column = -1;
-    std::string staged_as;  // pois: the source name its staging rows carry; empty for a direct table
-    std::vector<std::pair<std::string, std::vector<std::string>>> passes;  // pois: loader 1's category passes
-};
-
-Rules rules_from(const py::dict& spec) {
-    Rules rules;
-    rules.table = spec["table"].cast<std::string>();
-    rules.attributes = spec["attributes"].cast<int>();
-    rules.tag_columns = spec["tag_columns"].cast<std::unordered_map<std::string, int>>();
-    rules.name_column = spec["name_column"].cast<int>();
-    rules.osm_id_column = spec["osm_id_column"].cast<int>();
-    if (spec.contains("staged_as")) {
-        rules.staged_as = spec["staged_as"].cast<std::string>();
-        rules.passes = spec["passes"].cast<std::vector<std::pair<std::string, std::vector<std::string>>>>();
-    }
-    return rules;
-}
-
-struct BadFeature { std::string reason; };
 
 // A source's batches, as ingest/osm/batches.Batcher collects them.
 struct Batch {
@@ -407,26 +352,11 @@ private:
         m_listed.push_back("way " + std::to_string(way.id()) + ": " + reason);
     }
 
-    // The category passes a pois feature is inserted in (rules.poi_passes); {0} for the other tables.
-    static std::vector<int> passes_of(const Rules& rules, const osmium::TagList& tags) {
-        if (rules.staged_as.empty()) return {0};
-        std::vector<int> passes;
-        if (!tags.has_key("name")) return passes;
-        for (std::size_t number = 0; number < rules.passes.size(); ++number) {
-            const char* value = tags[rules.passes[number].first.c_str()];
-            if (!value) continue;
-            for (const auto& listed : rules.passes[number].second) {
-                if (listed == value) { passes.push_back(static_cast<int>(number)); break; }
-            }
-        }
-        return passes;
-    }
-
-    // loader 1's rows for the feature (rules.rows_of, features.row_packer), or BadFeature
+    // loader 1's rows for the feature (rules.rows_of, copy_rows.pack_rows), or BadFeature
     std::string rows(const Rules& rules, const osmium::OSMObject& object, int64_t osm_id,
                      const std::string& wkb, const std::vector<int>& passes, long position) const {
-        std::vector<const char*> values(rules.attributes, nullptr);
-        auto text = [&](const char* key, const char* value) -> const char* {
+        Values values(rules.attributes);
+        auto text = [&](const char* key, const char* value) -> std::string_view {
             std::size_t length = code_points(value);
             if (length > m_limits.varchar) {
                 throw BadFeature{"tag " + py::repr(py::str(key)).cast<std::string>() + " is " + std::to_string(length)
@@ -440,43 +370,19 @@ private:
             if (column != rules.tag_columns.end()) values[column->second] = text(tag.key(), tag.value());
         }
         if (const char* name = object.tags()["name"]) values[rules.name_column] = text("name", name);
-        std::string body;
-        put32(body, static_cast<int32_t>(wkb.size()));
-        body += wkb;
-        for (int column = 0; column < rules.attributes; ++column) {
-            if (column == rules.osm_id_column) {
-                put32(body, 8);
-                put64(body, osm_id);
-            } else if (values[column]) {
-                std::size_t length = std::strlen(values[column]);
-                put32(body, static_cast<int32_t>(length));
-                body.append(values[column], length);
-            } else {
-                put32(body, -1);
-            }
-        }
         std::string out;
-        if (rules.staged_as.empty()) {
-            put16(out, static_cast<int16_t>(rules.attributes + 1));
-            return out + body;
-        }
-        for (int number : passes) {
-            put16(out, static_cast<int16_t>(rules.attributes + 4));
-            put32(out, static_cast<int32_t>(rules.staged_as.size()));
-            out += rules.staged_as;
-            put32(out, 4);
-            put32(out, number);
-            put32(out, 8);
-            put64(out, position);
-            out += body;
-        }
+        pack_rows(out, rules, values, osm_id, wkb, passes, position);
         return out;
     }
 
     void add(const std::string& layer, Sink& sink, const osmium::OSMObject& object, int64_t osm_id,
              const std::string& wkb, const char* kind) {
         auto& batch = sink.batch;
-        auto passes = passes_of(sink.rules, object.tags());
+        const auto& tags = object.tags();
+        auto passes = passes_of(sink.rules, tags.has_key("name"), [&](const std::string& key) {
+            const char* value = tags[key.c_str()];
+            return value ? std::optional<std::string_view>(value) : std::nullopt;
+        });
         try {
             if (!passes.empty()) {
                 batch.data += rows(sink.rules, object, osm_id, wkb, passes, batch.features);

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ingest.osm.batches import BATCH_BYTES, MAX_REPORTED_PER_JOB, Batch
+from ingest.osm.batches import Batch
+from ingest.osm.native import NATIVE_READER_ENV, layer_spec, limits, native_module
 from ingest.osm.pbf.plans import ReadPlan
 from ingest.osm.pbf.sources import KINDS, LISTED_BROKEN, PbfReport, source_name, unreadable
 from ingest.osm.rules import (
@@ -25,27 +26,17 @@ from ingest.osm.rules import (
     LAYER_BY_FOLDER,
     LINE_OR_RING,
     NODE_RULES,
-    POI_PASSES,
-    VARCHAR_LIMIT,
     WAY_RULES,
     OsmxRule,
 )
 
-NATIVE_READER_ENV = "GSQA_NATIVE_READER"  # 0: read with pyosmium even where the native reader is built
 NATIVE_READER_PACKAGES = "g++ python3-dev libosmium2-dev libprotozero-dev zlib1g-dev"  # system-packages.txt, native
 
 
-@functools.cache
 def native_reader() -> Any:
-    """The native reader's module (ingest/osm/pbf/_osmread, built at install where a compiler and libosmium's headers
-    are), or None when it is not built or switched off ($GSQA_NATIVE_READER=0)."""
-    if os.environ.get(NATIVE_READER_ENV) == "0":
-        return None
-    try:
-        from ingest.osm.pbf import _osmread
-    except ImportError:
-        return None
-    return _osmread
+    """The native reader's module (ingest/osm/pbf/_osmread), or None when it is not built or switched off
+    ($GSQA_NATIVE_READER=0)."""
+    return native_module("pbf._osmread")
 
 
 def reader_note() -> str | None:
@@ -89,7 +80,7 @@ def _read_extract(native: Any, path: Path, layers: dict[str, set[str]], plan: Re
     specs = [{layer: native_layer_rules(layer, path) for layer in sorted(layers.get(kind, ()))} for kind in KINDS]
     try:
         return _native_report(native.read_extract(str(path), plan.index or "flex_mem", native_classification(),
-                                                  *specs, plan.bbox, native_limits(), seen, emit))
+                                                  *specs, plan.bbox, limits(LISTED_BROKEN), seen, emit))
     except RuntimeError as error:  # a damaged block: the extract's open sources fail, the others stand
         for kind, layer in sorted(open_sources):
             send(kind, layer, ("failed", unreadable(path, error)))
@@ -97,15 +88,8 @@ def _read_extract(native: Any, path: Path, layers: dict[str, set[str]], plan: Re
 
 
 def native_layer_rules(folder: str, path: Path) -> dict[str, Any]:
-    """Loader 1's rules for one layer as the native reader takes them (declared in rules.py)."""
-    layer = LAYER_BY_FOLDER[folder]
-    rules = {"table": layer.name, "attributes": len(layer.attribute_columns), "tag_columns": layer.tag_columns,
-             "name_column": layer.tag_columns[layer.name_column],
-             "osm_id_column": -1 if layer.osm_id_index is None else layer.osm_id_index}
-    if layer.in_passes:
-        rules["staged_as"] = source_name(path, "nodes")  # the pois staging rows carry their source
-        rules["passes"] = [(key, list(values)) for key, values in POI_PASSES]
-    return rules
+    """Loader 1's rules for one layer as the native reader takes them (the pois staging rows carry their source)."""
+    return layer_spec(LAYER_BY_FOLDER[folder], source_name(path, "nodes"))
 
 
 @functools.cache
@@ -120,12 +104,6 @@ def native_classification() -> dict[str, Any]:
 
     return {"nodes": [spec(rule) for rule in NODE_RULES], "ways": [spec(rule) for rule in WAY_RULES],
             "areas": [spec(rule) for rule in AREA_RULES], "area_relation_types": list(AREA_RELATION_TYPES)}
-
-
-def native_limits() -> dict[str, int]:
-    """Loader 1's column limit and the batch and report bounds of the Python side, for the native reader."""
-    return {"varchar": VARCHAR_LIMIT, "batch_bytes": BATCH_BYTES, "reported": MAX_REPORTED_PER_JOB,
-            "listed_broken": LISTED_BROKEN}
 
 
 def _native_report(found: dict[str, Any]) -> PbfReport:
