@@ -66,6 +66,7 @@ from ingest.ordered_pool import JobStream, OrderedPool
 from ingest.osm.batches import SourceError
 from ingest.osm.features import COPY_HEADER, COPY_TRAILER
 from ingest.osm.geojson import Job, jobs_for, layer_files, parse_job
+from ingest.osm.native import lines_note
 from ingest.osm.pbf.checks import check_inputs
 from ingest.osm.pbf.native import reader_note
 from ingest.osm.pbf.plans import reader_plans
@@ -210,6 +211,8 @@ def load_osm(source: Path, dsn: str | None = None, *, layers: list[str] | None =
     started = time.monotonic()
     report = OsmLoadReport(source=str(source))
     folders = find_layer_folders(source)
+    if note := lines_note():
+        print(note, file=sys.stderr)
     selected = select_layers(folders, layers, report)
     files = {layer.name: {path.name: path for path in layer_files(folders[layer.name])} for layer in selected}
     for layer in selected:

@@ -30,6 +30,18 @@ def native_module(name: str) -> Any:
         return None
 
 
+def lines_note() -> str | None:
+    """One line for stderr when GeoJSON lines are encoded in Python: why, and how to get the native encoder;
+    None when it encodes them."""
+    if native_module("_lines") is not None:
+        return None
+    why = (f"{NATIVE_READER_ENV}=0 is set" if os.environ.get(NATIVE_READER_ENV) == "0"
+           else "the native GeoJSON lines encoder was not built when this package was installed")
+    return (f"ingest osm: {why}; encoding GeoJSON lines in Python: the same rows, more CPU. For the native "
+            f"encoder: apt-get install {NATIVE_LINES_PACKAGES}, then install this package again (make venv, or "
+            "pip install .)")
+
+
 def layer_spec(layer: Layer, staged_as: str) -> dict[str, Any]:
     """Loader 1's rules for one table as the native modules take them (copy_rows.hpp, Rules); `staged_as`: the
     source name of the pois staging rows."""
