@@ -10,7 +10,9 @@ fewer than 4 points, builds empty geometries and collections). Invalid polygons 
 they are: geography does not validate, and loader 1 did not repair.
 
 Runs in the parser worker processes: no database here. A stored feature's Python (its tags, loader 1's rules,
-the WKB from the coordinate buffer, the binary COPY row) is most of their work.
+the WKB from the coordinate buffer, the binary COPY row) is most of their work, where the native lines encoder
+(_lines.cpp, geojson_wkb.hpp: the same rows and WKB in C++) is not built; where it is, this module encodes only
+the lines it hands back and the stream layout's features.
 """
 
 from __future__ import annotations
