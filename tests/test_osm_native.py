@@ -13,12 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import DATA
 from osm_helpers import feature, point, rule_layers, square, write_layer, write_rule_layers
+from test_osm_features import random_geometries
 from test_osm_load import bad_source
 
 from ingest.osm import native
 from ingest.osm.batches import BATCH_BYTES
 from ingest.osm.geojson import jobs_for, layer_files, parse_job
+from ingest.osm.pbf.export import export
 from ingest.osm.rules import LAYER_BY_FOLDER, LAYERS
 from testkit.osmx_synth import write_layers
 from testkit.tools import missing
@@ -64,6 +67,14 @@ def test_synthetic_layers_give_the_same_batches(tmp_path: Path) -> None:
     assert assert_same_batches(folder, range_bytes=100_000)  # pieces cut at many line starts
 
 
+def test_real_osm_data_gives_the_same_batches(tmp_path: Path) -> None:
+    """The extracts of tests/data as osmx-style layers (--export-geojson): real tags, names and shapes."""
+    extracts = sorted((DATA / "osm").glob("*.osm.pbf"))
+    export(extracts, tmp_path / "layers", progress=False)
+    found = assert_same_batches(tmp_path / "layers")
+    assert sum(batch[2] for batch in found) > 5000
+
+
 def test_the_rules_layers_give_the_same_batches(tmp_path: Path) -> None:
     found = assert_same_batches(write_rule_layers(tmp_path / "rules"))
     expected_rows = sum(len(items) for files in rule_layers().values() for items in files.values())
@@ -88,7 +99,10 @@ def test_a_regional_build_keeps_the_same_features(tmp_path: Path, bbox: tuple[fl
 
 
 def test_the_load_tests_bad_input_gives_the_same_batches_and_reasons(tmp_path: Path) -> None:
-    found = assert_same_batches(bad_source(tmp_path / "bad"))
+    folder = bad_source(tmp_path / "bad")
+    write_layer(folder / "lakes" / "shapes.geojson",
+                [feature(geometry, k, {"name": f"Shape {k}"}) for k, geometry in enumerate(random_geometries())])
+    found = assert_same_batches(folder)
     reasons = [reason for batch in found if len(batch) > 3 for _, _, reason in batch[4]]
     errors = [batch[2] for batch in found if len(batch) == 3]
     assert len(reasons) == 14 and any("not valid JSON" in reason for reason in reasons)
