@@ -17,6 +17,7 @@ With --fetched, the layers are as `ingest fetch` leaves them: its verified log (
 once, outside the timing) holds each file's sha256, which `ingest osm` then logs without reading the file again
 (as in `make db`); without it, `ingest osm` hashes every file as it loads it (a folder put in place by hand).
 ogr2ogr applies no loader-1 rule: it keeps every feature and every property (tagsMap as one JSON column).
+The lines encoder `ingest osm` uses is in the output (native where _lines is built, unless GSQA_NATIVE_READER=0).
 For each tool: wall time, client CPU (all client processes), server CPU (all postgres processes), peak
 client memory (largest process RSS; PSS of the process tree), input MB/s, rows/s; then the medians with
 the spread (min-max) and the wall-time ratio of the medians.
@@ -40,6 +41,7 @@ from bench.dem import drop_tables, init_database, prepare_database, timed
 from bench.measure import medians
 from gsqa_core import schema
 from ingest.fetch import STAGING, RemoteFile, VerifiedLog
+from ingest.osm.native import native_module
 from testkit.osmx_synth import LAYER_FOLDERS, write_layers
 
 INGEST = Path(sys.executable).parent / "ingest"
@@ -128,8 +130,9 @@ def main() -> None:
     dsn = prepare_database(args.dsn, args.database, drop=OGR_TABLES)
     subprocess.run(["cat", *map(str, folder.rglob("*.geojson"))], stdout=subprocess.DEVNULL, check=True)
     rounds = [one_round(folder, dsn, mb, ingest_first=bool(n % 2), indexes=args.indexes) for n in range(args.runs)]
+    encoder = "native" if native_module("_lines") else "Python"  # as the `ingest` it runs finds it (same env)
     result = {"input_mb": round(mb, 1), "files": len(list(folder.rglob("*.geojson"))), "indexes": args.indexes,
-              "fetched": args.fetched, "loadavg_1min": os.getloadavg()[0],
+              "fetched": args.fetched, "lines_encoder": encoder, "loadavg_1min": os.getloadavg()[0],
               "rounds": rounds, "median": medians(rounds, "ogr2ogr", "ingest osm")}
     if args.json:
         print(json.dumps(result, indent=2))
@@ -137,6 +140,7 @@ def main() -> None:
     print(f"{result['input_mb']} MB in {result['files']} files, {args.runs} rounds (medians; wall min-max), "
           + ("with GiST indexes and ANALYZE on both sides" if args.indexes else "without indexes")
           + (", layers as `ingest fetch` leaves them" if args.fetched else "")
+          + f", GeoJSON lines encoded in {result['lines_encoder']}"
           + f"; load average at the end {result['loadavg_1min']:.2f}")
     header = ("tool", "wall s", "min-max", "client CPU s", "server CPU s", "max RSS MB", "PSS MB", "MB/s", "rows/s")
     print(f"{header[0]:<12}" + "".join(f"{title:>14}" for title in header[1:]))
