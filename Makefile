@@ -185,13 +185,14 @@ clean:
 
 venv: $(VENV)/bin/ingest
 
-# Without a compiler or libosmium's headers the install goes on without the native PBF reader; the last line
-# then says so.
-$(VENV)/bin/ingest: pyproject.toml
+# Without a compiler or the headers the install goes on without the native PBF reader or GeoJSON lines encoder;
+# the last lines then say so. Their sources are prerequisites, so a pull that changes them rebuilds them.
+$(VENV)/bin/ingest: pyproject.toml hatch_build.py $(wildcard ingest/osm/*.cpp ingest/osm/*.hpp ingest/osm/pbf/*.cpp)
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[dev]'
 	@$(PYTHON) -c 'from ingest.osm.pbf.native import reader_note; note = reader_note(); note and print(note)' >&2
+	@$(PYTHON) -c 'from ingest.osm.native import lines_note; note = lines_note(); note and print(note)' >&2
 	touch $@
 
 # The system packages first (setup/system-packages.txt: installed as root, else the apt-get line to run);

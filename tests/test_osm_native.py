@@ -164,15 +164,17 @@ def test_tricky_lines_give_the_same_batches(tmp_path: Path, layer: str) -> None:
     assert assert_same_batches(tmp_path, range_bytes=300)
 
 
-def test_a_number_beyond_64_bits_ends_both_paths_alike(tmp_path: Path) -> None:
-    """pysimdjson raises RuntimeError (not ValueError) for it, which ends the job; the native encoder hands the
-    line back, so the outcome is the Python path's."""
+def test_a_number_beyond_64_bits_is_one_skipped_feature_both_ways(tmp_path: Path) -> None:
+    """pysimdjson raises RuntimeError (not ValueError) for it; the native encoder hands the line back, and the
+    Python path skips that feature with the reason, as any unreadable line."""
     big = json.dumps(feature(LINE, 1, {})).replace('"id": 1', '"id": 123456789012345678901234567890')
     write_layer(tmp_path / "roads" / "a.geojson", [feature(LINE, 0, {"name": "Before"})])
     path = tmp_path / "roads" / "a.geojson"
     path.write_bytes(path.read_bytes().replace(b"\n]}", b",\n" + big.encode() + b"\n]}"))
     found = assert_same_batches(tmp_path)
-    assert found[-1][1:] == ("RuntimeError", "BIGINT_ERROR: Big integer value that cannot be represented using 64 bits")
+    assert [batch[3:] for batch in found] == [
+        (2, [(1, len(path.read_bytes()) - len(big) - 4,  # the second feature, at its line's start
+              "not readable (BIGINT_ERROR: Big integer value that cannot be represented using 64 bits)")], 1)]
 
 
 def test_the_python_path_takes_what_the_native_encoder_declines(tmp_path: Path) -> None:

@@ -146,6 +146,8 @@ class _Lines:
             except ValueError as error:  # simdjson: not valid JSON (or not UTF-8) on its own
                 reason = " ".join(str(error).split())
                 self.closed = _last_feature(self.parse, self.encode, text, here, batcher, reason)
+            except RuntimeError as error:  # pysimdjson: a number it cannot hold (an integer beyond 64 bits)
+                batcher.skip(here, f"not readable ({' '.join(str(error).split())})")
 
 
 def _read_lines(job: Job, batcher: Batcher) -> Iterator[Batch]:
