@@ -170,6 +170,8 @@ def _judge_directly(runs: list[PredictionRun], records: list[Record], done: dict
             result = answered.get((run.name, record.id)) if prediction is not None and prediction.kind == "answer" \
                 else _without_database(run.name, record, prediction, unreadable.get(record.id),
                                        run.unanswered.get(record.id, ""))
+            if prediction is None and (meta := run.unanswered_meta.get(record.id)):  # what it spent, unanswered
+                result = replace(result, detail={**result.detail, "meta": session.clipped(meta)})
             if calls := run.calls.get(record.id):  # an agent's: beside the verdict in the reports
                 result = replace(result, detail={**result.detail, "calls": session.clipped(calls)})
             found[result.key] = result

@@ -1,11 +1,13 @@
 """--csv-out: the figures in long format (run, model, method, config, template, metric, value), one line per
-figure, for plotting: every line of the table per run, then the repeated runs and the pairs of runs."""
+figure, for plotting: every line of the table per run, what each run used (usage.py: its known values), then
+the repeated runs and the pairs of runs."""
 
 from __future__ import annotations
 
 import csv
 import io
 
+from reproduce.reports import usage
 from reproduce.reports.analysis import pairs, repeated
 from reproduce.reports.model import Report, by_run, lines, metrics
 
@@ -22,6 +24,10 @@ def render(report: Report) -> str:
             for metric, value in metrics(results).items():
                 writer.writerow([name, about[name]["model"], about[name]["method"], config, template or "all", metric,
                                  value])
+    for name, found in usage.summary(report).items():
+        for config, template, values in found:
+            writer.writerows([name, about[name]["model"], about[name]["method"], config, template or "all", metric,
+                              value] for metric, value in values.items() if value is not None)
     for group in repeated(report):
         for line in group["lines"]:
             for metric in ("pass_k", "flip", "spread"):
