@@ -86,7 +86,8 @@ def score(request: ScoreRequest) -> Scores:
                   "runs": [run_facts(run) for run in runs]}
     resume = session.open_resume(request, _resume_header(provenance, runs), entry=Result.from_dict,
                                  format=RESUME_FORMAT, command="reproduce score", key=lambda result: result.key)
-    done = dict(resume.done) if resume else {}
+    # an older line whose rows were never diffed (exact not known) is judged again
+    done = {key: result for key, result in resume.done.items() if result.exact is not None} if resume else {}
     try:
         by_key = _judge_directly(runs, records, done, answered, resume)
         by_key.update(_run_sql(prepared, [job for job in jobs if (job.run, job.record.id) not in done], resume,
