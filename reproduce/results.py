@@ -141,7 +141,8 @@ def summarize(results: Iterable[Result]) -> dict[str, int]:
             "answered": counts["ran"] + counts["empty"],
             "paper_passed": sum(result.paper == "pass" for result in results),
             "strict_passed": sum(result.strict == "pass" for result in results),
-            "exact": sum(bool(result.exact) for result in results), **{outcome: counts[outcome] for outcome in OUTCOMES}}
+            "exact": sum(bool(result.exact) for result in results),
+            **{outcome: counts[outcome] for outcome in OUTCOMES}}
 
 
 # --- making results -------------------------------------------------------------------------------------

@@ -50,7 +50,8 @@ for(const r of rows)body.appendChild(r)}"""
 def render(report: Report) -> str:
     title = _title(report)
     body = [f"<h1>{html.escape(title)}</h1>", _facts(report), _runs(report), "<h2>Pass rate per template</h2>",
-            _chart(report), _summary_table(report), _usage_table(report), _pairs_table(report), _repeated_table(report), _unread(report)]
+            _chart(report), _summary_table(report), _usage_table(report), _pairs_table(report),
+            _repeated_table(report), _unread(report)]
     common = _common_instability(report.results)
     body += [_instability(common), _questions(report, common)]
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"

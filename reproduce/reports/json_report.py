@@ -9,8 +9,8 @@ from typing import Any
 
 from gsqa_core.errors import GsqaError
 from reproduce import session
-from reproduce.reports import usage
 from reproduce.dataset import Record
+from reproduce.reports import usage
 from reproduce.reports.analysis import pairs, repeated
 from reproduce.reports.model import Report, by_run, line_name, lines, metrics
 from reproduce.results import ROWS_KEPT, Result
