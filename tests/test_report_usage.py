@@ -19,7 +19,7 @@ from inspect_ai.model import ModelOutput
 from inspect_helpers import QUESTIONS, run, scripted
 
 from reproduce.predictions import trajectory
-from reproduce.reports.usage import COLUMNS
+from reproduce.reports.usage import COLUMNS, columns_markdown
 from testkit.cli import reproduce
 
 BENCHMARK = DATA / "benchmark"
@@ -221,6 +221,10 @@ def test_a_report_without_calls_or_usage_has_no_usage_section(tmp_path: Path) ->
     assert not [row for row in csv.DictReader(io.StringIO((tmp_path / "s.csv").read_text())) if row["metric"] in names]
     page = (tmp_path / "s.html").read_text()
     assert "<h2>Usage</h2>" not in page and "tokens and cost" not in page
+
+
+def test_the_documented_columns_are_the_declaration() -> None:
+    assert columns_markdown() in (DATA.parent.parent / "docs" / "BENCHMARK-FORMAT.md").read_text()
 
 
 def test_an_episode_s_usage_is_what_its_calls_give(tmp_path: Path) -> None:

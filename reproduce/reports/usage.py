@@ -21,26 +21,30 @@ from reproduce.reports.model import Report, by_run, lines
 from reproduce.results import Result
 
 # Why a call was refused: the first reason whose pattern finds the call's "tool: error" (the refusals' words are
-# reproduce/gate.py's and reproduce/serve/tools.py's); "other" where none does.
-REFUSALS: dict[str, str] = {
-    "budget": r"budget is spent|no time left in the episode's budget",
-    "over": r"the answer was submitted; the episode is over",
-    "not_served": r"is not served here",
-    "argument": r"^\w+: refused: no (SQL|code|answer)\b|characters(?: as JSON)?; at most|characters, more than",
-    "not_a_query": r"only a query runs here|returns no rows",
-    "sandbox": r"\(the sandbox|bounded share of the server's memory",
-    "answer": r"^submit_answer: ",
+# reproduce/gate.py's and reproduce/serve/tools.py's), "other" where none does; and what each reason means.
+REFUSALS: dict[str, tuple[str, str]] = {
+    "budget": (r"budget is spent|no time left in the episode's budget", "the episode's calls or seconds were spent"),
+    "over": (r"the answer was submitted; the episode is over", "the episode's answer was submitted"),
+    "not_served": (r"is not served here", "a tool this server does not serve"),
+    "argument": (r"^\w+: refused: no (SQL|code|answer)\b|characters(?: as JSON)?; at most|characters, more than",
+                 "no SQL, code or answer, or one past its size"),
+    "not_a_query": (r"only a query runs here|returns no rows", "not one query (the gate)"),
+    "sandbox": (r"\(the sandbox|bounded share of the server's memory", "what the sandbox role may not do"),
+    "answer": (r"^submit_answer: ", "an answer that cannot be read as rows or does not fit the question"),
+    "other": (r"", "any other refusal"),
 }
 PYTHON = "run_python"
 # A run_python call that ran and failed, by its outcome (an error is a non-zero exit).
-PYTHON_FAILURES = {"error": "python_nonzero_exit", "killed": "python_killed", "timeout": "python_timeout",
-                   "lost": "python_lost"}
+PYTHON_FAILURES = {"error": ("python_nonzero_exit", "a non-zero exit"),
+                   "killed": ("python_killed", "killed by a signal (the memory limit, mostly)"),
+                   "timeout": ("python_timeout", "stopped at its timeout"),
+                   "lost": ("python_lost", "the sandbox did not answer and was replaced")}
 
 
 def refusal_reason(call: dict[str, Any]) -> str:
     """The REFUSALS reason of a refused call."""
     text = f"{call.get('tool', '')}: {call.get('error', '')}"
-    return next((reason for reason, pattern in REFUSALS.items() if re.search(pattern, text)), "other")
+    return next(reason for reason, (pattern, _) in REFUSALS.items() if re.search(pattern, text))
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,7 @@ def _clients(used: Used) -> int | None:
 class Column:
     name: str  # its key in --json-out, its metric in --csv-out
     label: str  # its header in the console and HTML
+    what: str  # what it counts (docs/BENCHMARK-FORMAT.md's table: columns_markdown)
     of: Callable[[Used], float | None]
     text: Callable[[float], str] = lambda value: f"{value:,}"
     sparse: bool = False  # the console and HTML show it only where some line has it not zero
@@ -99,26 +104,48 @@ def dollars(value: float) -> str:
     return f"{value:.4f}" if value == 0 or value >= 0.0001 else "<0.0001"
 
 
+def _tenths(value: float) -> str:
+    return f"{value:.1f}"
+
+
+def _refused(reason: str) -> Callable[[Used], float | None]:
+    return _calls(lambda used: sum(call.get("outcome") == "refused" and refusal_reason(call) == reason
+                                   for call in used.calls))
+
+
+def _python_failed(outcome: str) -> Callable[[Used], float | None]:
+    return _calls(lambda used: sum(call.get("outcome") == outcome and "exit" in call for call in used.python()))
+
+
 COLUMNS: tuple[Column, ...] = (
-    Column("calls", "calls", _calls(lambda used: len(used.calls))),
-    Column("clients", "clients", _clients),
-    Column("refused", "refused", _calls(lambda used: sum(call.get("outcome") == "refused" for call in used.calls))),
-    *(Column(f"refused_{reason}", f"refused {reason.replace('_', ' ')}", _calls(
-        lambda used, reason=reason: sum(call.get("outcome") == "refused" and refusal_reason(call) == reason
-                                        for call in used.calls)), sparse=True) for reason in [*REFUSALS, "other"]),
-    Column("budget_stops", "budget stops", _calls(lambda used: used.stops.count("budget"))),
-    Column("tool_seconds", "tool s", _calls(lambda used: _seconds(used.calls)), lambda value: f"{value:.1f}"),
-    Column("python_calls", "python", _calls(lambda used: len(used.python())), sparse=True),
-    *(Column(name, name.replace("_", " "), _calls(
-        lambda used, outcome=outcome: sum(call.get("outcome") == outcome and "exit" in call
-                                          for call in used.python())), sparse=True)
-      for outcome, name in PYTHON_FAILURES.items()),
-    Column("python_seconds", "python s", _calls(lambda used: _seconds(used.python())), lambda value: f"{value:.1f}",
-           sparse=True),
-    Column("input_tokens", "input tokens", lambda used: used.amount("input")),
-    Column("output_tokens", "output tokens", lambda used: used.amount("output")),
-    Column("cost", "cost $", lambda used: None if (cost := used.amount("cost")) is None else round(cost, 9), dollars),
+    Column("calls", "calls", "the agent's tool calls on the line's questions", _calls(lambda used: len(used.calls))),
+    Column("clients", "clients", "the distinct clients they came from (not known where the calls name none)",
+           _clients),
+    Column("refused", "refused", "calls refused", _calls(
+        lambda used: sum(call.get("outcome") == "refused" for call in used.calls))),
+    *(Column(f"refused_{reason}", f"refused {reason.replace('_', ' ')}", f"calls refused: {what}", _refused(reason),
+             sparse=True) for reason, (_, what) in REFUSALS.items()),
+    Column("budget_stops", "budget stops", "episodes the budget ended",
+           _calls(lambda used: used.stops.count("budget"))),
+    Column("tool_seconds", "tool s", "the seconds of the calls, summed", _calls(lambda used: _seconds(used.calls)),
+           _tenths),
+    Column("python_calls", "python", "run_python calls", _calls(lambda used: len(used.python())), sparse=True),
+    *(Column(name, name.replace("_", " "), f"run_python calls that failed: {what}", _python_failed(outcome),
+             sparse=True) for outcome, (name, what) in PYTHON_FAILURES.items()),
+    Column("python_seconds", "python s", "the seconds of the run_python calls", _calls(
+        lambda used: _seconds(used.python())), _tenths, sparse=True),
+    Column("input_tokens", "input tokens", "the model's input tokens (a trajectory's call usage, an Inspect log's, "
+           "JSON Lines' `tokens`)", lambda used: used.amount("input")),
+    Column("output_tokens", "output tokens", "the model's output tokens", lambda used: used.amount("output")),
+    Column("cost", "cost $", "the model's cost in dollars (as the tokens: `cost`)",
+           lambda used: None if (cost := used.amount("cost")) is None else round(cost, 9), dollars),
 )
+
+
+def columns_markdown() -> str:
+    """COLUMNS as docs/BENCHMARK-FORMAT.md prints them (a test holds the two equal)."""
+    return "\n".join(["| column | console, HTML | what |", "|---|---|---|",
+                      *(f"| `{column.name}` | {column.label} | {column.what} |" for column in COLUMNS)])
 
 
 def summary(report: Report) -> dict[str, list[tuple[str, str, dict[str, float | None]]]]:
@@ -126,11 +153,14 @@ def summary(report: Report) -> dict[str, list[tuple[str, str, dict[str, float | 
     found = {}
     for name, results in by_run(report.results).items():
         agent = any(result.detail.get("calls") for result in results)
-        rows = [(config, template, {column.name: column.of(Used.of(group, agent)) for column in COLUMNS})
-                for config, template, group in lines(results)]
+        rows = [(config, template, _values(Used.of(group, agent))) for config, template, group in lines(results)]
         if any(value is not None for value in rows[-1][2].values()):
             found[name] = rows
     return found
+
+
+def _values(used: Used) -> dict[str, float | None]:
+    return {column.name: column.of(used) for column in COLUMNS}
 
 
 def shown(found: dict[str, list[tuple[str, str, dict[str, float | None]]]]) -> list[Column]:
