@@ -208,6 +208,12 @@ def test_the_html_page_has_the_same_table(scored: tuple[str, Path]) -> None:
                     ["tokens", "raster_only", "all", *cells(TOKENS_R1)], ["tokens", "total", "all", *cells(TOKENS_R1)]]
     runs = page.split("<h2>Runs</h2>")[1].split("</table>")[0]
     assert "<th>tokens and cost</th>" in runs and "<td>tokens input 1,350, output 142; cost $0.5300</td>" in runs
+    # each question's card: its usage, and each call's
+    card = page.split(f"<code>{R1}/0</code> run <b>agent</b>")[1].split("</details></div>")[0]
+    assert "<p>The model's usage: tokens input 350, output 35; cost $0.0300</p>" in card
+    assert "<li><b>query</b> rows, 1 rows (0.5 s, input tokens 200, output tokens 20, cost $0.02)</li>" in card
+    tokens_card = page.split(f"<code>{R2}/0</code> run <b>tokens</b>")[1].split("</details></div>")[0]
+    assert "<p>The model's usage: tokens 123</p>" in tokens_card
 
 
 def test_a_report_without_calls_or_usage_has_no_usage_section(tmp_path: Path) -> None:

@@ -175,9 +175,11 @@ def cell(column: Column, value: float | None) -> str:
 
 
 def run_usage(facts: dict[str, Any]) -> str:
-    """A run's tokens and cost (its facts in provenance["runs"]) in words, "" where neither is known."""
-    tokens = facts.get("tokens") or {}
-    said = [f"{kind} {count:,}" for kind, count in tokens.items()] if isinstance(tokens, dict) else []
+    """Tokens and cost (a run's facts in provenance["runs"], a prediction's meta) in words, "" where neither is
+    known."""
+    tokens = facts.get("tokens")
+    said = [f"{kind} {count:,}" for kind, count in tokens.items()] if isinstance(tokens, dict) else (
+        [f"{tokens:,}"] if isinstance(tokens, int | float) and not isinstance(tokens, bool) else [])
     cost = facts.get("cost")
     return "; ".join(([f"tokens {', '.join(said)}"] if said else []) + ([f"cost ${dollars(cost)}"]
                                                                        if cost is not None else []))
