@@ -71,7 +71,7 @@ class Used:
         give it, None where none does."""
         found = [meta.get("cost") if kind == "cost" else
                  meta["tokens"].get(kind) if isinstance(meta.get("tokens"), dict) else None for meta in self.metas]
-        found = [value for value in found if isinstance(value, int | float) and not isinstance(value, bool)]
+        found = [value for value in found if _number(value)]
         return sum(found) if found else None
 
 
@@ -176,10 +176,14 @@ def cell(column: Column, value: float | None) -> str:
 
 def run_usage(facts: dict[str, Any]) -> str:
     """Tokens and cost (a run's facts in provenance["runs"], a prediction's meta) in words, "" where neither is
-    known."""
+    known (what is no number is not said)."""
     tokens = facts.get("tokens")
-    said = [f"{kind} {count:,}" for kind, count in tokens.items()] if isinstance(tokens, dict) else (
-        [f"{tokens:,}"] if isinstance(tokens, int | float) and not isinstance(tokens, bool) else [])
+    by_kind = tokens if isinstance(tokens, dict) else {"": tokens}  # a bare number: the total
+    said = [f"{kind} {count:,}".strip() for kind, count in by_kind.items() if _number(count)]
     cost = facts.get("cost")
-    return "; ".join(([f"tokens {', '.join(said)}"] if said else []) + ([f"cost ${dollars(cost)}"]
-                                                                       if cost is not None else []))
+    return "; ".join(([f"tokens {', '.join(said)}"] if said else [])
+                     + ([f"cost ${dollars(cost)}"] if _number(cost) else []))
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
