@@ -42,8 +42,8 @@ def verify(request: RunRequest, durations: Path | None = None) -> Run:
     records = data.records
     if not records:  # as score's "nothing to score": questions not in the data are no failure, but none is none
         first = data.skipped[0].reason if data.skipped else "none selected"
-        raise GsqaError(f"nothing to verify: none of the {len(data.skipped)} selected questions is in the data "
-                        f"({first})")
+        raise GsqaError(f"nothing to verify: no selected question is in the data ({len(data.skipped)} selected; "
+                        f"{first})")
     prepared = session.prepare(request, records, [READER], COMMAND)
     provenance = session.provenance(request, data, COMMAND, prepared)
     resume = session.open_resume(request, {"dataset": data.checksum, "database": prepared.facts["row_counts"],

@@ -185,7 +185,7 @@ def test_questions_not_in_the_data_change_no_exit_code_and_none_in_it_is_exit_2(
     them in the data nothing is verified."""
     result = verify(db, data, "--template", "R2")
     assert (result.returncode, result.stdout) == (2, "")
-    assert result.stderr == ("error: nothing to verify: none of the 20 selected questions is in the data (file "
+    assert result.stderr == ("error: nothing to verify: no selected question is in the data (20 selected; file "
                              f"qa2/raster_only/elevation_compare+two_pois.jsonl is not in {data})\n")
     passing = write_questions(tmp_path, {"pass": QUESTIONS["pass"]})
     beside = verify(db, passing, "--template", "R1", "--template", "R2")
