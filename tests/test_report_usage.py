@@ -17,9 +17,12 @@ import pytest
 from conftest import DATA
 from inspect_ai.model import ModelOutput
 from inspect_helpers import QUESTIONS, run, scripted
+from test_python_sandbox import image  # noqa: F401 - the fixture: the sandbox image, built where missing
 
+from reproduce import configs, dataset
 from reproduce.predictions import trajectory
 from reproduce.reports.usage import COLUMNS, columns_markdown
+from reproduce.serve.tools import ServeRequest, ToolRefused, open_tools
 from testkit.cli import reproduce
 
 BENCHMARK = DATA / "benchmark"
@@ -59,9 +62,10 @@ def write_trajectory(path: Path) -> Path:
                                 elapsed=4.0),
              *episode(f"{R1}/1", ("b", "run_python", "ok", 1.5, {"exit": 0}),
                       ("b", "run_python", "error", 0.5, {"exit": 1}),
-                      ("b", "run_python", "killed", 2.0, {"exit": -9}),
-                      ("b", "run_python", "timeout", 3.0, {"exit": -9}),
-                      ("b", "run_python", "lost", 10.0, {"exit": -1}),
+                      ("b", "run_python", "killed", 2.0, {}),  # no exit status: the writer leaves it out
+                      ("b", "run_python", "timeout", 3.0, {}),
+                      ("b", "run_python", "lost", 10.0, {}),
+                      ("b", "run_python", "error", 0.0, {"error": "the call failed: OSError: boom"}),  # no exit: ours
                       ("b", "run_python", "refused", 0.0, refused("the code is 200,001 characters; at most 100,000"))),
              trajectory.line_of("stop", question_id=f"{R1}/1", reason="budget", why="all 6 calls used", calls=6,
                                 elapsed=17.0),
@@ -94,14 +98,14 @@ def write_jsonl(path: Path, lines: list[dict]) -> Path:
 
 
 # Every column of the agent's run per line; those a run without calls or usage does not give are None.
-AGENT_R1 = {"calls": 15, "clients": 3, "refused": 6, "refused_budget": 1, "refused_over": 0,
+AGENT_R1 = {"calls": 16, "clients": 3, "refused": 6, "refused_budget": 1, "refused_over": 0,
             "refused_not_served": 0, "refused_argument": 1, "refused_not_a_query": 2, "refused_sandbox": 1,
-            "refused_answer": 1, "refused_other": 0, "budget_stops": 1, "tool_seconds": 19.0, "python_calls": 6,
+            "refused_answer": 1, "refused_other": 0, "budget_stops": 1, "tool_seconds": 19.0, "python_calls": 7,
             "python_nonzero_exit": 1, "python_killed": 1, "python_timeout": 1, "python_lost": 1,
             "python_seconds": 17.0, "input_tokens": 350, "output_tokens": 42, "cost": 0.03}
 AGENT_R2 = {**dict.fromkeys(AGENT_R1, 0), "calls": 2, "clients": 1, "refused": 1, "refused_over": 1,
             "tool_seconds": 0.25, "input_tokens": 1000, "output_tokens": 100, "cost": 0.5}
-AGENT_ALL = {**AGENT_R1, "calls": 17, "refused": 7, "refused_over": 1, "tool_seconds": 19.25, "input_tokens": 1350,
+AGENT_ALL = {**AGENT_R1, "calls": 18, "refused": 7, "refused_over": 1, "tool_seconds": 19.25, "input_tokens": 1350,
              "output_tokens": 142, "cost": 0.53}
 NO_CALLS = dict.fromkeys(AGENT_R1)
 TOKENS_R1 = {**NO_CALLS, "input_tokens": 70, "output_tokens": 7, "cost": 0.003}
@@ -166,11 +170,11 @@ def test_the_csv_report_has_every_known_value(scored: tuple[str, Path]) -> None:
 SHOWN = ["calls", "clients", "refused", "refused budget", "refused over", "refused argument", "refused not a query",
          "refused sandbox", "refused answer", "budget stops", "tool s", "python", "python nonzero exit",
          "python killed", "python timeout", "python lost", "python s", "input tokens", "output tokens", "cost $"]
-CONSOLE_AGENT = ["15", "3", "6", "1", "0", "1", "2", "1", "1", "1", "19.0", "6", "1", "1", "1", "1", "17.0", "350",
+CONSOLE_AGENT = ["16", "3", "6", "1", "0", "1", "2", "1", "1", "1", "19.0", "7", "1", "1", "1", "1", "17.0", "350",
                  "42", "0.0300"]
 CONSOLE_R2 = ["2", "1", "1", "0", "1", "0", "0", "0", "0", "0", "0.2", "0", "0", "0", "0", "0", "0.0", "1,000", "100",
               "0.5000"]
-CONSOLE_ALL = ["17", "3", "7", "1", "1", "1", "2", "1", "1", "1", "19.2", "6", "1", "1", "1", "1", "17.0", "1,350",
+CONSOLE_ALL = ["18", "3", "7", "1", "1", "1", "2", "1", "1", "1", "19.2", "7", "1", "1", "1", "1", "17.0", "1,350",
                "142", "0.5300"]
 CONSOLE_TOKENS = ["-"] * 17 + ["70", "7", "0.0030"]
 
@@ -263,3 +267,38 @@ def test_an_inspect_log_s_tokens_and_cost_reach_the_console_and_the_page(demo, g
     table = (tmp_path / "s.html").read_text().split("<h2>Usage</h2>")[1].split("</table>")[0]
     assert f"<tr><td>{name}</td><td>raster_only</td><td>R1</td><td class='num'>510</td><td class='num'>60</td>" \
            "<td class='num'>1.875</td></tr>" in table
+
+
+def test_a_served_agent_s_calls_are_summed_as_its_trajectory_has_them(demo, demo_export: Path,
+                                                                        image: str, tmp_path: Path) -> None:  # noqa: F811
+    """`reproduce serve`'s own tools (SQL and run_python in the sandbox container, a budget of 4 calls) write the
+    trajectory; its summary counts what they wrote."""
+    path = tmp_path / "run.jsonl"
+    gold = {record.id: record for record in dataset.load(demo[1], [configs.template("R1")]).records}
+    served = ServeRequest(config="raster_only", templates=["R1"], data=demo[1], dsn=demo[0], trajectory=path,
+                          tools="sql,python", export=demo_export, max_calls=4, model="scripted")
+    with open_tools(served) as tools:
+        tools.schema()  # no question's: in no line
+        tools.question(f"{R1}/0")
+        rows = tools.query(f"{R1}/0", gold[f"{R1}/0"].sql)["rows"]
+        with pytest.raises(ToolRefused, match="only a query runs here"):
+            tools.query(f"{R1}/0", "DELETE FROM pois")
+        tools.submit_answer(f"{R1}/0", rows)
+        outcomes = [tools.run_python(f"{R1}/1", code)["outcome"] for code in (
+            "print(1)", "raise SystemExit(3)", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")]
+        assert outcomes == ["ok", "error", "killed"]
+        tools.query(f"{R1}/1", "SELECT 1 AS elevation")  # the fourth call: the budget ends the episode
+        with pytest.raises(ToolRefused, match="budget is spent"):
+            tools.submit_answer(f"{R1}/1", 1)
+    done = reproduce("score", path, "--config", "raster_only", "--template", "R1", "--data", demo[1],
+                     "--json-out", tmp_path / "s.json")
+    assert done.returncode == 0, done.stderr
+    calls = [line for line in map(json.loads, path.read_text().splitlines())
+             if line["type"] == "call" and line["question_id"]]
+    python = [line for line in calls if line["tool"] == "run_python"]
+    found = json.loads((tmp_path / "s.json").read_text())["usage"]["run"]["raster_only/R1"]
+    assert {name: value for name, value in found.items() if value} == {
+        "calls": 9, "refused": 2, "refused_not_a_query": 1, "refused_budget": 1, "budget_stops": 1,
+        "tool_seconds": round(sum(line["seconds"] for line in calls), 3), "python_calls": 3,
+        "python_nonzero_exit": 1, "python_killed": 1,
+        "python_seconds": round(sum(line["seconds"] for line in python), 3)}

@@ -114,7 +114,9 @@ def _refused(reason: str) -> Callable[[Used], float | None]:
 
 
 def _python_failed(outcome: str) -> Callable[[Used], float | None]:
-    return _calls(lambda used: sum(call.get("outcome") == outcome and "exit" in call for call in used.python()))
+    # an error with no exit status is the server's (the sandbox could not be had), not the program's
+    return _calls(lambda used: sum(call.get("outcome") == outcome and (outcome != "error" or bool(call.get("exit")))
+                                   for call in used.python()))
 
 
 COLUMNS: tuple[Column, ...] = (
