@@ -336,7 +336,10 @@ def score(
     config and in all a line; for two or more runs an exact McNemar test per template for each pair of runs.
     Several runs of one model and method (their "model" and "method"): pass^k (the questions every run passed), the
     questions whose verdict flips between them and the spread of their pass rates, the runs' own noise; a
-    pair of runs whose difference is within it is said to be.
+    pair of runs whose difference is within it is said to be. Where the runs give them, what each used per
+    template: an agent's calls (clients, refusals by reason, budget stops, tool seconds, run_python calls,
+    failures and seconds) and the model's tokens and cost (on the console, in every file but --junit;
+    docs/BENCHMARK-FORMAT.md, "The usage summary").
     --json-out and --junit give every question (the same files as `reproduce verify` writes); the --html page
     (verify's too) has the runs, sortable tables of the figures, the pairs and repeated runs, the lines not
     read, and a card per question that did not pass (or has an agent's calls, or runs that disagree) with
