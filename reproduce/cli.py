@@ -204,10 +204,12 @@ def verify(
 
     Example: reproduce verify --config raster_only --data tests/data/benchmark --json-out run.json
 
-    Exit codes: 0 every selected question passes; 1 the run went through but some did not pass (skipped
-    ones included), or every server was lost before the end (--resume continues); 2 nothing started (usage
-    error, unreadable data, an output file that cannot be written, unreachable database, failed preflight,
-    a replica that lags or differs);
+    Exit codes (as `reproduce score`'s: 0 ok, 1 ran but an input failed or an answer differs, 2 nothing
+    started): 0 every selected question in the data passes; 1 the run went through but some did not pass, or
+    every server was lost before the end (--resume continues); selected questions not in the data are listed
+    apart and change no exit code; 2 nothing started (usage error, unreadable data, no selected question in
+    the data, an output file that cannot be written, unreachable database, failed preflight, a replica that
+    lags or differs);
     130 interrupted: running queries were cancelled on the server and the --resume file flushed.
     """
     request = _request(RunRequest, locals())
@@ -221,7 +223,7 @@ def verify(
     report = of_verify(run, previous)
     typer.echo(console.text(report))
     files.write(report, outputs)
-    passed = all(result.strict == "pass" for result in run.results)
+    passed = all(result.strict == "pass" for result in run.results if result.outcome != "skipped")
     raise typer.Exit(EXIT_OK if passed else EXIT_SOME_FAILED)
 
 
@@ -334,7 +336,10 @@ def score(
     config and in all a line; for two or more runs an exact McNemar test per template for each pair of runs.
     Several runs of one model and method (their "model" and "method"): pass^k (the questions every run passed), the
     questions whose verdict flips between them and the spread of their pass rates, the runs' own noise; a
-    pair of runs whose difference is within it is said to be.
+    pair of runs whose difference is within it is said to be. Where the runs give them, what each used per
+    template: an agent's calls (clients, refusals by reason, budget stops, tool seconds, run_python calls,
+    failures and seconds) and the model's tokens and cost (on the console, in every file but --junit;
+    docs/BENCHMARK-FORMAT.md, "The usage summary").
     --json-out and --junit give every question (the same files as `reproduce verify` writes); the --html page
     (verify's too) has the runs, sortable tables of the figures, the pairs and repeated runs, the lines not
     read, and a card per question that did not pass (or has an agent's calls, or runs that disagree) with
@@ -344,10 +349,12 @@ def score(
 
     Example: reproduce score gpt4o.jsonl sonnet.jsonl --config raster_only --csv-out scores.csv
 
-    Exit codes: 0 scored (whatever the accuracy); 1 scored, but some predictions could not be read (listed
-    with file and line); 2 nothing scored (no readable prediction, usage error, unreadable data, an
-    unreachable database when SQL must run, failed preflight); 130 interrupted (the --resume file flushed:
-    the same command scores the rest).
+    Exit codes (as `reproduce verify`'s: 0 ok, 1 ran but an input failed or an answer differs, 2 nothing
+    started; a model's wrong answer is its score, not a failure): 0 scored (whatever the accuracy); 1 scored,
+    but some predictions could not be read (listed with file and line); selected questions not in the data
+    are listed apart and change no exit code; 2 nothing scored (no readable prediction, usage error,
+    unreadable data, an unreachable database when SQL must run, failed preflight); 130 interrupted (the
+    --resume file flushed: the same command scores the rest).
     """
     from reproduce import score as scoring
 
@@ -510,13 +517,13 @@ def _describe(shown: Shown, max_rows: int = 20) -> str:
         lines += [f"-- result: {shown.result.outcome} after {outcome.seconds:.2f} s: {outcome.error}"]
     else:
         lines += [f"-- actual result ({len(outcome.rows)} rows, {outcome.seconds:.2f} s)", rows(outcome.rows), "",
-                  f"-- verdict: {shown.result.word('strict')}"]
+                  f"-- strict verdict: {shown.result.word('strict')}"]
         lines += [f"  {'ok  ' if c.passed else 'FAIL'} {c.component}: {c.metric} = {c.value:.6g} "
                   f"(threshold {c.threshold}); stored {values.shown(c.expected)!r}, got {values.shown(c.actual)!r}"
                   for c in judgement.strict.checks]
         diff = judgement.diff
         lines += ["", "-- exact: " + ("yes" if diff.exact else json.dumps(diff.as_dict(), default=str))]
-        lines += ["", f"-- paper's scoring: {judgement.paper.status}: {judgement.paper.reason}"]
+        lines += ["", f"-- paper verdict: {judgement.paper.status}: {judgement.paper.reason}"]
     lines += [f"-- unstable: {flag}" for flag in shown.flags]
     return "\n".join(lines)
 

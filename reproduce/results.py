@@ -8,6 +8,7 @@ and judged here exactly as a model's, so that the same SQL gives the same record
 from __future__ import annotations
 
 import functools
+import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
@@ -15,7 +16,8 @@ from typing import Any
 
 from reproduce.dataset import Record
 from reproduce.judging.instability import instability
-from reproduce.judging.judge import Judgement, judge
+from reproduce.judging.judge import Judgement, described, judge
+from reproduce.judging.strict import Check
 from reproduce.predictions.layouts import Prediction
 from reproduce.runner import Outcome
 from reproduce.session import clipped
@@ -56,7 +58,7 @@ class Result:
     paper_reason: str
     strict: str  # the strict verdict (reproduce/judging/strict.py), one of VERDICTS: the headline of verify
     strict_reason: str
-    exact: bool  # the strict row-level comparison found no difference
+    exact: bool | None  # the strict row-level comparison found no difference (None: not made, an older score line)
     seconds: float = 0.0
     server: str = ""  # which server ran the SQL ("" when none did)
     detail: dict[str, Any] = field(default_factory=dict)  # evidence: rows, failure, diff, error, unstable, ...
@@ -85,29 +87,49 @@ class Result:
             data = read_older(data)
         return cls(data.get("run", GOLD_RUN), data["id"], data.get("template_id", ""), data["outcome"], data["paper"],
                    data.get("paper_reason", ""), data["strict"], data.get("strict_reason", ""),
-                   bool(data.get("exact")), float(data.get("seconds") or 0.0), data.get("server", ""),
+                   None if data.get("exact") is None else bool(data["exact"]), float(data.get("seconds") or 0.0),
+                   data.get("server", ""),
                    data.get("detail") or {})
 
 
 # Before one result type, verify wrote `status` (its strict verdict, or how the SQL came out), `paper_status` and
-# `exact`, and score `status` (its paper verdict, or how the prediction came out), `paper` and `strict`; older
-# files still said `error` and `mismatch`.
+# `exact`, and score `status` (its paper verdict, or how the prediction came out), `paper` and `strict`, but no
+# `exact` (score made no row diff then); older files still said `error` and `mismatch`.
 OLDER_STATUS = {"pass": "ran", "mismatch": "ran", "error": "sql_error"}
 
 
 def read_older(data: dict[str, Any]) -> dict[str, Any]:
-    """An older report's or resume file's result line in today's fields."""
+    """An older report's or resume file's result line in today's fields: verify's strict reason as the judge
+    words it today, score's `exact` False where its strict verdict failed (rows that differ past the tolerances
+    are not the same rows) and None, not known, where it passed."""
     status = data["status"]
     outcome = OLDER_STATUS.get(status, status)
     if "strict" in data:  # score's: both verdicts under their names already
-        return {**data, "outcome": outcome}
-    detail = data.get("detail") or {}
-    why = detail.get("error") or detail.get("reason") or outcome
+        return {**data, "outcome": outcome, "exact": False if data["strict"] != "pass" else None}
     strict = "pass" if status == "pass" else "fail"
+    why = _older_strict_reason(outcome, strict, data.get("detail") or {})
     paper = "pass" if data.get("paper_status") == "pass" else "fail"  # "" (not judged) and "mismatch" failed
-    return {**data, "outcome": outcome, "strict": strict,
-            "strict_reason": "every component passes" if strict == "pass" else why,
-            "paper": paper, "paper_reason": data.get("paper_reason") or why}
+    return {**data, "outcome": outcome, "strict": strict, "strict_reason": why, "paper": paper,
+            "paper_reason": data.get("paper_reason") or why}
+
+
+def _older_strict_reason(outcome: str, strict: str, detail: dict[str, Any]) -> str:
+    """What Judgement.strict_reason (or, for SQL that gave no rows, evaluated()) says of an older verify line."""
+    if outcome == "skipped":
+        return detail.get("reason", "")
+    if outcome in ("timeout", "sql_error"):
+        return f"{outcome}: {detail.get('error', '')}"
+    if outcome == "empty":
+        return "no rows (the stored answer has some)"
+    if strict == "pass":
+        return "every component passes"
+    failure = detail.get("failure")
+    if not isinstance(failure, dict) or "component" not in failure:
+        return "a component fails (the older report kept no failing value)"
+    value = failure.get("value")
+    return described(Check(failure["component"], failure.get("metric", ""), failure.get("threshold", ""),
+                           failure.get("expected"), failure.get("actual"), math.inf if value is None else value,
+                           False))
 
 
 def summarize(results: Iterable[Result]) -> dict[str, int]:
@@ -119,7 +141,8 @@ def summarize(results: Iterable[Result]) -> dict[str, int]:
             "answered": counts["ran"] + counts["empty"],
             "paper_passed": sum(result.paper == "pass" for result in results),
             "strict_passed": sum(result.strict == "pass" for result in results),
-            "exact": sum(result.exact for result in results), **{outcome: counts[outcome] for outcome in OUTCOMES}}
+            "exact": sum(bool(result.exact) for result in results),
+            **{outcome: counts[outcome] for outcome in OUTCOMES}}
 
 
 # --- making results -------------------------------------------------------------------------------------

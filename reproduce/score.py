@@ -86,7 +86,8 @@ def score(request: ScoreRequest) -> Scores:
                   "runs": [run_facts(run) for run in runs]}
     resume = session.open_resume(request, _resume_header(provenance, runs), entry=Result.from_dict,
                                  format=RESUME_FORMAT, command="reproduce score", key=lambda result: result.key)
-    done = dict(resume.done) if resume else {}
+    # an older line whose rows were never diffed (exact not known) is judged again
+    done = {key: result for key, result in resume.done.items() if result.exact is not None} if resume else {}
     try:
         by_key = _judge_directly(runs, records, done, answered, resume)
         by_key.update(_run_sql(prepared, [job for job in jobs if (job.run, job.record.id) not in done], resume,
@@ -170,6 +171,8 @@ def _judge_directly(runs: list[PredictionRun], records: list[Record], done: dict
             result = answered.get((run.name, record.id)) if prediction is not None and prediction.kind == "answer" \
                 else _without_database(run.name, record, prediction, unreadable.get(record.id),
                                        run.unanswered.get(record.id, ""))
+            if prediction is None and (meta := run.unanswered_meta.get(record.id)):  # what it spent, unanswered
+                result = replace(result, detail={**result.detail, "meta": session.clipped(meta)})
             if calls := run.calls.get(record.id):  # an agent's: beside the verdict in the reports
                 result = replace(result, detail={**result.detail, "calls": session.clipped(calls)})
             found[result.key] = result

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gsqa_core.errors import GsqaError
 from gsqa_core.sandbox import READER
 from reproduce import dataset, results, schedule, session
 from reproduce.dataset import Record
@@ -39,6 +40,10 @@ def verify(request: RunRequest, durations: Path | None = None) -> Run:
     started = time.perf_counter()
     data = session.load_selected(request)
     records = data.records
+    if not records:  # as score's "nothing to score": questions not in the data are no failure, but none is none
+        first = data.skipped[0].reason if data.skipped else "none selected"
+        raise GsqaError(f"nothing to verify: no selected question is in the data ({len(data.skipped)} selected; "
+                        f"{first})")
     prepared = session.prepare(request, records, [READER], COMMAND)
     provenance = session.provenance(request, data, COMMAND, prepared)
     resume = session.open_resume(request, {"dataset": data.checksum, "database": prepared.facts["row_counts"],

@@ -78,7 +78,9 @@ def test_each_status_and_exit_1(full_run: tuple, db: str) -> None:
     result, out = full_run
     assert result.returncode == 1, result.stderr
     report = json.loads((out / "run.json").read_text())
-    assert list(report) == ["provenance", "runs", "summary", "pairs", "repeated", "skipped", "questions", "results"]
+    assert list(report) == ["provenance", "runs", "summary", "usage", "pairs", "repeated", "skipped", "questions",
+                            "results"]
+    assert report["usage"] == {}  # gold SQL: no calls, no tokens
     assert report["summary"]["gold"]["total/all"].items() >= {  # the gold run's counts, beside its rates
         "questions": 5, "predicted": 5, "answered": 3, "paper_passed": 1, "strict_passed": 1, "exact": 1, "ran": 2,
         "empty": 1, "timeout": 1, "sql_error": 1, "skipped": 0, "no_prediction": 0, "unreadable": 0,
@@ -177,10 +179,20 @@ def test_all_pass_is_exit_0(db: str, data: Path) -> None:
     assert result.stdout.splitlines()[1].split()[:4] == ["raster_only", "R1", "1", "100.0"]
 
 
-def test_missing_template_file_is_skipped_and_exit_1(db: str, data: Path) -> None:
+def test_questions_not_in_the_data_change_no_exit_code_and_none_in_it_is_exit_2(db: str, data: Path,
+                                                                               tmp_path: Path) -> None:
+    """As in `reproduce score`: selected questions not in the data are counted apart, not failures; with none of
+    them in the data nothing is verified."""
     result = verify(db, data, "--template", "R2")
-    assert result.returncode == 1
-    assert "R2" in result.stdout and result.stdout.splitlines()[1].split()[-2:] == ["20", "0.0"]
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == ("error: nothing to verify: no selected question is in the data (20 selected; file "
+                             f"qa2/raster_only/elevation_compare+two_pois.jsonl is not in {data})\n")
+    passing = write_questions(tmp_path, {"pass": QUESTIONS["pass"]})
+    beside = verify(db, passing, "--template", "R1", "--template", "R2")
+    assert beside.returncode == 0, beside.stdout
+    assert [line.split()[:-1] for line in beside.stdout.splitlines()[1:3]] == [
+        ["raster_only", "R1", "1", "100.0", "100.0", "100.0", "1", "0", "0", "0", "0", "0"],
+        ["raster_only", "R2", "20", "-", "-", "-", "0", "0", "0", "0", "0", "20"]]
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -324,7 +336,8 @@ def test_show_prints_sql_answers_and_verdict_per_component(db: str, data: Path) 
     assert '-- actual result (1 rows' in shown.stdout and '{"elevation": 120.5}' in shown.stdout
     assert "FAIL elevation: elevation (m) = 20.5 (threshold 10.0); stored 100.0, got 120.5" in shown.stdout
     passed = run("show", IDS["pass"], "--data", str(data), "--dsn", db)
-    assert passed.returncode == 0 and "-- verdict: pass" in passed.stdout and "-- exact: yes" in passed.stdout
+    assert passed.returncode == 0 and "-- strict verdict: pass" in passed.stdout and "-- exact: yes" in passed.stdout
+    assert "\n-- paper verdict: pass: " in passed.stdout  # both verdicts named as the reports name them
     unknown = run("show", "raster_only/nope/1", "--data", str(data), "--dsn", db)
     assert unknown.returncode == 2 and unknown.stderr.startswith("error: unknown question id")
 

@@ -99,7 +99,7 @@ def test_older_reports_and_resume_lines_read_in_todays_fields() -> None:
     errored = Result.from_dict({"id": f"{R1}/2", "template_id": "R1", "status": "error", "exact": False,
                                 "detail": {"error": "boom"}, "seconds": 0.1})
     assert (errored.outcome, errored.strict, errored.strict_reason, errored.paper, errored.word("strict")) == (
-        "sql_error", "fail", "boom", "fail", "sql_error")
+        "sql_error", "fail", "sql_error: boom", "fail", "sql_error")  # as a failed SQL's reason is worded today
     skipped = Result.from_dict({"id": f"{R1}/3", "template_id": "R1", "status": "skipped", "exact": False,
                                 "detail": {"reason": "not in the data"}, "paper_status": ""})
     assert (skipped.outcome, skipped.paper, skipped.paper_reason) == ("skipped", "fail", "not in the data")
@@ -111,6 +111,50 @@ def test_older_reports_and_resume_lines_read_in_todays_fields() -> None:
     unread = Result.from_dict({"run": "m", "id": f"{R1}/5", "template_id": "R1", "status": "no_prediction",
                                "paper": "fail", "paper_reason": "none", "strict": "fail", "strict_reason": "none"})
     assert Result.from_dict(unread.as_dict()) == unread and unread.outcome == "no_prediction"
+
+
+def test_older_lines_say_why_as_today_and_what_they_did_not_record_is_not_known() -> None:
+    """An older verify line's strict reason as the judge words it today (the failing component, no rows, the
+    error), never its outcome; an older score line recorded no exact diff: not exact where its strict verdict
+    failed, not known (None) where it passed."""
+    failure = {"component": "elevation", "metric": "elevation (m)", "threshold": 10.0, "expected": 100.0,
+               "actual": 120.5, "value": 20.5, "passed": False}
+    older = [{"status": "mismatch", "detail": {"failure": failure}}, {"status": "mismatch", "detail": {"rows": 1}},
+             {"status": "empty", "detail": {"rows": 0}}, {"status": "timeout", "detail": {"error": "canceled"}},
+             {"status": "pass", "detail": {}}]
+    assert [Result.from_dict({"id": f"{R1}/{n}", "exact": False, **line}).strict_reason
+            for n, line in enumerate(older)] == [
+        "elevation: stored 100.0, got 120.5, elevation (m) 20.5 vs 10.0",
+        "a component fails (the older report kept no failing value)", "no rows (the stored answer has some)",
+        "timeout: canceled", "every component passes"]
+    score_line = {"run": "m", "id": f"{R1}/0", "template_id": "R1", "paper": "pass", "paper_reason": "",
+                  "strict_reason": ""}
+    assert [(Result.from_dict({**score_line, "status": status, "strict": strict}).exact)
+            for status, strict in (("pass", "pass"), ("pass", "fail"), ("mismatch", "fail"), ("empty", "fail"))] == [
+        None, False, False, False]
+
+
+def test_score_resume_judges_again_an_older_line_that_recorded_no_exact_diff(tmp_path: Path) -> None:
+    """A --resume file with lines as score wrote them before `exact` (status, paper, strict): the questions whose
+    exactness they cannot tell are judged again, the others kept."""
+    stored = {r.id: r.answers[0]["elevation"] for r in records_of("R1")}
+    predictions = write_jsonl(tmp_path / "p.jsonl", [answer(f"{R1}/{n}", stored[f"{R1}/{n}"] + (0 if n < 2 else 50))
+                                                      for n in range(4)])
+    resume, out = tmp_path / "resume.jsonl", tmp_path / "s.json"
+    command = ["score", predictions, "--config", "raster_only", "--template", "R1", "--data", BENCHMARK,
+               "--resume", resume, "--json-out", out]
+    assert reproduce(*command).returncode == 0
+    header, *lines = [json.loads(line) for line in resume.read_text().splitlines()]
+    older = [{**{key: value for key, value in line.items() if key not in ("outcome", "exact")},
+              "status": "pass" if line["paper"] == "pass" else "mismatch", "detail": {"older": True}}
+             for line in lines]
+    resume.write_text("".join(json.dumps(line) + "\n" for line in [header, *older]))
+    assert reproduce(*command).returncode == 0
+    results = {result["id"]: result for result in json.loads(out.read_text())["results"]}
+    # 0 and 1 passed: judged again (their detail is today's); 2 and 3 failed: kept as read, not exact
+    assert [(results[f"{R1}/{n}"]["exact"], "older" in results[f"{R1}/{n}"]["detail"]) for n in range(4)] == [
+        (True, False), (True, False), (False, True), (False, True)]
+    assert json.loads(out.read_text())["summary"]["p"]["raster_only/R1"]["exact"] == 2
 
 
 def sql_predictions() -> tuple[list[dict], dict[str, str]]:

@@ -84,6 +84,7 @@ class PredictionRun:
     selected: frozenset[str] = frozenset()  # the question ids being scored
     calls: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # an agent's tool calls per question
     unanswered: dict[str, str] = field(default_factory=dict)  # why a question the run saw has no prediction
+    unanswered_meta: dict[str, dict[str, Any]] = field(default_factory=dict)  # and what it spent (as Prediction.meta)
     warnings: list[Problem] = field(default_factory=list)  # read past, without changing the exit code
     skipped: list[Problem] = field(default_factory=list)  # files of a run folder that hold no predictions
     # The model's usage over the selected questions, where the predictions give it: tokens by kind (input,
@@ -455,12 +456,14 @@ def _read_trajectory(run: PredictionRun, file: Path, content: bytes) -> None:
             run.outside += 1
             continue
         run.calls[question] = [trajectory.reported(call) for call in episode.calls]
-        meta = {"calls": len(episode.calls), "seconds": episode.elapsed, "stop": episode.stop}
+        meta = {"calls": len(episode.calls), "seconds": episode.elapsed, "stop": episode.stop, **episode.usage}
+        run.count_usage(meta)
         if episode.where:
             _add_answer(run, Prediction(question, episode.where, meta=meta), episode.answer)
         else:
             why = f" ({episode.why})" if episode.why else ""
             run.unanswered[question] = f"the agent submitted no answer: its episode stopped: {episode.stop}{why}"
+            run.unanswered_meta[question] = meta
 
 
 # --- an Inspect log (inspect_log.py): a run per epoch ---------------------------------------------------------
@@ -515,6 +518,7 @@ def _add_logged(run: PredictionRun, where: str, sample: inspect_log.LoggedSample
     run.count_usage(sample.meta)
     if sample.prediction is None:
         run.unanswered[question] = sample.unanswered
+        run.unanswered_meta[question] = sample.meta
     elif kind == "sql":
         run.add(Prediction(question, where, sql_statements(sample.prediction), meta=sample.meta))
     else:

@@ -16,7 +16,9 @@ Lines, each with a `type`:
   stop line stopped for reason `none` (the server ended first).
 
 `read` gives the episodes back: the server resumes them (calls used, seconds elapsed, done or not), and
-`reproduce score FILE` judges each submitted answer like an answer prediction (reproduce/predictions/layouts.py).
+`reproduce score FILE` judges each submitted answer like an answer prediction (reproduce/predictions/layouts.py),
+with the model's usage over the episode's calls (`Episode.usage`: a call without `usage` adds nothing, and an
+episode none of whose calls has it has none, not zero).
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ LINES: dict[str, tuple[str, ...]] = {
              "budget_left", "at"),
     "stop": ("type", "question_id", "reason", "why", "calls", "elapsed"),
 }
+# A call's usage: the members read (numbers, not negative) and the kind of token each one counts.
+USAGE_TOKENS = {"input_tokens": "input", "output_tokens": "output"}
+USAGE_COST = "cost"  # dollars
 # What `reproduce score` shows of each call beside the verdict: the call line but what only the file needs.
 REPORTED = tuple(name for name in LINES["call"]
                  if name not in ("type", "question_id", "result", "result_sha256", "elapsed", "at"))
@@ -63,6 +68,28 @@ class Episode:
     why: str = ""
     answer: Any = None  # the submitted answer
     where: str = ""  # file:line of the submission
+
+    @property
+    def usage(self) -> dict[str, Any]:
+        """The model's usage over the episode's calls as a prediction carries it (layouts.py): tokens by kind
+        ({"input": N, "output": N}) and cost, each only where some call gave it."""
+        tokens: dict[str, float] = {}
+        cost: float | None = None
+        for call in self.calls:
+            given = call.get("usage")
+            if not isinstance(given, dict):
+                continue
+            for member, kind in USAGE_TOKENS.items():
+                if _amount(given.get(member)):
+                    tokens[kind] = tokens.get(kind, 0) + given[member]
+            if _amount(given.get(USAGE_COST)):
+                cost = (cost or 0) + given[USAGE_COST]
+        return ({"tokens": tokens} if tokens else {}) | ({"cost": round(cost, 9)} if cost is not None else {})
+
+
+def _amount(value: Any) -> bool:
+    """A count or a cost as a client may give it: a finite number, not negative (not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < float("inf")
 
 
 @dataclass

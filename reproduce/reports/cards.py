@@ -1,7 +1,8 @@
 """A question's card on the HTML page, alike for every command: its word and question, both verdicts with their
 reasons, the strict verdict's failing values and row diff, what the run gave (its SQL or answer, the rows
 returned) beside the stored answer and the gold SQL, a location's map, an agent's calls, and for the gold run
-the `reproduce show` command that re-runs it. A question that passed shows its verdicts and calls only."""
+the `reproduce show` command that re-runs it, the model's tokens and cost where known. A question that
+passed shows its verdicts, usage and calls only."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ import json
 from typing import Any
 
 from reproduce.dataset import Record
+from reproduce.predictions.trajectory import USAGE_COST, USAGE_TOKENS
 from reproduce.reports.maps import location_map
+from reproduce.reports.usage import run_usage
 from reproduce.results import GOLD_RUN, ROWS_KEPT, Result
 
 SHOWN_CHARACTERS = 1_500  # of a predicted, returned or stored answer on a card; the rest folded, never cut
 INLINE_CHARACTERS = 200  # a value this short stays on its label's line
+# A call's usage as its line in the card says it: member -> what comes before its value.
+CALL_USAGE = {**{member: f"{kind} tokens " for member, kind in USAGE_TOKENS.items()}, USAGE_COST: "cost $"}
 
 
 def card(result: Result, record: Record | None, word: str, *, several_runs: bool, common: list[str],
@@ -26,6 +31,8 @@ def card(result: Result, record: Record | None, word: str, *, several_runs: bool
             f"<code>{html.escape(result.id)}</code> {run}{question}</summary>")
     body = [f"<p>{result.outcome}; paper {result.paper}: {html.escape(result.paper_reason)}; strict "
             f"{result.strict}: {html.escape(result.strict_reason)}</p>"]
+    if used := run_usage(detail.get("meta") or {}):
+        body.append(f"<p>The model's usage: {html.escape(used)}</p>")
     if own := [flag for flag in detail.get("unstable", []) if flag not in common]:
         body.append(f"<p><i>the stored answer may legitimately vary: {html.escape('; '.join(own))}</i></p>")
     if word not in ("pass", "no_prediction"):  # nothing to compare otherwise: one line keeps the page small
@@ -111,8 +118,10 @@ def _calls(calls: list[dict[str, Any]], stop: str | None) -> str:
             outcome += f", {call['rows']} rows" + (" (truncated)" if call.get("truncated") else "")
         if error := call.get("error"):  # a refusal's line already begins with "refused: "
             outcome = error if error.startswith(f"{outcome}: ") else f"{outcome}: {error}"
+        given = call.get("usage") if isinstance(call.get("usage"), dict) else {}
+        used = "".join(f", {label}{given[member]}" for member, label in CALL_USAGE.items() if member in given)
         items.append(f"<li><b>{html.escape(str(call.get('tool', '')))}</b> {html.escape(outcome)} "
-                     f"({call.get('seconds', 0):.3g} s)" + (f"<pre>{html.escape(str(shown))}</pre>" if shown else "")
-                     + "</li>")
+                     f"({call.get('seconds', 0):.3g} s{html.escape(used)})"
+                     + (f"<pre>{html.escape(str(shown))}</pre>" if shown else "") + "</li>")
     ended = f"; stop: {html.escape(stop)}" if stop else ""
     return f"<details><summary>{len(calls)} tool calls{ended}</summary><ol>{''.join(items)}</ol></details>"

@@ -1,5 +1,6 @@
 """The stdout report of every command that reports: the runs (a View per run), the table per config and
-template, then each section there is data for: servers, repeated runs, pairs of runs, the first questions
+template, then each section there is data for: what the runs used (an agent's calls, the model's tokens and
+cost: usage.py), servers, repeated runs, pairs of runs, the first questions
 that did not pass, skipped questions, lines not read, the questions not in the data, the changes since a
 baseline. Sections are separated by a blank line."""
 
@@ -8,16 +9,18 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
+from reproduce.reports import usage
 from reproduce.reports.analysis import p_value, pairs, repeated
 from reproduce.reports.model import LISTED, Report, by_run, cells, evidence, lines, not_passed, skip_groups
 from reproduce.results import Result
 
-KNOWN_FACTS = ("name", "source", "model", "method", "predictions", "problems", "outside")
+KNOWN_FACTS = ("name", "source", "model", "method", "predictions", "problems", "outside", "tokens", "cost")
 
 
 def text(report: Report) -> str:
     apart = f"{len(report.skipped)} questions not in the data, not scored (see --json-out)" if report.skipped else ""
-    sections = [runs_text(report) if report.view.per_run else "", table(report), servers_text(report),
+    sections = [runs_text(report) if report.view.per_run else "", table(report), usage_text(report),
+                servers_text(report),
                 repeated_text(report), pairs_text(report), failures(report), skips(report.skipped_results()),
                 problems_text(report), apart, baseline_text(report)]
     return "\n\n".join(section for section in sections if section)
@@ -30,9 +33,11 @@ def runs_text(report: Report) -> str:
     for run in report.run_facts:
         who = ", ".join(part for part in (run["model"], run["method"]) if part)
         others = "".join(f"; {key} {value}" for key, value in run.items() if key not in KNOWN_FACTS)
+        used = usage.run_usage(run)
         found.append(f"run {run['name']}: {run['predictions']} predictions from {run['source']}"
                      + (f" ({who})" if who else "") + (f"; {run['problems']} not read" if run["problems"] else "")
-                     + (f"; {run['outside']} outside the selection" if run["outside"] else "") + others)
+                     + (f"; {run['outside']} outside the selection" if run["outside"] else "")
+                     + (f"; {used}" if used else "") + others)
     return "\n".join(found)
 
 
@@ -47,12 +52,7 @@ def table(report: Report) -> str:
     for index, (config, template, found) in enumerate(next(iter(per_run.values()), lines([]))):
         rows.append([config, template, str(len(found)),
                      *(cell for name in runs for cell in cells(view, per_run[name][index][2]))])
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-
-    def line(row: list[str]) -> str:
-        return "  ".join(cell.ljust(w) if i < 2 else cell.rjust(w)
-                         for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip()
-    table_lines = [line(header), *(line(row) for row in rows)]
+    widths, table_lines = aligned([header, *rows], 2)
     if not view.per_run:
         return "\n".join(table_lines)
     names = " " * (sum(widths[:3]) + 6)
@@ -61,6 +61,28 @@ def table(report: Report) -> str:
         span = sum(widths[3 + number * columns:3 + (number + 1) * columns]) + 2 * columns
         names += f"  {name}"[:span].ljust(span)
     return "\n".join([names.rstrip(), *table_lines])
+
+
+def aligned(rows: list[list[str]], left: int) -> tuple[list[int], list[str]]:
+    """Rows as lines of columns two spaces apart, the first `left` columns to the left, the others to the right;
+    and the columns' widths."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return widths, ["  ".join(cell.ljust(w) if i < left else cell.rjust(w)
+                              for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip() for row in rows]
+
+
+def usage_text(report: Report) -> str:
+    """Per run that has them, per line of the table: its agent's calls and the model's tokens and cost
+    (usage.COLUMNS, those some line has)."""
+    found = usage.summary(report)
+    if not found:
+        return ""
+    columns = usage.shown(found)
+    rows = [["run", "config", "template", *(column.label for column in columns)]]
+    rows += [[name, config, template, *(usage.cell(column, values[column.name]) for column in columns)]
+             for name, lines_of_run in found.items() for config, template, values in lines_of_run]
+    return "\n".join(["usage: the agent's tool calls and the model's tokens and cost (-: not known)",
+                      *aligned(rows, 3)[1]])
 
 
 def servers_text(report: Report) -> str:

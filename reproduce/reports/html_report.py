@@ -1,6 +1,7 @@
 """--html: one self-contained page (no link, no source outside it), alike for every command: when and against
 what, the runs and their facts, the headline's rate per run and template (inline SVG), the sortable table of
-the View's columns, then each section there is data for (pairs of runs, repeated runs, lines not read, the
+the View's columns, then each section there is data for (what the runs used: an agent's calls, the model's
+tokens and cost; pairs of runs, repeated runs, lines not read, the
 instability every question of a template shares), and the questions to look at (cards.py) grouped by
 template, with filters by run, template, outcome and where runs disagree."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import html
 from collections import defaultdict
 
+from reproduce.reports import usage
 from reproduce.reports.analysis import p_value, pairs, repeated
 from reproduce.reports.cards import card
 from reproduce.reports.console import skips
@@ -48,7 +50,8 @@ for(const r of rows)body.appendChild(r)}"""
 def render(report: Report) -> str:
     title = _title(report)
     body = [f"<h1>{html.escape(title)}</h1>", _facts(report), _runs(report), "<h2>Pass rate per template</h2>",
-            _chart(report), _summary_table(report), _pairs_table(report), _repeated_table(report), _unread(report)]
+            _chart(report), _summary_table(report), _usage_table(report), _pairs_table(report),
+            _repeated_table(report), _unread(report)]
     common = _common_instability(report.results)
     body += [_instability(common), _questions(report, common)]
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
@@ -80,11 +83,18 @@ def _facts(report: Report) -> str:
             + "</table>")
 
 
+USAGE_FACTS = ("tokens", "cost")  # a run's facts said in one column, in words (usage.run_usage)
+
+
 def _runs(report: Report) -> str:
-    """A line per run with every fact its provenance holds (a new fact is a new column)."""
-    keys = list(dict.fromkeys(key for facts in report.run_facts for key in facts))
+    """A line per run with every fact its provenance holds (a new fact is a new column), its tokens and cost in
+    words where any run has them."""
+    keys = list(dict.fromkeys(key for facts in report.run_facts for key in facts if key not in USAGE_FACTS))
+    facts_shown = [{**facts, "tokens and cost": usage.run_usage(facts)} for facts in report.run_facts]
+    if any(facts["tokens and cost"] for facts in facts_shown):
+        keys.append("tokens and cost")
     rows = "".join("<tr>" + "".join(f"<td>{html.escape(str(facts.get(key, '')))}</td>" for key in keys) + "</tr>"
-                   for facts in report.run_facts)
+                   for facts in facts_shown)
     head = "".join(f"<th>{html.escape(key)}</th>" for key in keys)
     return f"<h2>Runs</h2><table class='runs'><tr>{head}</tr>{rows}</table>"
 
@@ -132,6 +142,20 @@ def _summary_table(report: Report) -> str:
         rows.append([config, template or "all", len(found),
                      *(cell for name in per_run for cell in cells(view, per_run[name][index][2]))])
     return f"<h2>Per template</h2>{sortable_table(headers, rows)}"
+
+
+def _usage_table(report: Report) -> str:
+    """What each run used per line of the table (usage.COLUMNS, those some line has): numbers, "-" unknown."""
+    found = usage.summary(report)
+    if not found:
+        return ""
+    columns = usage.shown(found)
+    rows: list[list[object]] = [[name, config, template or "all", *(
+        "-" if values[column.name] is None else values[column.name] for column in columns)]
+        for name, lines_of_run in found.items() for config, template, values in lines_of_run]
+    return ("<h2>Usage</h2><p>The agent's tool calls (from its trajectory) and the model's tokens and cost, where "
+            "the predictions give them; -: not known.</p>"
+            + sortable_table(["run", "config", "template", *(column.label for column in columns)], rows))
 
 
 def _pairs_table(report: Report) -> str:

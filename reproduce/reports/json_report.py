@@ -1,4 +1,4 @@
-"""--json-out, its one writer and reader: {provenance, runs, summary, pairs, repeated, skipped, questions,
+"""--json-out, its one writer and reader: {provenance, runs, summary, usage, pairs, repeated, skipped, questions,
 results}, the same sections for every command (docs/BENCHMARK-FORMAT.md, "Outputs")."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import Any
 from gsqa_core.errors import GsqaError
 from reproduce import session
 from reproduce.dataset import Record
+from reproduce.reports import usage
 from reproduce.reports.analysis import pairs, repeated
 from reproduce.reports.model import Report, by_run, line_name, lines, metrics
 from reproduce.results import ROWS_KEPT, Result
@@ -19,13 +20,16 @@ PROBLEM_KINDS = ("problems", "warnings", "skipped")  # of a run's prediction fil
 
 def render(report: Report) -> str:
     """Every question once with its gold SQL and answer, every question of every run with its result; per run
-    and line of the table its figures."""
+    and line of the table its figures, and what it used (usage.py: every column, null where not known)."""
     summary = {name: {line_name(config, template): metrics(found) for config, template, found in lines(results)}
                for name, results in by_run(report.results).items()}
     runs = [{**facts, **{kind: [{"where": p.where, "why": p.why, "id": p.id} for p in getattr(run, kind)]
                          for kind in PROBLEM_KINDS}}
             for facts, run in zip(report.run_facts, report.runs, strict=True)]
-    document = {"provenance": report.provenance, "runs": runs, "summary": summary, "pairs": pairs(report),
+    used = {name: {line_name(config, template): values for config, template, values in found}
+            for name, found in usage.summary(report).items()}
+    document = {"provenance": report.provenance, "runs": runs, "summary": summary, "usage": used,
+                "pairs": pairs(report),
                 "repeated": repeated(report),
                 "skipped": [{"id": skip.id, "template_id": skip.template_id, "reason": skip.reason}
                             for skip in report.skipped],
