@@ -8,9 +8,10 @@ physical floor: decode and compress the same pixels).
 The input is one of bench/make_db.py's (large: 16 ASTER-like tiles and 400 MB of osmx layers) or xlarge (1,600
 MB of osmx layers, no DEM: the vector steps alone, on tables large enough that geopandas' memory, which grows
 with the largest table, is far past the export's, which does not), built once per bench into a private cluster
-(bench/snapshot.py's: the settings of a `make db` load) with `ingest all --offline`. Every step writes into an empty folder; each tool gets the same compression where it has one
-(DEFLATE with the horizontal predictor, 512-pixel blocks, nearest-neighbour overviews, every core for the
-COGs; zstd for ours and snappy, geopandas' default, for its Parquet). Measured per step (bench/measure.py):
+(bench/snapshot.py's: the settings of a `make db` load) with `ingest all --offline`. Every step writes into an
+empty folder; each tool gets the same compression where it has one (DEFLATE with the horizontal predictor,
+512-pixel blocks, nearest-neighbour overviews, every core for the COGs; zstd for ours and snappy, geopandas'
+default, for its Parquet). Measured per step (bench/measure.py):
 wall time, CPU of the client process tree and of the servers, peak memory of the client tree (PSS). Printed:
 the median and range (min-max) over the runs, and each anchor over ours (wall; memory for geopandas). The
 outputs are checked to hold the same: row counts of every file, the pixels of one COG of each tool.
