@@ -3,11 +3,11 @@
 Every column of the table with its type (INTEGER int32, BIGINT int64, VARCHAR/TEXT string; the geography as
 WKB, GeoParquet's `geometry` column), plus `bbox`, the covering column of GeoParquet 1.1 (xmin, ymin, xmax,
 ymax per row). Rows come in spatial order (PostGIS's geometry sort: the Hilbert curve of their boxes' centres,
-then id) from a server-side cursor, a few thousand at a time into Arrow record batches, which are written as a
-row group of at most ROW_GROUP_ROWS rows or ROW_GROUP_BYTES: memory holds one row group however big the table,
-and a reader that filters on `bbox` skips the row groups whose statistics lie outside its box. The `geo`
-metadata (CRS as
-PROJJSON, the geometry types and the extent found) is added to the footer when the last row is written.
+then id) from a server-side cursor, about FETCH_BYTES at a time into Arrow record batches, which are written as
+a row group of at most ROW_GROUP_ROWS rows or ROW_GROUP_BYTES: memory holds one fetch and one row group however
+big the table and its rows, and a reader that filters on `bbox` skips the row groups whose statistics lie
+outside its box. The `geo` metadata (CRS as PROJJSON, the geometry types, the extent found, the edges) is added
+to the footer when the last row is written.
 
 The checksum: each row as one string, every column `N` (NULL) or `V<length>:<value>` (integers in decimal,
 the geometry's WKB in hex), md5 of it, the first 64 bits summed modulo 2**64. The server computes it from the
@@ -52,8 +52,8 @@ ARROW_TYPES = {schema.INTEGER: pa.int32(), schema.BIGINT: pa.int64(), schema.VAR
                schema.TEXT: pa.string(), schema.GEOGRAPHY: pa.binary()}
 NUMPY_TYPES = {pa.int32(): np.int32, pa.int64(): np.int64, pa.float64(): np.float64}
 BBOX_TYPE = pa.struct([(name, pa.float64()) for name in ("xmin", "ymin", "xmax", "ymax")])
-# ISO WKB type codes of 2D geometries, as GeoParquet names them.
 POINT_TYPES = {"Point", "MultiPoint"}  # geometries without edges
+# ISO WKB type codes of 2D geometries, as GeoParquet names them.
 WKB_TYPES = {1: "Point", 2: "LineString", 3: "Polygon", 4: "MultiPoint", 5: "MultiLineString", 6: "MultiPolygon",
              7: "GeometryCollection"}
 _MOD = 2**64
