@@ -3,13 +3,15 @@
 gdal_translate -of COG from GDAL's PostGISRaster driver, and against rio-cogeo over the source GeoTIFFs (the
 physical floor: decode and compress the same pixels).
 
-    .venv/bin/python bench/export.py [--runs 3] [--input large] [--work DIR] [--json]
+    .venv/bin/python bench/export.py [--runs 3] [--input large|xlarge] [--work DIR] [--json]
 
-The input is one of bench/make_db.py's (large: 16 ASTER-like tiles and 400 MB of osmx layers), built once per
-bench into a private cluster (bench/snapshot.py's: the settings of a `make db` load) with `ingest all
---offline`. Every step writes into an empty folder; each tool gets the same compression where it has one
-(DEFLATE with the horizontal predictor, 512-pixel blocks, nearest-neighbour overviews, every core for the
-COGs; zstd for ours and snappy, geopandas' default, for its Parquet). Measured per step (bench/measure.py):
+The input is one of bench/make_db.py's (large: 16 ASTER-like tiles and 400 MB of osmx layers) or xlarge (1,600
+MB of osmx layers, no DEM: the vector steps alone, on tables large enough that geopandas' memory, which grows
+with the largest table, is far past the export's, which does not), built once per bench into a private cluster
+(bench/snapshot.py's: the settings of a `make db` load) with `ingest all --offline`. Every step writes into an
+empty folder; each tool gets the same compression where it has one (DEFLATE with the horizontal predictor,
+512-pixel blocks, nearest-neighbour overviews, every core for the COGs; zstd for ours and snappy, geopandas'
+default, for its Parquet). Measured per step (bench/measure.py):
 wall time, CPU of the client process tree and of the servers, peak memory of the client tree (PSS). Printed:
 the median and range (min-max) over the runs, and each anchor over ours (wall; memory for geopandas). The
 outputs are checked to hold the same: row counts of every file, the pixels of one COG of each tool.
@@ -35,6 +37,10 @@ from bench.measure import run_measured
 from bench.snapshot import new_cluster
 from gsqa_core import schema
 from testkit.local_server import LocalServer
+from testkit.osmx_synth import write_layers
+
+# This bench's inputs beyond bench/make_db.py's: (DEM tiles, MB of GeoJSON).
+OWN_INPUTS = {"xlarge": (0, 1600)}
 
 BIN = Path(sys.executable).parent
 TABLES = [table.name for table in schema.VECTOR_TABLES]
@@ -55,8 +61,19 @@ def sqlalchemy_url(server: LocalServer) -> str:
     return f"postgresql+psycopg://postgres@/gsqa?host={server.sockets}&port={server.port}"
 
 
+def source_of(work: Path, name: str) -> Path:
+    """The input's published layout, written once (bench/make_db.py's inputs by it)."""
+    if name not in OWN_INPUTS:
+        return make_source(work, name)
+    root = work / f"source-{name}"
+    if not (root / ".complete").exists():
+        write_layers(root / "osm" / "osm_extract", total_mb=OWN_INPUTS[name][1])
+        (root / ".complete").touch()
+    return root
+
+
 def commands(server: LocalServer, source: Path, files: list[str], out: Path) -> dict[str, str]:
-    """Each step's shell command, writing into out/<step number>."""
+    """Each step's shell command, writing into out/<step number>; the DEM's only where there are DEM files."""
     dsn, pg = server.dsn(), f"PG:{server.dsn()}"
     ingest = shlex.quote(str(BIN / "ingest"))
     steps = {
@@ -77,14 +94,16 @@ def commands(server: LocalServer, source: Path, files: list[str], out: Path) -> 
             f"--overview-resampling nearest --threads ALL_CPUS {source / 'dem' / 'tiles' / name} {out}/6/{name}"
             for name in files),
     }
-    return steps
+    return steps if files else {step: steps[step] for step in VECTOR_STEPS}
 
 
-def check_outputs(out: Path, counts: dict[str, int], first: str, source: Path) -> None:
+def check_outputs(out: Path, counts: dict[str, int], first: str | None, source: Path) -> None:
     """The steps' files hold the same rows, and one COG the same pixels, whoever wrote them."""
     for table, rows in counts.items():
         assert pq.ParquetFile(out / "0" / "vector" / f"{table}.parquet").metadata.num_rows == rows, table
         assert pq.ParquetFile(out / "1" / f"{table}.parquet").metadata.num_rows == rows, table
+    if first is None:
+        return
     with rasterio.open(source / "dem" / "tiles" / first) as original:
         pixels = original.read(1)
     for cog in (out / "4" / "dem" / first, out / "5" / first, out / "6" / first):
@@ -101,7 +120,7 @@ def one_run(server: LocalServer, source: Path, work: Path, counts: dict[str, int
         usage = run_measured(f"{command} 2>/dev/null", name=step).total
         results[step] = {"wall_s": usage.wall_s, "cpu_s": usage.client_cpu_s + usage.server_cpu_s,
                          "peak_memory_mb": usage.peak_client_pss_mb}
-    check_outputs(out, counts, files[0], source)
+    check_outputs(out, counts, files[0] if files else None, source)
     return results
 
 
@@ -112,11 +131,12 @@ def spread(values: list[float]) -> dict:
 def summarize(runs: list[dict]) -> dict:
     steps = {step: {measure: spread([run[step][measure] for run in runs]) for measure in runs[0][step]}
              for step in runs[0]}
-    ours = {"vector": steps["ingest export GeoParquet"], "dem": steps["ingest export COG"]}
-    ratios = {step: steps[step]["wall_s"]["median"] / ours["vector"]["wall_s"]["median"] for step in VECTOR_STEPS[1:]}
-    ratios |= {step: ours["dem"]["wall_s"]["median"] / steps[step]["wall_s"]["median"] for step in DEM_STEPS[1:]}
-    memory = steps["geopandas read_postgis+to_parquet"]["peak_memory_mb"]["median"] / \
-        ours["vector"]["peak_memory_mb"]["median"]
+    ours = steps["ingest export GeoParquet"]
+    ratios = {step: steps[step]["wall_s"]["median"] / ours["wall_s"]["median"] for step in VECTOR_STEPS[1:]}
+    if DEM_STEPS[0] in steps:
+        ratios |= {step: steps[DEM_STEPS[0]]["wall_s"]["median"] / steps[step]["wall_s"]["median"]
+                   for step in DEM_STEPS[1:]}
+    memory = steps["geopandas read_postgis+to_parquet"]["peak_memory_mb"]["median"] / ours["peak_memory_mb"]["median"]
     return {"runs": len(runs), "steps": steps, "ratios": ratios, "geopandas_memory_over_ours": memory}
 
 
@@ -139,13 +159,14 @@ def print_summary(name: str, database: dict, summary: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--input", default="large", choices=sorted(INPUTS))
+    parser.add_argument("--input", default="large", choices=sorted(INPUTS | OWN_INPUTS))
     parser.add_argument("--work", type=Path, default=Path("/tmp/gsqa-bench-export"))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    source = make_source(args.work, args.input)
-    what = "dem" if INPUTS[args.input][1] == 0 else "dem,osm"
+    source = source_of(args.work, args.input)
+    tiles, osm_mb = (INPUTS | OWN_INPUTS)[args.input]
+    what = ",".join(part for part, size in (("dem", tiles), ("osm", osm_mb)) if size)
     with new_cluster() as server:
         run_measured(shlex.join([str(BIN / "ingest"), "all", str(source), "--offline", "--what", what, "--dsn",
                                  server.dsn()]) + " >/dev/null 2>&1", name="build")

@@ -36,7 +36,7 @@ from reproduce.serve.prompts import expected_answer
 from reproduce.serve.tools import ServeRequest, open_tools
 from reproduce.stats import wilson
 
-__all__ = ["NO_ANSWER", "SERVE_SESSIONS", "Judge", "Record", "Verdict", "agent_prompts", "expected_answer",
+__all__ = ["KEPT_BY", "NO_ANSWER", "SERVE_SESSIONS", "Judge", "Record", "Verdict", "agent_prompts", "expected_answer",
            "gold_sql", "questions", "schema_prompt", "selection", "serve_process", "submission", "wilson"]
 
 RUN = "inspect"  # the run's name in the judge's results
@@ -97,16 +97,20 @@ def _gold_of_template(template_id: str, data: str | None) -> dict[str, str]:
 # What a `reproduce serve` of one question may hold of gsqa_model's sessions: the one its calls share and, while
 # it starts, its preflight's.
 SERVE_SESSIONS = 2
+# Who keeps a task's calls: no --trajectory is needed, so serve names the log instead of warning that nothing
+# keeps them.
+KEPT_BY = "the Inspect log"
 
 
 def serve_process(request: ServeRequest, question_id: str) -> tuple[str, list[str], dict[str, str]]:
     """The command, arguments and environment of a `reproduce serve` over stdio for one question with the
     request's budgets: the agent's tools. The environment carries this process's (DATABASE_URL, PG*, the
-    roles' passwords), an explicit dsn as DATABASE_URL, so that no password goes on a command line."""
+    roles' passwords), an explicit dsn as DATABASE_URL, so that no password goes on a command line. The calls
+    are the log's to keep (KEPT_BY), not a trajectory's."""
     args = ["serve", "--config", request.config, "--id", question_id, "--timeout", f"{request.timeout:g}",
             "--max-calls", str(request.max_calls), "--max-seconds", f"{request.max_seconds:g}",
             "--max-rows", str(request.max_rows), "--connections", "1", "--method", "inspect react",
-            "--tools", request.tools]
+            "--tools", request.tools, "--kept-by", KEPT_BY]
     if request.export:
         args += ["--export", str(request.export)]
     if request.data:

@@ -391,6 +391,10 @@ def serve(
     trajectory: Annotated[Path | None, typer.Option("--trajectory", metavar="FILE", dir_okay=False,
                                                     show_default=False, help="Append every call to FILE (JSON "
                                                     "Lines); a rerun on it continues its episodes.")] = None,
+    kept_by: Annotated[str | None, typer.Option("--kept-by", metavar="NAME", show_default=False,
+                                                help="Without --trajectory: who keeps the calls instead (an "
+                                                "evaluation framework's log, e.g. Inspect's): named on the start "
+                                                "line in place of the warning that nothing keeps them.")] = None,
     model: Annotated[str, typer.Option("--model", metavar="NAME", help="The model, as the trajectory and "
                                        "`reproduce score` report it.")] = ServeRequest.model,
     method: Annotated[str, typer.Option("--method", metavar="NAME", help="The method (agent, multi-stage SQL "
@@ -446,6 +450,8 @@ def serve(
     only the calls still running; the same command on the same file continues: submitted and spent episodes
     stay over, open ones keep the calls and seconds they used (the time the server was down not counted); a
     file of another --model, --method, budget or dataset is refused. `reproduce score FILE` scores it.
+    Without --trajectory the server warns that nothing keeps the calls, unless --kept-by names who does (the
+    Inspect tasks' servers: `--kept-by "the Inspect log"`).
 
     Nothing goes to stdout but the protocol (stdio); the server says where it serves on stderr.
 
@@ -473,11 +479,12 @@ def serve(
     with tools:
         where = "stdio" if transport == "stdio" else f"http://{host}:{port}/mcp"
         open_ids = len(tools.question_ids())
-        if trajectory is None:
+        if trajectory is None and kept_by is None:
             print("warning: no --trajectory: the calls are not kept, so this run cannot be scored or continued",
                   file=sys.stderr)
-        print(f"reproduce serve: {open_ids:,} of {len(tools.records):,} questions open, on {where}"
-              + (f", calls kept in {trajectory}" if trajectory else ""), file=sys.stderr, flush=True)
+        kept = f", calls kept in {trajectory}" if trajectory else f", calls kept by {kept_by}" if kept_by else ""
+        print(f"reproduce serve: {open_ids:,} of {len(tools.records):,} questions open, on {where}{kept}",
+              file=sys.stderr, flush=True)
         protocol.serve(tools, transport, host, port)
 
 

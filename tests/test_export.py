@@ -4,9 +4,13 @@ the manifest; `--check`; the refusals."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import shutil
+import subprocess
+import sys
+import warnings
 from pathlib import Path
 
 import duckdb
@@ -19,6 +23,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 import rasterio
+import rasterio.crs
 import shapely
 from conftest import drop_database, make_scratch_database
 from load_helpers import ingest
@@ -114,7 +119,9 @@ def test_the_geo_metadata_is_geoparquet_1_1(exported: Path) -> None:
     geo = json.loads(pq.read_schema(exported / "vector" / "parks.parquet").metadata[b"geo"])
     column = geo["columns"]["geometry"]
     assert (geo["version"], geo["primary_column"], column["encoding"]) == ("1.1.0", "geometry", "WKB")
-    assert column["geometry_types"] == ["Polygon"] and column["edges"] == "spherical"
+    assert column["geometry_types"] == ["Polygon"] and column["edges"] == "spherical"  # geography's arcs
+    points = json.loads(pq.read_schema(exported / "vector" / "pois.parquet").metadata[b"geo"])["columns"]["geometry"]
+    assert points["geometry_types"] == ["Point"] and "edges" not in points  # no edges to read either way
     assert column["crs"]["id"] == {"authority": "EPSG", "code": 4326}
     assert column["covering"] == {"bbox": {"xmin": ["bbox", "xmin"], "ymin": ["bbox", "ymin"],
                                            "xmax": ["bbox", "xmax"], "ymax": ["bbox", "ymax"]}}
@@ -122,8 +129,14 @@ def test_the_geo_metadata_is_geoparquet_1_1(exported: Path) -> None:
 
 
 def test_geopandas_and_duckdb_read_the_files_as_they_are(exported: Path, demo_db: tuple[str, Path]) -> None:
-    with pytest.warns(UserWarning, match="spherical edges"):  # geopandas says it computes on the plane
+    """geopandas reads the points quietly; of a table with edges it says, truly, that it reads them on the plane."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         pois = geopandas.read_parquet(exported / "vector" / "pois.parquet")
+        boxed = geopandas.read_parquet(exported / "vector" / "pois.parquet", bbox=(-75.5, 39.2, -75.3, 39.4))
+    with pytest.warns(UserWarning, match="column 'geometry' has spherical edges") as said:
+        regions = geopandas.read_parquet(exported / "vector" / "regions.parquet")
+    assert len(said) == 1 and len(regions) == 2
     assert pois.crs.to_epsg() == 4326 and len(pois) == 262
     with psycopg.connect(demo_db[0]) as conn:
         wanted = sorted(row[0] for row in conn.execute(
@@ -131,8 +144,6 @@ def test_geopandas_and_duckdb_read_the_files_as_they_are(exported: Path, demo_db
         museum = conn.execute("SELECT ST_X(geometry::geometry), ST_Y(geometry::geometry) FROM pois "
                               "WHERE poi_name = 'Demo Museum 7'").fetchone()
     assert pois.loc[pois.poi_name == "Demo Museum 7", "geometry"].iloc[0].coords[0] == museum
-    with pytest.warns(UserWarning, match="spherical edges"):
-        boxed = geopandas.read_parquet(exported / "vector" / "pois.parquet", bbox=(-75.5, 39.2, -75.3, 39.4))
     assert sorted(boxed.poi_name) == wanted and len(wanted) == 3
     counted = duckdb.sql(f"SELECT count(*), count(DISTINCT id), min(bbox.xmin) FROM "
                          f"'{exported / 'vector' / 'roads.parquet'}'").fetchall()
@@ -374,6 +385,35 @@ def test_the_vrt_is_nodata_where_no_file_lies(tmp_path: Path) -> None:
         assert (mosaic.width, mosaic.nodata) == (2 * 3600 + 600, -32768)
         values = [int(v[0]) for v in mosaic.sample([(-75.95, 39.95), (-75.0, 39.95), (-73.95, 39.95)])]
     assert values == [100, -32768, 101]
+
+
+def test_the_crs_kept_beside_the_writer_is_what_gdal_says_of_epsg_4326() -> None:
+    assert vector.crs() == rasterio.crs.CRS.from_epsg(4326).to_dict(projjson=True)
+
+
+def test_a_fetch_holds_about_fetch_bytes_whatever_its_rows_and_loads_neither_pandas_nor_gdal(
+        demo_db: tuple[str, Path]) -> None:
+    """In a process of its own: the pois in fetches sized from the last one's bytes (here 4 kB, so many), every row
+    once and in order, as Arrow made without pyarrow.array(), which would import pandas (installed here), and
+    without GDAL (rasterio), which a vector export does not need."""
+    program = f"""
+import sys
+from ingest.export import vector
+from gsqa_core import schema
+import psycopg
+vector.FETCH_BYTES = 4096
+with psycopg.connect({demo_db[0]!r}) as conn:
+    batches = list(vector.record_batches(conn, schema.pois, lambda rows: None))
+    order = [row for row, in conn.execute("SELECT id FROM pois ORDER BY geometry::geometry, id")]
+print([batch.num_rows for batch in batches][:2], max(batch.nbytes for batch in batches) < 2 * 4096,
+      [i for batch in batches for i in batch.column("id").to_pylist()] == order, "pandas" in sys.modules,
+      "rasterio" in sys.modules)
+"""
+    assert importlib.util.find_spec("pandas") is not None  # else the test would prove nothing of pyarrow.array
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).parent.parent)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "[16, 14] True True False False\n"
 
 
 def test_the_row_checksum_hexes_a_slice_of_wkb_with_its_nulls_in_place() -> None:

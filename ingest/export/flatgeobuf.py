@@ -13,7 +13,6 @@ from pathlib import Path
 
 import psycopg
 import pyarrow as pa
-from rasterio.crs import CRS
 
 from gsqa_core import schema
 from gsqa_core.dem_grid import SRID
@@ -42,6 +41,6 @@ def write_table(conn: psycopg.Connection, table: schema.Table, path: Path, advan
     stream = pa.RecordBatchReader.from_batches(pa.schema([target.field(name) for name in columns]), batches())
     named = path.with_name(path.name + ".fgb")  # GDAL's driver makes a folder of a name without .fgb
     pyogrio.write_arrow(stream, str(named), driver="FlatGeobuf", geometry_name=vector.GEOMETRY,
-                        geometry_type="Unknown", crs=CRS.from_epsg(SRID).to_wkt())
+                        geometry_type="Unknown", crs=f"EPSG:{SRID}")
     os.replace(named, path)
     return written

@@ -22,7 +22,6 @@ from typing import Any
 
 import psycopg
 import pyarrow
-import rasterio
 
 from gsqa_core.errors import GsqaError
 from ingest.export.vector import GEOPARQUET_VERSION
@@ -47,6 +46,8 @@ def describe_database(conn: psycopg.Connection) -> dict[str, Any]:
 
 
 def formats() -> dict[str, str]:
+    import rasterio  # GDAL, loaded by the manifest at the end, not by a vector export's work
+
     return {"geoparquet": GEOPARQUET_VERSION, "parquet_writer": f"pyarrow {pyarrow.__version__}",
             "cog": f"GDAL {rasterio.__gdal_version__} COG driver", "vrt": f"GDAL {rasterio.__gdal_version__}"}
 

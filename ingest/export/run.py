@@ -24,21 +24,22 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-from rasterio.crs import CRS
 from tqdm import tqdm
 
 from gsqa_core import schema
 from gsqa_core.db import connect, where
-from gsqa_core.dem_grid import SRID
 from gsqa_core.errors import GsqaError
 from ingest import check
-from ingest.export import dem, flatgeobuf, geojson, vector
+from ingest.export import flatgeobuf, geojson, vector
 from ingest.export.manifest import MANIFEST, describe_database, file_entry, read_manifest, write_manifest
 from ingest.ordered_pool import JobStream, OrderedPool
 from ingest.snapshot.manifest import sha256_of
+
+if TYPE_CHECKING:  # ingest.export.dem loads rasterio (GDAL), which only an export of the DEM needs
+    from ingest.export import dem
 
 WORK = ".export"
 JOURNAL = "journal.jsonl"
@@ -259,7 +260,7 @@ def _jobs(run: Run, what: tuple[str, ...], formats: tuple[str, ...]) -> Iterator
 def _parquet_jobs(run: Run) -> Iterator[Job]:
     """A job per table, whose file threads write ahead (each with its own connection, largest table first, as
     many at once as there are workers: the server sorts one table while this process packs another)."""
-    crs = CRS.from_epsg(SRID).to_dict(projjson=True)
+    crs = vector.crs()
     logged = dict(run.conn.execute("SELECT target_table, sum(rows_written)::bigint FROM gsqa.load_log GROUP BY 1"))
     run.conn.commit()
     paths = {table.name: f"{VECTOR_DIR}/{table.name}.parquet" for table in schema.VECTOR_TABLES}
@@ -307,6 +308,8 @@ def _write_flatgeobuf(run: Run, table: schema.Table, path: Path) -> dict[str, An
 def _dem_jobs(run: Run) -> Iterator[Job]:
     """A job per source file, whose COG the pool's processes write ahead (all but those intact already), then
     the VRT."""
+    from ingest.export import dem
+
     files = dem.dem_files(run.conn)
     run.conn.commit()
     if not files:
@@ -333,6 +336,8 @@ _worker_connection: psycopg.Connection | None = None
 def _cog_work(job: tuple[str | None, dem.DemFile, str]) -> Iterator[None]:
     """In a pool process: one source file's COG at its scratch path; its pixel checksum. The process keeps one
     connection for all its files."""
+    from ingest.export import dem
+
     global _worker_connection
     yield from ()
     dsn, source, scratch = job
@@ -363,5 +368,7 @@ def _write_vector(run: Run, table: schema.Table, path: Path, crs: dict, rows: in
 
 
 def _write_vrt(files: list[dem.DemFile], path: Path) -> dict[str, Any]:
+    from ingest.export import dem
+
     dem.write_vrt(files, path)
     return {"table": schema.dem_us.fullname, "format": "vrt", "sources": len(files)}

@@ -3,11 +3,11 @@
 Every column of the table with its type (INTEGER int32, BIGINT int64, VARCHAR/TEXT string; the geography as
 WKB, GeoParquet's `geometry` column), plus `bbox`, the covering column of GeoParquet 1.1 (xmin, ymin, xmax,
 ymax per row). Rows come in spatial order (PostGIS's geometry sort: the Hilbert curve of their boxes' centres,
-then id) from a server-side cursor, a few thousand at a time into Arrow record batches, which are written as a
-row group of at most ROW_GROUP_ROWS rows or ROW_GROUP_BYTES: memory holds one row group however big the table,
-and a reader that filters on `bbox` skips the row groups whose statistics lie outside its box. The `geo`
-metadata (CRS as
-PROJJSON, the geometry types and the extent found) is added to the footer when the last row is written.
+then id) from a server-side cursor, about FETCH_BYTES at a time into Arrow record batches, which are written as
+a row group of at most ROW_GROUP_ROWS rows or ROW_GROUP_BYTES: memory holds one fetch and one row group however
+big the table and its rows, and a reader that filters on `bbox` skips the row groups whose statistics lie
+outside its box. The `geo` metadata (CRS as PROJJSON, the geometry types, the extent found, the edges) is added
+to the footer when the last row is written.
 
 The checksum: each row as one string, every column `N` (NULL) or `V<length>:<value>` (integers in decimal,
 the geometry's WKB in hex), md5 of it, the first 64 bits summed modulo 2**64. The server computes it from the
@@ -32,6 +32,7 @@ from psycopg import sql
 
 from gsqa_core import schema
 from gsqa_core.db import identifier
+from ingest.heap import release_free_heap
 
 GEOPARQUET_VERSION = "1.1.0"
 GEOMETRY = "geometry"
@@ -39,16 +40,24 @@ BBOX = "bbox"
 # A row group ends at whichever comes first: a bbox read touches few, memory holds one (and one fetch of rows
 # as Python objects: roads' geometries run to kilobytes).
 ROW_GROUP_ROWS = 100_000
-ROW_GROUP_BYTES = 32 * 2**20  # Arrow's in-memory size
+ROW_GROUP_BYTES = 8 * 2**20  # Arrow's in-memory size
+# A fetch from the cursor holds its rows as Python objects, then as Arrow: at most FETCH_ROWS rows and about
+# FETCH_BYTES, its rows counted from the last fetch's size (a region's polygon can run to megabytes, a POI is a
+# few hundred bytes); the first fetch is small, as nothing is known yet.
 FETCH_ROWS = 2_000
+FETCH_BYTES = 2 * 2**20
+FIRST_FETCH_ROWS = 16
 SORT_MEMORY = "256MB"  # work_mem of the export's sort on the server (fewer merge passes than the default 4 MB)
 ARROW_TYPES = {schema.INTEGER: pa.int32(), schema.BIGINT: pa.int64(), schema.VARCHAR_255: pa.string(),
                schema.TEXT: pa.string(), schema.GEOGRAPHY: pa.binary()}
+NUMPY_TYPES = {pa.int32(): np.int32, pa.int64(): np.int64, pa.float64(): np.float64}
 BBOX_TYPE = pa.struct([(name, pa.float64()) for name in ("xmin", "ymin", "xmax", "ymax")])
+POINT_TYPES = {"Point", "MultiPoint"}  # geometries without edges
 # ISO WKB type codes of 2D geometries, as GeoParquet names them.
 WKB_TYPES = {1: "Point", 2: "LineString", 3: "Polygon", 4: "MultiPoint", 5: "MultiLineString", 6: "MultiPolygon",
              7: "GeometryCollection"}
 _MOD = 2**64
+PROJJSON = Path(__file__).with_name("epsg4326.projjson")
 
 
 @dataclass
@@ -79,10 +88,21 @@ def arrow_schema(table: schema.Table) -> pa.Schema:
     return pa.schema([*fields, pa.field(BBOX, BBOX_TYPE)])
 
 
+def crs() -> dict:
+    """The tables' CRS, EPSG:4326 (gsqa_core.dem_grid.SRID), as PROJJSON: PROJ's, kept beside this module so that
+    a vector export loads no GDAL (tests/test_export.py holds it equal to what rasterio's GDAL says)."""
+    return json.loads(PROJJSON.read_text())
+
+
 def geo_metadata(found: VectorFile, crs: dict) -> dict:
-    """GeoParquet 1.1's `geo` metadata. The table is geography: its edges are great-circle arcs (spherical)."""
-    column = {"encoding": "WKB", "geometry_types": sorted(found.geometry_types), "crs": crs, "edges": "spherical",
+    """GeoParquet 1.1's `geo` metadata. The tables are geography, whose edges are great-circle arcs: `edges:
+    spherical` wherever there are edges, since reading them on the plane draws other lines (docs/REFERENCE-DB.md,
+    "The export"); a table of points alone has none, so its file leaves `edges` at its default and geopandas,
+    which warns on every read of a spherical file, reads it quietly."""
+    column = {"encoding": "WKB", "geometry_types": sorted(found.geometry_types), "crs": crs,
               "covering": {BBOX: {name: [BBOX, name] for name in ("xmin", "ymin", "xmax", "ymax")}}}
+    if found.geometry_types - POINT_TYPES:
+        column["edges"] = "spherical"
     if found.extent:
         column[BBOX] = found.extent
     return {"version": GEOPARQUET_VERSION, "primary_column": GEOMETRY, "columns": {GEOMETRY: column}}
@@ -101,16 +121,17 @@ def _select(table: schema.Table) -> sql.Composed:
 
 def record_batches(conn: psycopg.Connection, table: schema.Table, advance: Callable[[int], None],
                    rows: int = FETCH_ROWS) -> Iterator[pa.RecordBatch]:
-    """The table's rows in spatial order as Arrow record batches of `rows` rows (arrow_schema's columns),
-    `advance(rows)` after each; one server-side cursor in its own transaction."""
+    """The table's rows in spatial order as Arrow record batches (arrow_schema's columns) of at most `rows` rows
+    and about FETCH_BYTES, `advance(rows)` after each; one server-side cursor in its own transaction."""
     target = arrow_schema(table)
     with conn.transaction(), conn.cursor(name=f"export_{table.name}", binary=True) as cursor:
         conn.execute(sql.SQL("SET LOCAL work_mem = {}").format(sql.Literal(SORT_MEMORY)))
-        cursor.itersize = rows
         cursor.execute(_select(table))
-        while fetched := cursor.fetchmany(rows):
-            yield _batch(fetched, target)
-            advance(len(fetched))
+        size = min(rows, FIRST_FETCH_ROWS)
+        while batch := _batch(cursor.fetchmany(size), target):
+            size = max(1, min(rows, FETCH_BYTES * batch.num_rows // max(1, batch.nbytes)))
+            yield batch
+            advance(batch.num_rows)
 
 
 def write_table(conn: psycopg.Connection, table: schema.Table, path: Path, crs: dict,
@@ -118,33 +139,61 @@ def write_table(conn: psycopg.Connection, table: schema.Table, path: Path, crs: 
     """The table into a GeoParquet file at `path` (created or overwritten), `advance(rows)` after each fetch;
     what was written."""
     found = VectorFile()
-    with pq.ParquetWriter(path, arrow_schema(table), compression="zstd", write_statistics=True,
-                          store_schema=False) as writer:
+    target = arrow_schema(table)
+    # Dictionaries for the text columns only: a column chunk's pages wait in memory for its dictionary until
+    # the chunk ends, and WKB and boxes are unique values, for which a dictionary is tried and dropped.
+    texts = [column.name for column in table.columns if pa.types.is_string(target.field(column.name).type)]
+    with pq.ParquetWriter(path, target, compression="zstd", write_statistics=True, store_schema=False,
+                          use_dictionary=texts) as writer:
         group: list[pa.RecordBatch] = []
         for batch in record_batches(conn, table, advance, min(FETCH_ROWS, ROW_GROUP_ROWS)):
-            group.append(batch)
             found.add(batch)
-            if sum(map(len, group)) >= ROW_GROUP_ROWS or sum(b.nbytes for b in group) >= ROW_GROUP_BYTES:
-                _write_group(writer, group)
+            while batch.num_rows:  # a batch past the group's rows is cut where the group ends (no copy)
+                room = ROW_GROUP_ROWS - sum(map(len, group))
+                group.append(batch.slice(0, room))
+                batch = batch.slice(room)
+                if sum(map(len, group)) >= ROW_GROUP_ROWS or sum(b.nbytes for b in group) >= ROW_GROUP_BYTES:
+                    _write_group(writer, group)
         _write_group(writer, group)
         writer.add_key_value_metadata({"geo": json.dumps(geo_metadata(found, crs))})
     return found
 
 
 def _write_group(writer: pq.ParquetWriter, group: list[pa.RecordBatch]) -> None:
-    """The batches as one row group; the list emptied."""
+    """The batches as one row group; the list emptied, and the C heap's free pages given back (ingest/heap.py:
+    each thread's fetches are freed in its own malloc arena, which would otherwise keep them)."""
     if group:
         writer.write_table(pa.Table.from_batches(group), row_group_size=sum(map(len, group)))
         group.clear()
+        release_free_heap()
 
 
-def _batch(rows: list[tuple], target: pa.Schema) -> pa.RecordBatch:
+def _batch(rows: list[tuple], target: pa.Schema) -> pa.RecordBatch | None:
+    """The rows as a record batch of `target`; None for no rows."""
+    if not rows:
+        return None
     columns = list(zip(*rows, strict=True))
     width = len(target) - 1
-    arrays = [pa.array(values, type=target.field(i).type) for i, values in enumerate(columns[:width])]
-    boxes = pa.StructArray.from_arrays([pa.array(values, pa.float64()) for values in columns[width:]],
+    arrays = [_array(values, target.field(i).type) for i, values in enumerate(columns[:width])]
+    boxes = pa.StructArray.from_arrays([_array(values, pa.float64()) for values in columns[width:]],
                                        fields=list(BBOX_TYPE))
     return pa.RecordBatch.from_arrays([*arrays, boxes], schema=target)
+
+
+def _array(values: tuple, kind: pa.DataType) -> pa.Array:
+    """Python values (None for NULL) as an Arrow array of `kind`, made from its buffers: pyarrow.array() would
+    import pandas wherever it is installed, which holds as much memory as all of the export's work."""
+    valid = np.fromiter((value is not None for value in values), bool, len(values))
+    nulls = len(values) - int(np.count_nonzero(valid))
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    if kind in NUMPY_TYPES:
+        numbers = np.fromiter((0 if value is None else value for value in values), NUMPY_TYPES[kind], len(values))
+        return pa.Array.from_buffers(kind, len(values), [validity, pa.py_buffer(numbers)], null_count=nulls)
+    data = [b"" if value is None else value.encode() if isinstance(value, str) else value for value in values]
+    offsets = np.zeros(len(data) + 1, np.int32)
+    np.cumsum(np.fromiter(map(len, data), np.int64, len(data)), out=offsets[1:])
+    return pa.Array.from_buffers(kind, len(values), [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))],
+                                 null_count=nulls)
 
 
 def _geometry_types(wkb: pa.Array) -> set[str]:
