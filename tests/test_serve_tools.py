@@ -304,3 +304,35 @@ def test_the_html_page_words_a_refused_call_once(demo, tmp_path: Path) -> None:
     page = (tmp_path / "scores.html").read_text()
     assert "<b>query</b> refused: several statements in one; only a query runs here" in page
     assert "refused: refused:" not in page
+
+
+@pytest.mark.parametrize(("answer", "why"), [
+    ("I could not find it", 'the answer\'s elevation is "I could not find it", not a number'),
+    ({"foo": 12.5}, "the answer has no column elevation or elevation_m; its columns: foo"),
+    ([{"height_ft": 800}], "the answer has no column elevation or elevation_m; its columns: height_ft"),
+    ([{"elevation": 12.5}, {"elevation": True}], "row 2's elevation is true, not a number"),
+])
+def test_an_answer_that_does_not_fit_the_question_is_refused_charged_and_the_episode_stays_open(
+        demo, tmp_path: Path, answer, why: str) -> None:
+    path = tmp_path / "run.jsonl"
+    with open_tools(request(demo, path)) as tools:
+        with pytest.raises(ToolRefused) as refused:
+            tools.submit_answer(f"{R1}/0", answer)
+        assert tools.stopped(f"{R1}/0") == ""
+        assert tools.submit_answer(f"{R1}/0", [{"elevation_m": "12.5"}])["recorded"] is True  # a number as text too
+    line, tail = str(refused.value).split(" [budget left: ")
+    assert line == (f"refused: the answer does not fit the question: {why}; expected a JSON list of rows such as "
+                    '[{"elevation": "<metres>"}]; a single value is taken as the first column')
+    assert tail.startswith("19 calls, ")
+    calls = [line for line in lines(path) if line["type"] == "call"]
+    assert [(call["outcome"], call["call"], "charged" in call) for call in calls] == [("refused", 1, False),
+                                                                                     ("ok", 2, False)]
+
+
+def test_a_name_answer_needs_a_name_under_a_name_column(demo, tmp_path: Path) -> None:
+    question = "vector/knn+name/0"
+    with open_tools(request(demo, None)) as tools:
+        with pytest.raises(ToolRefused, match=r'^refused: the answer does not fit the question: row 2\'s poi_name is '
+                                              r'"  ", not a name \(text\); expected a JSON list of rows such as '):
+            tools.submit_answer(question, [{"poi_name": "A"}, {"poi_name": "  "}])
+        assert tools.submit_answer(question, ["Demo Museum 85"])["rows"] == 1  # a bare value is the name

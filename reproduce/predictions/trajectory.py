@@ -6,12 +6,16 @@ finished call on disk.
 Lines, each with a `type`:
 - `run`: written when a server starts on the file: the format, model, method, budgets, dataset checksum and
   start time. A rerun on the same file appends another one (and must agree on what the run depends on).
-- `call`: question_id (null for schema), the client it came from (client), tool, arguments, outcome (ok, rows,
-  error, timeout, refused; for run_python also killed and lost), rows, the result as the agent got it (result,
-  bounded as sent) and its sha256, the model's usage the client attached to the call (usage: input_tokens,
-  output_tokens, cost), seconds, the episode's elapsed seconds and
-  its budget left after the call; for submit_answer the answer as submitted; for run_python the code, its exit
-  status, its output as the agent got it (stdout, stderr: head and tail) and its peak memory (peak_kb).
+- `call`: question_id (null for schema), the client it came from (client: the MCP session id, else the
+  transport and server pid, with the client's name and version as it gave them; left out for a plain Python
+  caller), tool, arguments, outcome (ok, rows, error, timeout, refused; for run_python also killed and lost),
+  `"charged": false` for a call not charged to its episode (the server's own failure, or the episode was over),
+  rows, the result as the agent got it (result: the reply, bounded as sent, or a refusal's one line) and its
+  sha256, the model's usage the client attached in the call's MCP `_meta` (usage: input_tokens, output_tokens,
+  cost; usage_ignored says why one was not kept), seconds, the call's number in its episode, the episode's
+  elapsed seconds and its budget left after the call; for submit_answer the answer as submitted; for run_python
+  the code, its exit status, its output as the agent got it (stdout, stderr: head and tail) and its peak memory
+  (peak_kb).
 - `stop`: a question's episode ended: reason `submitted` or `budget`, and why. An episode with calls and no
   stop line stopped for reason `none` (the server ended first).
 
@@ -42,9 +46,9 @@ DEPENDS_ON = ("model", "method", "budget", "dataset")  # what a rerun on the sam
 LINES: dict[str, tuple[str, ...]] = {
     "run": ("format", "type", *DEPENDS_ON, "config", "templates", "ids", "questions", "database", "tool_version",
             "pid", "started_at"),
-    "call": ("type", "question_id", "client", "tool", "arguments", "outcome", "rows", "truncated", "result",
-             "result_sha256", "error", "exit", "stdout", "stderr", "peak_kb", "usage", "seconds", "call", "elapsed",
-             "budget_left", "at"),
+    "call": ("type", "question_id", "client", "tool", "arguments", "outcome", "charged", "rows", "truncated",
+             "result", "result_sha256", "error", "exit", "stdout", "stderr", "peak_kb", "usage", "usage_ignored",
+             "seconds", "call", "elapsed", "budget_left", "at"),
     "stop": ("type", "question_id", "reason", "why", "calls", "elapsed"),
 }
 # What `reproduce score` shows of each call beside the verdict: the call line but what only the file needs.
@@ -58,7 +62,9 @@ class Episode:
 
     question_id: str
     calls: list[dict[str, Any]] = field(default_factory=list)
+    free: int = 0  # of the calls, those not charged to the episode
     elapsed: float = 0.0  # seconds from the episode's first call to the end of its last one
+    tool_seconds: float = 0.0  # the seconds its charged calls took in the server
     stop: str = "none"  # one of STOP_REASONS
     why: str = ""
     answer: Any = None  # the submitted answer
@@ -138,6 +144,10 @@ def _take(found: Trajectory, line: dict[str, Any], where: str) -> None:
     if kind == "call":
         episode.calls.append(line)
         episode.elapsed = max(episode.elapsed, float(line.get("elapsed", 0.0)))
+        if line.get("charged", True) is False:
+            episode.free += 1
+        else:
+            episode.tool_seconds += float(line.get("seconds", 0.0))
         if line["tool"] == "submit_answer" and line.get("outcome") == "ok":
             episode.answer, episode.where = line["arguments"]["answer"], where
             # Submitted, even if a kill came before the stop line that follows it.
