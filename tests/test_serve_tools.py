@@ -336,3 +336,22 @@ def test_a_name_answer_needs_a_name_under_a_name_column(demo, tmp_path: Path) ->
                                               r'"  ", not a name \(text\); expected a JSON list of rows such as '):
             tools.submit_answer(question, [{"poi_name": "A"}, {"poi_name": "  "}])
         assert tools.submit_answer(question, ["Demo Museum 85"])["rows"] == 1  # a bare value is the name
+
+
+@pytest.mark.parametrize(("usage", "kept", "ignored"), [
+    ({"input_tokens": 5, "output_tokens": 0, "cost": 0.5}, {"input_tokens": 5, "output_tokens": 0, "cost": 0.5}, ""),
+    ({"cost": 1}, {"cost": 1}, ""),
+    ({}, None, ""),
+    ([1, 2], None, "_meta.usage is not an object"),
+    ({"input_tokens": 1.5}, None, "_meta.usage.input_tokens is 1.5"),
+    ({"output_tokens": True}, None, "_meta.usage.output_tokens is True"),
+    ({"cost": float("nan")}, None, "_meta.usage.cost is nan"),
+    ({"cost": -1}, None, "_meta.usage.cost is -1"),
+    ({"tokens": 3, "cost": 1}, None, "_meta.usage has 'tokens'"),
+])
+def test_a_usage_is_kept_only_as_numbers_and_else_ignored_saying_why(usage, kept, ignored: str) -> None:
+    from reproduce.serve.callers import usage_of
+    found, why = usage_of(usage)
+    assert found == kept
+    assert why == (f'{ignored} (expected {{"input_tokens": an integer >= 0, "output_tokens": an integer >= 0, '
+                   '"cost": a number >= 0})' if ignored else "")

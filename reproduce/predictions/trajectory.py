@@ -21,6 +21,7 @@ Lines, each with a `type`:
 
 `read` gives the episodes back: the server resumes them (calls used, seconds elapsed, done or not), and
 `reproduce score FILE` judges each submitted answer like an answer prediction (reproduce/predictions/layouts.py).
+`views` replays, from the file alone, what each episode's agent sent and got back, as its MCP client got it.
 """
 
 from __future__ import annotations
@@ -96,6 +97,26 @@ def digest(result: Any) -> str:
 def reported(call: dict[str, Any]) -> dict[str, Any]:
     """What `reproduce score` shows of a call line (REPORTED)."""
     return {name: call[name] for name in REPORTED if name in call}
+
+
+# The SDK's words before a tool's error result (mcp.server.mcpserver: "Error executing tool NAME: LINE").
+ERROR_PREFIX = "Error executing tool {tool}: "
+
+
+def views(found: Trajectory) -> dict[str, list[dict[str, Any]]]:
+    """Each episode as its agent saw it, from the trajectory alone: per call, in order, the tool, the arguments
+    as kept and the text the MCP client got (`sent`: the reply as compact JSON, schema's text as it is, or a
+    refused call's one line after the SDK's error prefix; `is_error`). A result is a refusal when it is text
+    from any tool but schema (every other reply is a JSON object)."""
+    return {question: [_seen(call) for call in episode.calls] for question, episode in found.episodes.items()}
+
+
+def _seen(call: dict[str, Any]) -> dict[str, Any]:
+    result = call.get("result")
+    refused = isinstance(result, str) and call["tool"] != "schema"
+    sent = (ERROR_PREFIX.format(tool=call["tool"]) + result if refused else
+            result if isinstance(result, str) else json.dumps(result, separators=(",", ":"), allow_nan=False))
+    return {"tool": call["tool"], "arguments": call["arguments"], "sent": sent, "is_error": refused}
 
 
 def is_trajectory(content: bytes) -> bool:
