@@ -374,10 +374,16 @@ def score(
 def serve(
     config: ConfigOption = "all", templates: TemplateOption = [], ids: IdOption = [],  # noqa: B006
     data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
-    max_calls: Annotated[int, typer.Option("--max-calls", metavar="N", min=1, help="Calls per question, every "
-                                           "call counted (refused or not).")] = ServeRequest.max_calls,
-    max_seconds: Annotated[float, typer.Option("--max-seconds", metavar="SECONDS", min=0.1, help="Seconds per "
-                                               "question, from its first call.")] = ServeRequest.max_seconds,
+    max_calls: Annotated[int, typer.Option("--max-calls", metavar="N", min=1, help="Calls per question, refused "
+                                           "ones too (not: the server's own failures, calls after the episode "
+                                           "ended, schema).")] = ServeRequest.max_calls,
+    max_seconds: Annotated[float, typer.Option("--max-seconds", metavar="SECONDS", min=0.1, help="Wall-clock "
+                                               "seconds per question from its first call, the agent's own time "
+                                               "between calls included.")] = ServeRequest.max_seconds,
+    max_tool_seconds: Annotated[float | None, typer.Option("--max-tool-seconds", metavar="SECONDS", min=0.1,
+                                                           show_default=False, help="Seconds per question that its "
+                                                           "calls may take in the server, the agent's own time not "
+                                                           "counted (default: no bound).")] = None,
     max_rows: Annotated[int, typer.Option("--max-rows", metavar="N", min=1, help="Rows a query returns (the "
                                           "first N, marked truncated).")] = ServeRequest.max_rows,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
@@ -410,11 +416,18 @@ def serve(
     left out; an error or refusal in one line) and submit_answer(question_id, answer) (rows
     like the stored answers, a value, or a list of values: recorded, never judged here; it ends the
     question's episode); SQL past ${sql_limit} characters and answers past ${answer_limit} characters of JSON
-    are refused. Each selected question is an episode with its own budget: --max-calls calls (every
-    call counts, refused or not) and --max-seconds from its first call (each statement's timeout is the
-    smaller of --timeout and the time left; waiting for a free connection spends it too); past either, or
+    are refused, and so is an answer that does not fit the question's components (a row must name each by
+    one of its column names, with a value of its kind: a number, a name, a WKT geometry, yes or no; the
+    refusal names what is expected; charged, the episode stays open). Each selected question is an episode
+    with its own budget: --max-calls calls (refused ones too; not charged: a call the server could not serve
+    for its own failure, the database or sandbox unreachable, and calls after the episode ended), --max-seconds
+    of wall-clock from its first call (the agent's own time between calls included) and, if given,
+    --max-tool-seconds of time its calls take in the server (each statement's timeout is the smaller of
+    --timeout and the time left on either clock; waiting for a free connection spends both); past any, or
     after submit_answer (one per question, however many arrive at once), its tools answer with an error
-    saying why. An unknown question id is an error naming it; the other questions go on. An MCP client gets
+    saying why. schema() is free: the same text for every agent, read from the database once per server. The
+    --connections are shared fairly: while several clients call, none holds more than its share. An unknown
+    question id is an error naming it; the other questions go on. An MCP client gets
     each error as the tool's error result, the SDK's "Error executing tool NAME: " before the line. The open
     question ids are the resource gsqa://questions, one table's schema gsqa://schema/NAME, and the prompt
     gsqa_agent gives the benchmark's agent instructions (the tools, the budget, the answer's form; with a
@@ -433,8 +446,11 @@ def serve(
     the containers of a killed server are removed by the next one.
 
     --trajectory FILE (one server per file) keeps every call as a JSON line, written when the call ends:
-    question id, tool, arguments, outcome, rows, the sha256 of the result, seconds, budget left; the
-    submitted answer; each
+    question id, the client it came from (its MCP session, TCP peer or stdio, and the name it gave), tool,
+    arguments, outcome, whether charged, rows, the reply as the agent got it (bounded as sent) and its sha256,
+    the model's usage the client attached in the call's _meta ({"usage": {"input_tokens": N,
+    "output_tokens": N, "cost": X}}: numbers only, else not kept and the line says why), seconds, budget
+    left; the submitted answer; each
     episode's stop (submitted, budget; none when the server ended first). A server killed mid-episode loses
     only the calls still running; the same command on the same file continues: submitted and spent episodes
     stay over, open ones keep the calls and seconds they used (the time the server was down not counted); a

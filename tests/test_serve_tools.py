@@ -7,6 +7,7 @@ import concurrent.futures
 import json
 import re
 import threading
+import time
 from pathlib import Path
 
 import psycopg
@@ -114,9 +115,10 @@ def test_past_max_calls_the_question_is_over_and_the_others_go_on(demo, tmp_path
     with open_tools(request(demo, path, max_calls=2)) as tools:
         tools.question(f"{R1}/0")
         tools.query(f"{R1}/0", "SELECT 1 AS one")
-        with pytest.raises(ToolRefused, match=r"^refused: raster_only/elevation\+poi/0: the episode's budget is "
-                                              r"spent \(all 2 calls used\); it is over \[budget left: 0 calls"):
-            tools.submit_answer(f"{R1}/0", 1.0)
+        for _ in range(2):  # calls on an episode that is over: refused, kept, not charged
+            with pytest.raises(ToolRefused, match=r"^refused: raster_only/elevation\+poi/0: the episode's budget is "
+                                                  r"spent \(all 2 calls used\); it is over \[budget left: 0 calls"):
+                tools.submit_answer(f"{R1}/0", 1.0)
         assert tools.query(f"{R1}/1", "SELECT 1 AS one")["rows"] == [{"one": 1}]
         assert tools.stopped(f"{R1}/0") == "budget" and tools.stopped(f"{R1}/1") == ""
     written = lines(path)
@@ -124,6 +126,9 @@ def test_past_max_calls_the_question_is_over_and_the_others_go_on(demo, tmp_path
     assert stop == {"type": "stop", "question_id": f"{R1}/0", "reason": "budget", "why": "all 2 calls used",
                     "calls": 2, "elapsed": stop["elapsed"]}
     assert written.index(stop) == 3  # right after the call that spent the budget: run, question, query, stop
+    assert [(line["call"], line.get("charged", True)) for line in written if line["type"] == "call"
+            and line["question_id"] == f"{R1}/0"] == [(1, True), (2, True), (3, False), (4, False)]
+    assert trajectory.read(path).episodes[f"{R1}/0"].charged == 2
 
 
 def test_max_seconds_bounds_the_statement_and_then_ends_the_episode(demo, tmp_path: Path) -> None:
@@ -225,7 +230,10 @@ def test_a_database_that_cannot_be_reached_is_one_line_and_the_next_call_goes_on
             finally:
                 admin.execute("ALTER ROLE gsqa_model LOGIN")
         assert tools.query(f"{R1}/0", "SELECT 3 AS three")["rows"] == [{"three": 3}]
-    assert [line["outcome"] for line in lines(path) if line["type"] == "call"] == ["rows", "error", "rows"]
+    # The server's own failure is not charged: the agent keeps the call.
+    assert [(line["outcome"], line.get("charged", True), line["budget_left"]["calls"])
+            for line in lines(path) if line["type"] == "call"] == [("rows", True, 19), ("error", False, 19),
+                                                                     ("rows", True, 18)]
 
 
 def test_oversized_sql_and_answers_are_refused_and_not_kept(demo, tmp_path: Path) -> None:
@@ -355,3 +363,63 @@ def test_a_usage_is_kept_only_as_numbers_and_else_ignored_saying_why(usage, kept
     assert found == kept
     assert why == (f'{ignored} (expected {{"input_tokens": an integer >= 0, "output_tokens": an integer >= 0, '
                    '"cost": a number >= 0})' if ignored else "")
+
+
+def test_max_tool_seconds_counts_the_calls_time_in_the_server_and_schema_is_free(demo, tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with open_tools(request(demo, path, max_tool_seconds=0.5)) as tools:
+        tools.schema()
+        asked = tools.question(f"{R1}/0")
+        assert asked["budget_left"]["calls"] == 19 and 0 < asked["budget_left"]["tool_seconds"] <= 0.5
+        with pytest.raises(ToolRefused, match="^cancelled by statement_timeout: canceling statement"):
+            tools.query(f"{R1}/0", "SELECT pg_sleep(5)")  # the statement's timeout: the tool time left
+        with pytest.raises(ToolRefused, match=r"budget is spent \(0.5 tool s used\)"):
+            tools.question(f"{R1}/0")
+    written = lines(path)
+    assert written[0]["budget"] == {"calls": 20, "seconds": 600, "rows": 100, "timeout": 120, "tool_seconds": 0.5}
+    schema = written[1]
+    assert (schema["tool"], schema["question_id"], "call" in schema, "budget_left" in schema) == (
+        "schema", None, False, False)
+    assert schema["result"].startswith("PostgreSQL ")
+    assert [line["reason"] for line in written if line["type"] == "stop"] == ["budget"]
+
+
+class _Held:
+    def close(self) -> None:
+        pass
+
+
+def test_no_client_holds_more_than_its_share_of_the_pool_while_another_waits() -> None:
+    """Client a holds both connections and waits for a third; b asks too: the one a gives back goes to b."""
+    from reproduce.serve.pool import Pool
+
+    pool = Pool(_Held, size=2)
+    got: dict[str, threading.Event] = {name: threading.Event() for name in ("a1", "a2", "a3", "b")}
+    release = {name: threading.Event() for name in got}
+
+    def hold(name: str) -> None:
+        with pool.connection(wait=60, owner=name[0]) as connection:
+            assert connection is not None
+            got[name].set()
+            release[name].wait(60)
+
+    threads = {name: threading.Thread(target=hold, args=[name]) for name in got}
+    for name in ("a1", "a2"):
+        threads[name].start()
+        assert got[name].wait(60)
+    threads["a3"].start()
+    threads["b"].start()
+    deadline = time.monotonic() + 60
+    while set(pool._waiting) != {"a", "b"}:  # both asked (a3 and b wait)
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    release["a1"].set()
+    assert got["b"].wait(60)  # b's, not a's third: a held its share (one of two) once b asked
+    assert not got["a3"].is_set()
+    release["b"].set()
+    assert got["a3"].wait(60)
+    for name in ("a2", "a3"):
+        release[name].set()
+    for thread in threads.values():
+        thread.join(60)
+    pool.close()

@@ -455,7 +455,7 @@ def _read_trajectory(run: PredictionRun, file: Path, content: bytes) -> None:
             run.outside += 1
             continue
         run.calls[question] = [trajectory.reported(call) for call in episode.calls]
-        meta = {"calls": len(episode.calls), "seconds": episode.elapsed, "stop": episode.stop}
+        meta = {"calls": episode.charged, "seconds": episode.elapsed, "stop": episode.stop}
         if episode.where:
             _add_answer(run, Prediction(question, episode.where, meta=meta), episode.answer)
         else:

@@ -71,6 +71,11 @@ class Episode:
     answer: Any = None  # the submitted answer
     where: str = ""  # file:line of the submission
 
+    @property
+    def charged(self) -> int:
+        """The calls charged to the episode's budget."""
+        return len(self.calls) - self.free
+
 
 @dataclass
 class Trajectory:
