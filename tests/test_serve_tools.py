@@ -100,14 +100,14 @@ def test_errors_are_one_line_with_the_budget_left_and_count_as_calls(demo, tmp_p
             tools.query(f"{R1}/0", "SELECT 1; DELETE FROM pois")
         with pytest.raises(ToolRefused) as empty:
             tools.query(f"{R1}/0", "  ")
-    assert str(error.value) == 'column "no_such_column" does not exist [budget left: 19 calls, ' \
-        f'{str(error.value).rsplit(", ", 1)[1]}'
+    said = 'column "no_such_column" does not exist (SQLSTATE 42703; at character 8: \'no_such_column FROM pois\')'
+    assert str(error.value) == f'{said} [budget left: 19 calls, {str(error.value).rsplit(", ", 1)[1]}'
     assert str(refused.value).startswith("refused: several statements in one; only a query runs here")
     assert str(empty.value).startswith("refused: no SQL (expected one query as text) [budget left: 17 calls, ")
     calls = [line for line in lines(path) if line["type"] == "call"]
     assert [(call["outcome"], call["call"], call["budget_left"]["calls"]) for call in calls] == [
         ("error", 1, 19), ("refused", 2, 18), ("refused", 3, 17)]
-    assert calls[0]["error"] == 'column "no_such_column" does not exist'  # the budget is a field of its own
+    assert calls[0]["error"] == said  # the budget is a field of its own
 
 
 def test_past_max_calls_the_question_is_over_and_the_others_go_on(demo, tmp_path: Path) -> None:
@@ -423,3 +423,46 @@ def test_no_client_holds_more_than_its_share_of_the_pool_while_another_waits() -
     for thread in threads.values():
         thread.join(60)
     pool.close()
+
+
+def test_values_come_back_in_their_documented_forms(demo) -> None:
+    sql = ("SELECT 1.5::numeric AS n, 12345678901234567890.123456789::numeric AS big, 'NaN'::numeric AS nan, "
+           "'-Infinity'::float8 AS inf, '1 year 2 mons 3 days 04:05:06'::interval AS i, '2024-01-02'::date AS d, "
+           "'infinity'::date AS forever, '2024-01-02 03:04:05'::timestamp AS ts, int4range(1, 10) AS r, "
+           "ARRAY['2024-01-02'::date] AS dates, '{\"a\": [1, 2.5]}'::jsonb AS j, NULL::int AS nothing, "
+           "7::bigint AS b, 'POINT(1 2)'::geometry AS g")
+    with open_tools(request(demo, None)) as tools:
+        row = tools.query(f"{R1}/0", sql)["rows"][0]
+    assert row == {"n": 1.5, "big": "12345678901234567890.123456789", "nan": "NaN", "inf": "-Infinity",
+                   "i": "1 year 2 mons 3 days 04:05:06", "d": "2024-01-02", "forever": "infinity",
+                   "ts": "2024-01-02 03:04:05", "r": "[1,10)", "dates": ["2024-01-02"], "j": {"a": [1, 2.5]},
+                   "nothing": None, "b": 7, "g": "POINT (1 2)"}
+
+
+def test_long_arrays_json_texts_and_geometries_are_cut_with_a_marker_saying_how_to_get_less(demo) -> None:
+    sql = ("SELECT array_agg(g) AS a, (SELECT jsonb_object_agg('k' || g, g) FROM generate_series(1, 150) g) AS o, "
+           "repeat('x', 3000) AS t, ST_Buffer('POINT(0 0)'::geometry, 1, 500) AS p "
+           "FROM generate_series(1, 2000000) g")
+    with open_tools(request(demo, None, timeout=60)) as tools:
+        row = tools.query(f"{R1}/0", sql)["rows"][0]
+    assert row["a"] == [*range(1, 101), "… (cut: 2,000,000 items in all, the first 100 kept; slice it "
+                                        "(arr[101:200], jsonb_path_query_array) or unnest and aggregate)"]
+    assert len(row["o"]) == 101 and row["o"]["…"] == ("(cut: 150 members in all, the first 100 kept; select the "
+                                                       "members you need (value->'key'))")
+    assert row["t"] == "x" * 2000 + "… (cut: 3,000 characters in all; substr() gives a part)"
+    assert row["p"].startswith("POLYGON ((") and row["p"].endswith(
+        " characters in all; ST_AsText(ST_Simplify(geom, tolerance)), ST_Centroid or ST_NPoints give less)")
+
+
+def test_the_server_s_error_comes_with_its_sqlstate_position_and_hint_and_a_nul_is_refused(demo) -> None:
+    with open_tools(request(demo, None)) as tools:
+        with pytest.raises(ToolRefused) as hinted:
+            tools.query(f"{R1}/0", "  -- a comment\n SELECT poi_nam FROM pois")
+        with pytest.raises(ToolRefused) as nul:
+            tools.query(f"{R1}/0", "SELECT 7 AS x\0; SELECT 8")
+    assert str(hinted.value).split(" [budget")[0] == (
+        'column "poi_nam" does not exist (SQLSTATE 42703; at character 24: \'poi_nam FROM pois\'; hint: Perhaps '
+        'you meant to reference the column "pois.poi_name".)')
+    assert str(nul.value).split(" [budget")[0] == (
+        "refused: the SQL holds a NUL character, where the server would stop reading it; only a query runs here "
+        "(SELECT, WITH, VALUES, TABLE)")

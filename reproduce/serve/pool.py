@@ -15,10 +15,16 @@ from typing import Any
 import psycopg
 import psycopg.adapt
 import shapely
+from psycopg.types.string import TextLoader
 
-from reproduce.runner import SandboxConnection
+from reproduce.runner import Outcome, SandboxConnection
+from reproduce.serve.replies import agent_value, server_error
 
 APPLICATION_NAME = "gsqa-serve"  # what pg_stat_activity shows for the tools' connections
+# The types an agent gets as the server's text (replies.py says why), their arrays with them.
+AS_TEXT = ("date", "time", "timetz", "timestamp", "timestamptz", "interval",
+           *(f"{kind}{range_}" for kind in ("int4", "int8", "num", "date", "ts", "tstz")
+             for range_ in ("range", "multirange")))
 
 
 class WktLoader(psycopg.adapt.Loader):
@@ -33,11 +39,26 @@ class WktLoader(psycopg.adapt.Loader):
 
 
 class AgentConnection(SandboxConnection):
+    """gsqa_model's connection for serve: values in the forms of replies.py (dates, times, intervals and ranges
+    as the server's text: psycopg's Python types would drop an interval's months, infinite dates and BC years),
+    cut where long."""
+
     application_name = APPLICATION_NAME
     keep_nulls = True  # an agent sees every column it asked for
+    convert = staticmethod(agent_value)
+    statement = ""  # the SQL as the agent sent it (the server saw it inside runner.capped's query)
+
+    def run(self, statement: str) -> Outcome:
+        self.statement = statement
+        return super().run(statement)
+
+    def describe(self, error: psycopg.Error, sent: str) -> str:
+        return server_error(error, super().describe(error, sent), self.statement, sent)
 
     def _connect(self) -> psycopg.Connection:
         conn = super()._connect()
+        for name in AS_TEXT:
+            conn.adapters.register_loader(name, TextLoader)
         for name in ("geometry", "geography"):
             if info := psycopg.types.TypeInfo.fetch(conn, name):
                 conn.adapters.register_loader(info.oid, WktLoader)

@@ -146,25 +146,32 @@ class Tools:
                                            "calls before waited for a connection)")
                     sandbox.timeout = call.timeout()
                     outcome = sandbox.run(sql)
+                    read = time.perf_counter()
             except ServerLost as lost:  # no connection can be had now: the server's failure, not charged
                 call.uncharge()
                 raise call.refused(f"the database cannot be reached now: {lost}") from None
-            return self._answered(call, outcome)
+            return self._answered(call, outcome, sandbox.timeout - outcome.seconds + read)
 
-    def _answered(self, call: Call, outcome: Outcome) -> dict[str, Any]:
-        """What query returns for the runner's outcome, its line written; an error or timeout is refused."""
+    def _answered(self, call: Call, outcome: Outcome, deadline: float) -> dict[str, Any]:
+        """What query returns for the runner's outcome, its line written; an error or timeout is refused, and so
+        is a reply still being made at the statement's deadline (time.perf_counter()): fetching and encoding
+        the rows count against the timeout."""
         if outcome.kind != "rows":
             call.outcome = "timeout" if outcome.kind == "timeout" else (
                 "refused" if outcome.error.startswith("refused: ") else "error")
             raise call.refused(outcome.error)
-        reply = {"rows": session.clipped(outcome.rows), "row_count": len(outcome.rows),
+        reply = {"rows": outcome.rows, "row_count": len(outcome.rows),
                  "truncated": outcome.truncated, "seconds": round(outcome.seconds, 3),
                  "budget_left": call.budget_left}
         if outcome.truncated:
             reply["note"] = (f"only the first {len(outcome.rows):,} rows (the cap per query); aggregate, or add "
                              "ORDER BY and LIMIT")
-        return call.finish(fitted(reply, gate.MAX_REPLY_BYTES), "rows", rows=len(outcome.rows),
-                           truncated=outcome.truncated)
+        reply = fitted(reply, gate.MAX_REPLY_BYTES)
+        if time.perf_counter() > deadline:
+            call.outcome = "timeout"
+            raise call.refused(f"cancelled by the server: the reply was still being made at the timeout "
+                               f"({len(outcome.rows):,} rows read); select fewer rows or shorter values")
+        return call.finish(reply, "rows", rows=len(outcome.rows), truncated=outcome.truncated)
 
     @staticmethod
     def _owner(call: Call) -> Any:
