@@ -400,7 +400,11 @@ def serve(
     host: Annotated[str, typer.Option("--host", help="Where --transport http listens.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Where --transport http listens.")] = 8765,
     connections: Annotated[int, typer.Option("--connections", metavar="N", min=1, help="Database connections the "
-                                             "calls share (a call waits for a free one).")] = ServeRequest.connections,
+                                             "calls share on each server (a call waits for a free one)."
+                                             )] = ServeRequest.connections,
+    replicas: Annotated[list[str], typer.Option("--replica", metavar="DSN", help="A hot standby of the database "
+                                                "(repeatable): the episodes are spread over the primary and these, "
+                                                "--connections on each.")] = [],  # noqa: B006
     tools: Annotated[str, typer.Option("--tools", metavar="sql|python|sql,python", help="The agent's tools beside "
                                        "question, schema and submit_answer: query (sql), run_python (python: needs "
                                        "--export and `make sandbox-image`), or both.")] = ServeRequest.tools,
@@ -455,6 +459,11 @@ def serve(
     only the calls still running; the same command on the same file continues: submitted and spent episodes
     stay over, open ones keep the calls and seconds they used (the time the server was down not counted); a
     file of another --model, --method, budget or dataset is refused. `reproduce score FILE` scores it.
+
+    --replica DSN (repeatable; a hot standby, `make replicas`) spreads the episodes over more servers, as
+    verify does: each must be caught up with the primary and hold the same data before anything is served
+    (one line names one that does not); each episode's queries run on one server, in turn, and move to the
+    next when it cannot be reached (the call line's `server` names where a query ran).
 
     Nothing goes to stdout but the protocol (stdio); the server says where it serves on stderr.
 

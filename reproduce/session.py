@@ -180,8 +180,9 @@ def prepare(request: Request, records: list[Record], roles: Iterable[Role], comm
     target = Database.of(request.dsn)
     logins = {role: target.login(role, request.reader_dsn if n == 0 else None) for n, role in enumerate(roles)}
     ready = _preflight(request, target, records, logins, command)
-    checked = (servers.replicas(target.admin, request.replicas, tables_needed(records), request.force, roles)
-               if isinstance(request, RunRequest) else [])  # serve runs on the primary alone
+    # A RunRequest's --replica servers, or serve's (never forced).
+    checked = servers.replicas(target.admin, getattr(request, "replicas", []), tables_needed(records),
+                               getattr(request, "force", False), roles)
     return Prepared(request, target, logins, ready, checked)
 
 

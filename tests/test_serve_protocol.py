@@ -25,8 +25,9 @@ from mcp_types import Implementation
 from reproduce import configs, dataset
 from reproduce.gate import MAX_REPLY_BYTES
 from reproduce.predictions import trajectory
+from reproduce.serve.pool import APPLICATION_NAME
 from reproduce.serve.protocol import mcp_server
-from reproduce.serve.tools import APPLICATION_NAME, ServeRequest, open_tools
+from reproduce.serve.tools import ServeRequest, open_tools
 from testkit.cli import reproduce
 from testkit.serve import BIN, http_server
 

@@ -16,7 +16,8 @@ import pytest
 from gsqa_core.errors import GsqaError
 from reproduce import configs, dataset
 from reproduce.predictions import trajectory
-from reproduce.serve.tools import APPLICATION_NAME, ServeRequest, ToolRefused, open_tools
+from reproduce.serve.pool import APPLICATION_NAME
+from reproduce.serve.tools import ServeRequest, ToolRefused, open_tools
 from testkit.cli import reproduce
 
 R1 = "raster_only/elevation+poi"

@@ -6,16 +6,16 @@ finished call on disk.
 Lines, each with a `type`:
 - `run`: written when a server starts on the file: the format, model, method, budgets, dataset checksum and
   start time. A rerun on the same file appends another one (and must agree on what the run depends on).
-- `call`: question_id (null for schema), the client it came from (client: the MCP session id, else the
-  transport and server pid, with the client's name and version as it gave them; left out for a plain Python
-  caller), tool, arguments, outcome (ok, rows, error, timeout, refused; for run_python also killed and lost),
-  `"charged": false` for a call not charged to its episode (the server's own failure, or the episode was over),
-  rows, the result as the agent got it (result: the reply, bounded as sent, or a refusal's one line) and its
-  sha256, the model's usage the client attached in the call's MCP `_meta` (usage: input_tokens, output_tokens,
-  cost; usage_ignored says why one was not kept), seconds, the call's number in its episode, the episode's
-  elapsed seconds and its budget left after the call; for submit_answer the answer as submitted; for run_python
-  the code, its exit status, its output as the agent got it (stdout, stderr: head and tail) and its peak memory
-  (peak_kb).
+- `call`: question_id (null for schema), the client it came from (client: id, transport, and the name and
+  version the client gave: reproduce/serve/callers.py; left out for a plain Python caller), tool, arguments,
+  outcome (ok, rows, error, timeout, refused; for run_python also killed and lost), `"charged": false` for a
+  call not charged to its episode (the server's own failure, or the episode was over), the server a query ran
+  on (server: host:port/database), rows, the result as the agent got it (result: the reply, bounded as sent,
+  or a refusal's one line) and its sha256, the model's usage the client attached in the call's MCP `_meta`
+  (usage: input_tokens, output_tokens, cost; usage_ignored says why one was not kept), seconds, the call's
+  number in its episode, the episode's elapsed seconds and its budget left after the call; for submit_answer
+  the answer as submitted; for run_python the code, its exit status, its output as the agent got it (stdout,
+  stderr: head and tail) and its peak memory (peak_kb).
 - `stop`: a question's episode ended: reason `submitted` or `budget`, and why. An episode with calls and no
   stop line stopped for reason `none` (the server ended first).
 
@@ -47,9 +47,9 @@ DEPENDS_ON = ("model", "method", "budget", "dataset")  # what a rerun on the sam
 LINES: dict[str, tuple[str, ...]] = {
     "run": ("format", "type", *DEPENDS_ON, "config", "templates", "ids", "questions", "database", "tool_version",
             "pid", "started_at"),
-    "call": ("type", "question_id", "client", "tool", "arguments", "outcome", "charged", "rows", "truncated",
-             "result", "result_sha256", "error", "exit", "stdout", "stderr", "peak_kb", "usage", "usage_ignored",
-             "seconds", "call", "elapsed", "budget_left", "at"),
+    "call": ("type", "question_id", "client", "tool", "arguments", "outcome", "charged", "server", "rows",
+             "truncated", "result", "result_sha256", "error", "exit", "stdout", "stderr", "peak_kb", "usage",
+             "usage_ignored", "seconds", "call", "elapsed", "budget_left", "at"),
     "stop": ("type", "question_id", "reason", "why", "calls", "elapsed"),
 }
 # What `reproduce score` shows of each call beside the verdict: the call line but what only the file needs.

@@ -40,8 +40,9 @@ class Caller:
     usage_ignored: str = ""
 
 
+NOBODY = Caller()  # a plain Python caller's (frozen: shared safely)
 # The caller of the call running in this thread (protocol.py sets it around each tool call).
-CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("gsqa_serve_caller", default=Caller())
+CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("gsqa_serve_caller", default=NOBODY)
 
 
 @dataclass
@@ -56,6 +57,7 @@ class Episode:
     started: float | None = None  # time.monotonic() of the first call in this process
     stop: str = ""  # "" while open, else submitted or budget
     why: str = ""
+    server: int = 0  # which of the servers its queries run on (tools.Tools._servers)
 
     @property
     def charged(self) -> int:
@@ -148,7 +150,8 @@ class Call:
             self.episode.tool_seconds += seconds
         caller = self.caller
         optional = {"client": caller.client, "charged": None if self.charged else False,
-                    "rows": self.members.get("rows"), "truncated": self.members.get("truncated") or None,
+                    "server": self.members.get("server"), "rows": self.members.get("rows"),
+                    "truncated": self.members.get("truncated") or None,
                     "result": result, "result_sha256": trajectory.digest(result), "error": self.error or None,
                     **{name: self.members.get(name) for name in ("exit", "stdout", "stderr", "peak_kb")},
                     "usage": caller.usage, "usage_ignored": caller.usage_ignored or None}

@@ -29,7 +29,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
@@ -42,11 +42,11 @@ from reproduce import configs, describe, gate, session
 from reproduce.dataset import Record
 from reproduce.predictions import trajectory
 from reproduce.predictions.layouts import answer_rows
-from reproduce.runner import MIN_TIMEOUT_S, Outcome, ServerLost
+from reproduce.runner import MIN_TIMEOUT_S, Outcome, Server, ServerLost
 from reproduce.serve import python_sandbox
 from reproduce.serve.answers import misfit
 from reproduce.serve.calls import Call, Episode, ToolRefused
-from reproduce.serve.pool import APPLICATION_NAME, AgentConnection, Pool
+from reproduce.serve.pool import AgentConnection, Pool
 from reproduce.serve.prompts import agent_instructions, entities, expected_answer
 from reproduce.serve.replies import fitted
 
@@ -63,7 +63,8 @@ class ServeRequest(session.Request):
     max_calls: int = 20  # per question, every call charged (calls.py says which are not)
     max_seconds: float = 600  # per question, wall-clock from its first call (the agent's own time included)
     max_tool_seconds: float | None = None  # per question, the seconds its calls take in the server (None: no bound)
-    connections: int = 8  # the pool of sandbox connections the calls share
+    connections: int = 8  # the pool of sandbox connections the calls share, on each server
+    replicas: list[str] = field(default_factory=list)  # DSNs of hot standbys the episodes are spread over too
     trajectory: Path | None = None
     model: str = ""
     method: str = "agent"
@@ -91,14 +92,15 @@ class Tools:
                  done: trajectory.Trajectory | None) -> None:
         self.request, self.budget = request, request.budget
         self.records = {record.id: record for record in records}
-        self._episodes = {record.id: Episode() for record in records}
+        self._servers = _pools(request, prepared)
+        # Each episode on one server, in turn (as verify spreads questions); one that cannot be reached hands it on.
+        self._episodes = {record.id: Episode(server=n % len(self._servers)) for n, record in enumerate(records)}
         for question, found in (done.episodes.items() if done else ()):
             if question in self._episodes:
-                self._episodes[question] = Episode(len(found.calls), found.free, found.elapsed, found.tool_seconds,
-                                                   stop="" if found.stop == "none" else found.stop, why=found.why)
+                self._episodes[question] = dataclasses.replace(
+                    self._episodes[question], made=len(found.calls), free=found.free, carried=found.elapsed,
+                    tool_seconds=found.tool_seconds, stop="" if found.stop == "none" else found.stop, why=found.why)
         self._lock = threading.Lock()
-        self._pool = Pool(functools.partial(prepared.connect, MODEL, AgentConnection, truncate=True),
-                          request.connections)
         self._writer = trajectory.Writer(request.trajectory) if request.trajectory else None
         self._describe = functools.partial(describe.describe, prepared.target.admin, prepared.logins[MODEL])
         self._describing, self._schema = threading.Lock(), None
@@ -111,7 +113,8 @@ class Tools:
         self.close()
 
     def close(self) -> None:
-        self._pool.close()
+        for _, pool in self._servers:
+            pool.close()
         if self._containers:
             self._containers.close()
         if self._writer:
@@ -139,18 +142,22 @@ class Tools:
         """Run one SQL query in the sandbox as gsqa_model: rows (NULLs as null, geometries as WKT)."""
         with self._call(question_id, "query", {"sql": sql}) as call:
             self._admit(call, "sql", sql, "SQL", "one query as text", gate.MAX_SQL_CHARACTERS)
-            try:
-                with self._pool.connection(wait=call.seconds_left(), owner=self._owner(call)) as sandbox:
-                    if sandbox is None or min(call.seconds_left(), call.tool_seconds_left()) < MIN_TIMEOUT_S:
-                        raise call.refused(f"refused: no time left in the episode's budget ({self._clocks()}; the "
-                                           "calls before waited for a connection)")
-                    sandbox.timeout = call.timeout()
-                    outcome = sandbox.run(sql)
-                    read = time.perf_counter()
-            except ServerLost as lost:  # no connection can be had now: the server's failure, not charged
-                call.uncharge()
-                raise call.refused(f"the database cannot be reached now: {lost}") from None
-            return self._answered(call, outcome, sandbox.timeout - outcome.seconds + read)
+            for _ in self._servers:  # the episode's server, then the next if it cannot be reached
+                name, pool = self._servers[call.episode.server]
+                try:
+                    with pool.connection(wait=call.seconds_left(), owner=self._owner(call)) as sandbox:
+                        if sandbox is None or min(call.seconds_left(), call.tool_seconds_left()) < MIN_TIMEOUT_S:
+                            raise call.refused(f"refused: no time left in the episode's budget ({self._clocks()}; "
+                                               "the calls before waited for a connection)")
+                        sandbox.timeout = call.timeout()
+                        outcome = sandbox.run(sql)
+                        call.members["server"] = name
+                        return self._answered(call, outcome, sandbox.timeout - outcome.seconds + time.perf_counter())
+                except ServerLost as error:
+                    lost = error
+                    call.episode.server = (call.episode.server + 1) % len(self._servers)
+            call.uncharge()  # no connection can be had now: the server's failure, not charged
+            raise call.refused(f"the database cannot be reached now: {lost}")
 
     def _answered(self, call: Call, outcome: Outcome, deadline: float) -> dict[str, Any]:
         """What query returns for the runner's outcome, its line written; an error or timeout is refused, and so
@@ -375,6 +382,15 @@ class Tools:
         """A line of the trajectory (trajectory.LINES declares its members)."""
         if self._writer:
             self._writer.write(trajectory.line_of(kind, **members))
+
+
+def _pools(request: ServeRequest, prepared: session.Prepared) -> list[tuple[str, Pool]]:
+    """(name, pool of gsqa_model's connections) of the primary and each --replica."""
+    servers = [Server(prepared.target.name, prepared.logins[MODEL], prepared.target.admin),
+               *(replica.server(MODEL) for replica in prepared.replicas)]
+    return [(server.name, Pool(functools.partial(AgentConnection, server.login, request.timeout, server.admin,
+                                                 request.max_rows, truncate=True), request.connections))
+            for server in servers]
 
 
 def open_tools(request: ServeRequest) -> Tools:
