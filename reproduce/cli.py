@@ -24,6 +24,7 @@ from reproduce.reports import console, files, json_report
 from reproduce.reports.model import of_scores, of_verify
 from reproduce.runner import DEFAULT_TIMEOUT_S, MAX_ROWS, MAX_TIMEOUT_S, MIN_TIMEOUT_S
 from reproduce.serve import python_sandbox
+from reproduce.serve.replies import MAX_ITEMS
 from reproduce.serve.tools import ServeRequest
 from reproduce.session import REPORTED_CHARACTERS, Request, RunRequest
 from reproduce.verify import Shown
@@ -370,7 +371,7 @@ def score(
 @app.command()
 @manual(clip=f"{REPORTED_CHARACTERS:,}", sql_limit=f"{gate.MAX_SQL_CHARACTERS:,}",
         answer_limit=f"{gate.MAX_ANSWER_CHARACTERS:,}", reply_limit=f"{gate.MAX_REPLY_BYTES:,}",
-        output=f"{python_sandbox.Limits().output_bytes:,}")
+        output=f"{python_sandbox.Limits().output_bytes:,}", items=f"{MAX_ITEMS:,}")
 def serve(
     config: ConfigOption = "all", templates: TemplateOption = [], ids: IdOption = [],  # noqa: B006
     data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
@@ -415,9 +416,12 @@ def serve(
     """Serve the reference database to agents over the Model Context Protocol: the tools question(question_id)
     (its text and the answer it expects: components, units, format), schema() (what `reproduce schema`
     says), query(question_id, sql) (one read-only query in the sandbox as gsqa_model, as `score` runs a
-    model's SQL: rows as JSON (NULLs as null) and geometries as WKT, the first --max-rows, values
-    past ${clip} characters cut, and no more rows than fit in ${reply_limit} bytes, with a note when rows were
-    left out; an error or refusal in one line) and submit_answer(question_id, answer) (rows
+    model's SQL: rows as JSON (NULLs as null, geometries as WKT, numerics as numbers where exact else as
+    text, dates, times, intervals and ranges as the server writes them), the first --max-rows, texts past
+    ${clip} characters, arrays and JSON past ${items} items cut with a marker saying how to get less, and no
+    more rows than fit in ${reply_limit} bytes, with a note when rows were left out (fetching and encoding
+    count against --timeout); an error or refusal in one line, the server's with its SQLSTATE, position and
+    hint) and submit_answer(question_id, answer) (rows
     like the stored answers, a value, or a list of values: recorded, never judged here; it ends the
     question's episode); SQL past ${sql_limit} characters and answers past ${answer_limit} characters of JSON
     are refused, and so is an answer that does not fit the question's components (a row must name each by
