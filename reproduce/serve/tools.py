@@ -134,12 +134,14 @@ class Tools:
 
     def schema(self) -> str:
         """The reference database as `reproduce schema` describes it (tables, columns, units, limits). Free: no
-        question's call (the same text for every agent, read from the database once per server)."""
+        question's call (the same text of a fixed size for every agent, read from the database once per
+        server)."""
         with self._call(None, "schema", {}) as call:
             return call.finish(self._schema_text())
 
     def query(self, question_id: str, sql: str) -> dict[str, Any]:
-        """Run one SQL query in the sandbox as gsqa_model: rows (NULLs as null, geometries as WKT)."""
+        """Run one SQL query in the sandbox as gsqa_model: rows (NULLs as null, geometries as WKT, dates and
+        intervals as text; long texts, arrays and JSON cut with a marker saying how to get less)."""
         with self._call(question_id, "query", {"sql": sql}) as call:
             self._admit(call, "sql", sql, "SQL", "one query as text", gate.MAX_SQL_CHARACTERS)
             for _ in self._servers:  # the episode's server, then the next if it cannot be reached
@@ -216,7 +218,8 @@ class Tools:
 
     def submit_answer(self, question_id: str, answer: Any) -> dict[str, Any]:
         """Record the answer (rows like the stored answers, a value, or a list of values; the same as JSON
-        text) and end the episode."""
+        text) and end the episode. An answer that does not fit the components question() names is refused,
+        saying what is expected, and the episode goes on."""
         with self._call(question_id, "submit_answer", {"answer": answer}) as call:
             if call.oversized:
                 raise call.refused(f"refused: the answer is {call.oversized:,} characters as JSON; at most "
