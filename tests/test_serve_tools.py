@@ -369,6 +369,7 @@ def test_a_usage_is_kept_only_as_numbers_and_else_ignored_saying_why(usage, kept
 def test_max_tool_seconds_counts_the_calls_time_in_the_server_and_schema_is_free(demo, tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
     with open_tools(request(demo, path, max_tool_seconds=0.5)) as tools:
+        assert "20 calls and 600 s from its first call (0.5 s of them in the tools); each" in tools.instructions()
         tools.schema()
         asked = tools.question(f"{R1}/0")
         assert asked["budget_left"]["calls"] == 19 and 0 < asked["budget_left"]["tool_seconds"] <= 0.5

@@ -266,8 +266,9 @@ class Tools:
         with a question id, the question and the answer it expects (as question() gives them, not a call)."""
         budget, served = self.budget, self.request.served
         each = " or ".join(kind for kind, tool in (("statement", "sql"), ("program", "python")) if tool in served)
+        tool = f" ({budget['tool_seconds']:g} s of them in the tools)" if "tool_seconds" in budget else ""
         text = (f"{agent_instructions(served)}\nBudget per question: {budget['calls']} calls and "
-                f"{budget['seconds']:g} s from its first call; each {each} at most {budget['timeout']:g} s"
+                f"{budget['seconds']:g} s from its first call{tool}; each {each} at most {budget['timeout']:g} s"
                 + (f"; a query returns at most {budget['rows']:,} rows." if "sql" in served else "."))
         if question_id is None:
             return text
