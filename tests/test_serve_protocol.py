@@ -350,3 +350,24 @@ def test_eight_named_agents_over_http_are_told_apart_on_every_line(demo, gold, t
         assert [(seen["sent"], seen["is_error"]) for seen in trajectory.views(found)[f"{R1}/{k}"]] == got[k]
     assert sum(call.get("usage", {}).get("output_tokens", 0) for episode in found.episodes.values()
                for call in episode.calls) == 8 * (85 + 2)
+
+
+def test_session_based_http_clients_are_told_apart_by_their_mcp_session(demo, tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+
+    async def agent(url: str, n: int) -> None:
+        async with Client(url, mode="legacy") as client:  # the initialize handshake: the server gives a session
+            for _ in range(2):
+                await client.call_tool("question", {"question_id": f"{R1}/{n}"})
+
+    async def agents(url: str) -> None:
+        await asyncio.gather(agent(url, 0), agent(url, 1))
+
+    with http_server(serve_args(demo, path), tmp_path / "serve.log") as server:
+        asyncio.run(agents(server.url))
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=30) == 0
+    episodes = trajectory.read(path).episodes
+    ids = [{call["client"]["id"] for call in episodes[f"{R1}/{n}"].calls} for n in range(2)]
+    assert [len(found) for found in ids] == [1, 1] and ids[0] != ids[1]
+    assert all(len(found.pop()) == 32 for found in ids)  # the Mcp-Session-Id the server gave (a uuid's hex)
