@@ -42,7 +42,7 @@ from reproduce import configs, describe, gate, session
 from reproduce.dataset import Record
 from reproduce.predictions import trajectory
 from reproduce.predictions.layouts import answer_rows
-from reproduce.runner import MIN_TIMEOUT_S, Outcome, Server, ServerLost
+from reproduce.runner import MIN_TIMEOUT_S, Outcome, ServerLost
 from reproduce.serve import python_sandbox
 from reproduce.serve.answers import misfit
 from reproduce.serve.calls import Call, Episode, ToolRefused
@@ -390,11 +390,9 @@ class Tools:
 
 def _pools(request: ServeRequest, prepared: session.Prepared) -> list[tuple[str, Pool]]:
     """(name, pool of gsqa_model's connections) of the primary and each --replica."""
-    servers = [Server(prepared.target.name, prepared.logins[MODEL], prepared.target.admin),
-               *(replica.server(MODEL) for replica in prepared.replicas)]
     return [(server.name, Pool(functools.partial(AgentConnection, server.login, request.timeout, server.admin,
                                                  request.max_rows, truncate=True), request.connections))
-            for server in servers]
+            for server in prepared.servers(MODEL)]
 
 
 def open_tools(request: ServeRequest) -> Tools:
