@@ -338,13 +338,14 @@ def test_an_answer_that_does_not_fit_the_question_is_refused_charged_and_the_epi
                                                                                      ("ok", 2, False)]
 
 
-def test_a_name_answer_needs_a_name_under_a_name_column(demo, tmp_path: Path) -> None:
+def test_a_set_of_names_needs_a_name_under_a_name_column_in_one_row_at_least(demo, tmp_path: Path) -> None:
     question = "vector/knn+name/0"
     with open_tools(request(demo, None)) as tools:
-        with pytest.raises(ToolRefused, match=r'^refused: the answer does not fit the question: row 2\'s poi_name is '
-                                              r'"  ", not a name \(text\); expected a JSON list of rows such as '):
-            tools.submit_answer(question, [{"poi_name": "A"}, {"poi_name": "  "}])
-        assert tools.submit_answer(question, ["Demo Museum 85"])["rows"] == 1  # a bare value is the name
+        with pytest.raises(ToolRefused, match=r'^refused: the answer does not fit the question: row 1\'s poi_name is '
+                                              r'"  ", not a name; expected a JSON list of rows such as '):
+            tools.submit_answer(question, [{"poi_name": "  "}, {"poi_name": None}])
+        assert tools.submit_answer(question, [{"poi_name": None}, {"poi_name": "A"}])["rows"] == 2  # judged as a bag
+        assert tools.submit_answer("vector/knn+name/1", ["Demo Museum 85"])["rows"] == 1  # a bare value: the name
 
 
 @pytest.mark.parametrize(("usage", "kept", "ignored"), [

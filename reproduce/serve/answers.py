@@ -1,7 +1,8 @@
 """An answer's shape against what its question expects (submit_answer refuses one that does not fit, before it
 ends the episode): each row names every component of the template (tolerances.COMPONENTS) by a column the judge
 looks up first (an accepted name, exactly or inside a column name), with a value of the kind the component's
-metric reads. A bare value, or a list of them, is the first component's, as the judge takes it. Stricter than
+metric reads (a set of names, judged as one bag, needs a name in one row at least). A bare value, or a list of
+them, is the first component's, as the judge takes it. Stricter than
 the judge on one point: the judge also takes a row's only value for a component its name does not name
 (`[{"height_ft": 800}]` judged as metres); an agent has been told the names, so such a row is refused."""
 
@@ -17,8 +18,9 @@ from reproduce.serve.prompts import expected_answer
 YES_NO_WORDS = ("yes", "no")
 
 
-def _is_text(value: Any) -> bool:
-    return isinstance(value, str) and bool(value.strip())
+def _is_name(value: Any) -> bool:
+    """Text that is not blank, or a number (a road named 101): the judge reads a name's words."""
+    return isinstance(value, str) and bool(value.strip()) or _is_number(value) and not isinstance(value, str)
 
 
 def _is_yes_no(value: Any) -> bool:
@@ -34,7 +36,7 @@ def _is_geometry(value: Any) -> bool:
 
 
 # What each metric reads, by its name (any metric not named here reads a number): (test, what it is called).
-KINDS = {tolerances.NAME.name: (_is_text, "a name (text)"),
+KINDS = {tolerances.NAME.name: (_is_name, "a name"),
          tolerances.LOCATION.name: (_is_geometry, "a geometry as WKT"),
          tolerances.YES_NO.name: (_is_yes_no, '"yes" or "no"')}
 NUMBER = (_is_number, "a number")
@@ -44,12 +46,12 @@ def misfit(template_id: str, rows: list[dict[str, Any]]) -> str:
     """Why rows (answer_rows' result: a bare value is a row of the first component) do not fit the template's
     components, in one line naming what is expected; "" when they fit. No rows fit: an answer that nothing
     matches is the agent's to give."""
-    components = tolerances.components_of(template_id)
-    for number, row in enumerate(rows, start=1):
-        for component in components:
-            if why := _component_misfit(component, row, "the answer" if len(rows) == 1 else f"row {number}"):
-                return (f"the answer does not fit the question: {why}; expected "
-                        f"{expected_answer(template_id)['format']}")
+    for component in tolerances.components_of(template_id):
+        wrong = [why for number, row in enumerate(rows, start=1)
+                 if (why := _component_misfit(component, row, "the answer" if len(rows) == 1 else f"row {number}"))]
+        if wrong and (not component.joined or len(wrong) == len(rows)):
+            expected = expected_answer(template_id)["format"]
+            return f"the answer does not fit the question: {wrong[0]}; expected {expected}"
     return ""
 
 
