@@ -62,7 +62,7 @@ from testkit.serve import BIN, HttpServer, http_server
 
 DATABASE = "gsqa_bench_serve"
 CONFIG = "raster_only"
-SERVE_APPLICATION = "gsqa-serve"  # reproduce/serve/tools.py APPLICATION_NAME
+SERVE_APPLICATION = "gsqa-serve"  # reproduce/serve/pool.py APPLICATION_NAME
 DIRECT_APPLICATION = "gsqa-bench-direct"
 HUGE = 1_000_000  # --max-calls and --max-seconds: no budget ever stops the bench
 PATHS = {"a": "(a) psycopg direct", "b": "(b) tools.query", "c": "(c) MCP in-process", "d": "(d) MCP over HTTP"}

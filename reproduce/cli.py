@@ -24,6 +24,7 @@ from reproduce.reports import console, files, json_report
 from reproduce.reports.model import of_scores, of_verify
 from reproduce.runner import DEFAULT_TIMEOUT_S, MAX_ROWS, MAX_TIMEOUT_S, MIN_TIMEOUT_S
 from reproduce.serve import python_sandbox
+from reproduce.serve.replies import MAX_ITEMS
 from reproduce.serve.tools import ServeRequest
 from reproduce.session import REPORTED_CHARACTERS, Request, RunRequest
 from reproduce.verify import Shown
@@ -377,14 +378,20 @@ def score(
 @app.command()
 @manual(clip=f"{REPORTED_CHARACTERS:,}", sql_limit=f"{gate.MAX_SQL_CHARACTERS:,}",
         answer_limit=f"{gate.MAX_ANSWER_CHARACTERS:,}", reply_limit=f"{gate.MAX_REPLY_BYTES:,}",
-        output=f"{python_sandbox.Limits().output_bytes:,}")
+        output=f"{python_sandbox.Limits().output_bytes:,}", items=f"{MAX_ITEMS:,}")
 def serve(
     config: ConfigOption = "all", templates: TemplateOption = [], ids: IdOption = [],  # noqa: B006
     data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
-    max_calls: Annotated[int, typer.Option("--max-calls", metavar="N", min=1, help="Calls per question, every "
-                                           "call counted (refused or not).")] = ServeRequest.max_calls,
-    max_seconds: Annotated[float, typer.Option("--max-seconds", metavar="SECONDS", min=0.1, help="Seconds per "
-                                               "question, from its first call.")] = ServeRequest.max_seconds,
+    max_calls: Annotated[int, typer.Option("--max-calls", metavar="N", min=1, help="Calls per question, refused "
+                                           "ones too (not: the server's own failures, calls after the episode "
+                                           "ended, schema).")] = ServeRequest.max_calls,
+    max_seconds: Annotated[float, typer.Option("--max-seconds", metavar="SECONDS", min=0.1, help="Wall-clock "
+                                               "seconds per question from its first call, the agent's own time "
+                                               "between calls included.")] = ServeRequest.max_seconds,
+    max_tool_seconds: Annotated[float | None, typer.Option("--max-tool-seconds", metavar="SECONDS", min=0.1,
+                                                           show_default=False, help="Seconds per question that its "
+                                                           "calls may take in the server, the agent's own time not "
+                                                           "counted (default: no bound).")] = None,
     max_rows: Annotated[int, typer.Option("--max-rows", metavar="N", min=1, help="Rows a query returns (the "
                                           "first N, marked truncated).")] = ServeRequest.max_rows,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
@@ -405,7 +412,11 @@ def serve(
     host: Annotated[str, typer.Option("--host", help="Where --transport http listens.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Where --transport http listens.")] = 8765,
     connections: Annotated[int, typer.Option("--connections", metavar="N", min=1, help="Database connections the "
-                                             "calls share (a call waits for a free one).")] = ServeRequest.connections,
+                                             "calls share on each server (a call waits for a free one)."
+                                             )] = ServeRequest.connections,
+    replicas: Annotated[list[str], typer.Option("--replica", metavar="DSN", help="A hot standby of the database "
+                                                "(repeatable): the episodes are spread over the primary and these, "
+                                                "--connections on each.")] = [],  # noqa: B006
     tools: Annotated[str, typer.Option("--tools", metavar="sql|python|sql,python", help="The agent's tools beside "
                                        "question, schema and submit_answer: query (sql), run_python (python: needs "
                                        "--export and `make sandbox-image`), or both.")] = ServeRequest.tools,
@@ -416,16 +427,26 @@ def serve(
     """Serve the reference database to agents over the Model Context Protocol: the tools question(question_id)
     (its text and the answer it expects: components, units, format), schema() (what `reproduce schema`
     says), query(question_id, sql) (one read-only query in the sandbox as gsqa_model, as `score` runs a
-    model's SQL: rows as JSON (NULLs as null) and geometries as WKT, the first --max-rows, values
-    past ${clip} characters cut, and no more rows than fit in ${reply_limit} bytes, with a note when rows were
-    left out; an error or refusal in one line) and submit_answer(question_id, answer) (rows
+    model's SQL: rows as JSON (NULLs as null, geometries as WKT, numerics as numbers where exact else as
+    text, dates, times, intervals and ranges as the server writes them), the first --max-rows, texts past
+    ${clip} characters, arrays and JSON past ${items} items cut with a marker saying how to get less, and no
+    more rows than fit in ${reply_limit} bytes, with a note when rows were left out (fetching and encoding
+    count against --timeout); an error or refusal in one line, the server's with its SQLSTATE, position and
+    hint) and submit_answer(question_id, answer) (rows
     like the stored answers, a value, or a list of values: recorded, never judged here; it ends the
     question's episode); SQL past ${sql_limit} characters and answers past ${answer_limit} characters of JSON
-    are refused. Each selected question is an episode with its own budget: --max-calls calls (every
-    call counts, refused or not) and --max-seconds from its first call (each statement's timeout is the
-    smaller of --timeout and the time left; waiting for a free connection spends it too); past either, or
+    are refused, and so is an answer that does not fit the question's components (a row must name each by
+    one of its column names, with a value of its kind: a number, a name, a WKT geometry, yes or no; the
+    refusal names what is expected; charged, the episode stays open). Each selected question is an episode
+    with its own budget: --max-calls calls (refused ones too; not charged: a call the server could not serve
+    for its own failure, the database or sandbox unreachable, and calls after the episode ended), --max-seconds
+    of wall-clock from its first call (the agent's own time between calls included) and, if given,
+    --max-tool-seconds of time its calls take in the server (each statement's timeout is the smaller of
+    --timeout and the time left on either clock; waiting for a free connection spends both); past any, or
     after submit_answer (one per question, however many arrive at once), its tools answer with an error
-    saying why. An unknown question id is an error naming it; the other questions go on. An MCP client gets
+    saying why. schema() is free: the same text for every agent, read from the database once per server. The
+    --connections are shared fairly: while several clients call, none holds more than its share. An unknown
+    question id is an error naming it; the other questions go on. An MCP client gets
     each error as the tool's error result, the SDK's "Error executing tool NAME: " before the line. The open
     question ids are the resource gsqa://questions, one table's schema gsqa://schema/NAME, and the prompt
     gsqa_agent gives the benchmark's agent instructions (the tools, the budget, the answer's form; with a
@@ -444,14 +465,22 @@ def serve(
     the containers of a killed server are removed by the next one.
 
     --trajectory FILE (one server per file) keeps every call as a JSON line, written when the call ends:
-    question id, tool, arguments, outcome, rows, the sha256 of the result, seconds, budget left; the
-    submitted answer; each
+    question id, the client it came from (its MCP session, TCP peer or stdio, and the name it gave), tool,
+    arguments, outcome, whether charged, rows, the reply as the agent got it (bounded as sent) and its sha256,
+    the model's usage the client attached in the call's _meta ({"usage": {"input_tokens": N,
+    "output_tokens": N, "cost": X}}: numbers only, else not kept and the line says why), seconds, budget
+    left; the submitted answer; each
     episode's stop (submitted, budget; none when the server ended first). A server killed mid-episode loses
     only the calls still running; the same command on the same file continues: submitted and spent episodes
     stay over, open ones keep the calls and seconds they used (the time the server was down not counted); a
     file of another --model, --method, budget or dataset is refused. `reproduce score FILE` scores it.
     Without --trajectory the server warns that nothing keeps the calls, unless --kept-by names who does (the
     Inspect tasks' servers: `--kept-by "the Inspect log"`).
+
+    --replica DSN (repeatable; a hot standby, `make replicas`) spreads the episodes over more servers, as
+    verify does: each must be caught up with the primary and hold the same data before anything is served
+    (one line names one that does not); each episode's queries run on one server, in turn, and move to the
+    next when it cannot be reached (the call line's `server` names where a query ran).
 
     Nothing goes to stdout but the protocol (stdio); the server says where it serves on stderr.
 

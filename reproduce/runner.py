@@ -202,6 +202,7 @@ class SandboxConnection:
 
     application_name = "gsqa-reproduce"  # what pg_stat_activity shows for the connection
     keep_nulls = False  # the stored answers leave NULL columns out, and so do the rows judged against them
+    convert = staticmethod(json_value)  # a value as the rows keep it: as the stored answers hold theirs
 
     def __init__(self, dsn: str, timeout: float, admin: str | None = None, max_rows: int = MAX_ROWS,
                  max_bytes: int = MAX_BYTES, truncate: bool = False) -> None:
@@ -276,7 +277,7 @@ class SandboxConnection:
             if self.watchdog.fired or isinstance(error, psycopg.errors.QueryCanceled):
                 who = "the client watchdog" if self.watchdog.fired else "statement_timeout"
                 return Outcome("timeout", time.perf_counter() - start, error=f"cancelled by {who}: {_message(error)}")
-            return Outcome("error", time.perf_counter() - start, error=_message(error))
+            return Outcome("error", time.perf_counter() - start, error=self.describe(error, statement))
         finally:
             self.watchdog.stop()
             self._reset()
@@ -291,7 +292,7 @@ class SandboxConnection:
         for row in cur.stream(statement):
             if names is None:
                 names = [column.name for column in cur.description]
-            values = {name: json_value(value) for name, value in zip(names, row, strict=True)
+            values = {name: self.convert(value) for name, value in zip(names, row, strict=True)
                       if value is not None or self.keep_nulls}
             if len(rows) == self.max_rows and self.truncate:
                 return rows, True  # closing the stream cancels the rest on the server
@@ -305,6 +306,10 @@ class SandboxConnection:
                 raise LoadTimedOut(f"cancelled by the client: the rows were still arriving after the timeout of "
                                    f"{self.timeout:g} s ({len(rows):,} rows read)")
         return rows, False
+
+    def describe(self, error: psycopg.Error, sent: str) -> str:
+        """A failed statement's error in one line (`sent`: the SQL as sent; serve's connection says more)."""
+        return _message(error)
 
     def _reset(self) -> None:
         """Roll back, then forget what the question left in the session (advisory locks, settings, temp

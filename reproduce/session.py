@@ -30,7 +30,7 @@ from gsqa_core.sandbox import Role
 from reproduce import configs, dataset, readiness, servers
 from reproduce.dataset import Record, tables_needed
 from reproduce.resume import ResumeFile
-from reproduce.runner import DEFAULT_TIMEOUT_S, MAX_ROWS, Outcome, Runner, SandboxConnection
+from reproduce.runner import DEFAULT_TIMEOUT_S, MAX_ROWS, Outcome, Runner, Server
 
 Job = TypeVar("Job")  # what the Runner takes: a Record, or anything with `id` and `statements`
 Result = TypeVar("Result")
@@ -124,19 +124,18 @@ class Prepared:
         """Server and PostGIS versions, exact row counts (counted once, when a report or resume file needs them)."""
         return readiness.database_facts(self.target.admin)
 
-    def connect(self, role: Role, kind: type[SandboxConnection] = SandboxConnection, **options: Any
-                ) -> SandboxConnection:
-        """One sandbox connection as `role` on the primary under the request's limits, outside the Runner
-        (serve's pool: `kind` and `options` are its own)."""
-        return kind(self.logins[role], self.request.timeout, self.target.admin, self.request.max_rows, **options)
+    def servers(self, role: Role) -> list[Server]:
+        """The primary and each replica as servers that answer as `role` (the Runner's, serve's pools)."""
+        return [Server(self.target.name, self.logins[role], self.target.admin),
+                *(checked.server(role) for checked in self.replicas)]
 
     def run(self, jobs: list[Job], role: Role, judge: Callable[[Job, Outcome], Result], resume: ResumeFile | None,
             lost: dict[str, str], description: str) -> Iterator[Result]:
         """Each job's judged result as it finishes, kept in `resume`; the jobs run as `role` (the request's
         --reader-dsn is that role's login) on the primary and every replica; `lost` hears of lost servers."""
-        runner = Runner(self.logins[role], self.request.timeout, self.request.workers,
-                        self.target.admin, self.request.max_rows,
-                        [checked.server(role) for checked in self.replicas], self.target.name)
+        primary, *replicas = self.servers(role)
+        runner = Runner(primary.login, self.request.timeout, self.request.workers, primary.admin,
+                        self.request.max_rows, replicas, primary.name)
         runner.lost = lost
         with tqdm(total=len(jobs), desc=description, unit="q", file=sys.stderr,
                   disable=not self.request.progress) as bar:
@@ -180,8 +179,9 @@ def prepare(request: Request, records: list[Record], roles: Iterable[Role], comm
     target = Database.of(request.dsn)
     logins = {role: target.login(role, request.reader_dsn if n == 0 else None) for n, role in enumerate(roles)}
     ready = _preflight(request, target, records, logins, command)
-    checked = (servers.replicas(target.admin, request.replicas, tables_needed(records), request.force, roles)
-               if isinstance(request, RunRequest) else [])  # serve runs on the primary alone
+    # A RunRequest's --replica servers, or serve's (never forced).
+    checked = servers.replicas(target.admin, getattr(request, "replicas", []), tables_needed(records),
+                               getattr(request, "force", False), roles)
     return Prepared(request, target, logins, ready, checked)
 
 

@@ -20,12 +20,14 @@ import psycopg
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp_types import Implementation
 
 from reproduce import configs, dataset
 from reproduce.gate import MAX_REPLY_BYTES
 from reproduce.predictions import trajectory
+from reproduce.serve.pool import APPLICATION_NAME
 from reproduce.serve.protocol import mcp_server
-from reproduce.serve.tools import APPLICATION_NAME, ServeRequest, open_tools
+from reproduce.serve.tools import ServeRequest, open_tools
 from testkit.cli import reproduce
 from testkit.serve import BIN, http_server
 
@@ -286,3 +288,86 @@ def test_the_agent_prompt_and_one_table_s_schema_cost_no_call(demo, gold) -> Non
     assert f"Question {R1}/0: {gold[f'{R1}/0'].question}" in prompt
     assert table.startswith("PostgreSQL ") and "Table public.pois (" in table and "Table public.roads" not in table
     assert asked["budget_left"]["calls"] == 19  # the prompt and the resource were no calls
+
+
+USAGE = {"input_tokens": 1200, "output_tokens": 85, "cost": 0.0031}
+
+
+async def calls_with_usage(client: Client, question: str, sql: str) -> list[tuple[str, bool]]:
+    """A scripted agent that attaches its model's usage to each call's _meta (one of them malformed): what its
+    client got back, text and is_error, in order."""
+    got = []
+    for tool, arguments, meta in (
+            ("question", {"question_id": question}, {"usage": USAGE}),
+            ("query", {"question_id": question, "sql": "SELECT 1; SELECT 2"}, {"usage": {"input_tokens": "12"}}),
+            ("query", {"question_id": question, "sql": sql}, {"usage": {"input_tokens": 10, "output_tokens": 2}}),
+            ("submit_answer", {"question_id": question, "answer": "I could not find it"}, None)):
+        result = await client.call_tool(tool, arguments, meta=meta)
+        got.append((result.content[0].text, result.is_error))
+    return got
+
+
+def test_over_stdio_each_call_line_keeps_its_client_its_usage_and_what_the_agent_got(demo, gold,
+                                                                                         tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+
+    async def agent() -> list:
+        server = StdioServerParameters(command=str(BIN / "reproduce"), args=serve_args(demo, path))
+        async with Client(server, client_info=Implementation(name="agent-a", version="2.1")) as client:
+            return await calls_with_usage(client, f"{R1}/0", gold[f"{R1}/0"].sql)
+
+    got = asyncio.run(agent())
+    found = trajectory.read(path)
+    calls = found.episodes[f"{R1}/0"].calls
+    assert {json.dumps(call["client"]) for call in calls} == {json.dumps(
+        {"id": f"stdio:{found.header['pid']}", "transport": "stdio", "name": "agent-a", "version": "2.1"})}
+    assert [call.get("usage") for call in calls] == [USAGE, None, {"input_tokens": 10, "output_tokens": 2}, None]
+    assert calls[1]["usage_ignored"] == ("_meta.usage.input_tokens is '12' (expected {\"input_tokens\": an integer "
+                                         '>= 0, "output_tokens": an integer >= 0, "cost": a number >= 0})')
+    assert [(seen["sent"], seen["is_error"]) for seen in trajectory.views(found)[f"{R1}/0"]] == got
+    assert got[1][0].startswith("Error executing tool query: refused: several statements in one")
+    assert json.loads(got[2][0])["rows"] == gold[f"{R1}/0"].answers
+
+
+def test_eight_named_agents_over_http_are_told_apart_on_every_line(demo, gold, tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+
+    async def agent(url: str, k: int) -> list:
+        async with Client(url, client_info=Implementation(name=f"agent-{k}", version="1")) as client:
+            return await calls_with_usage(client, f"{R1}/{k}", gold[f"{R1}/{k}"].sql)
+
+    async def agents(url: str) -> list:
+        return await asyncio.gather(*(agent(url, k) for k in range(8)))
+
+    with http_server(serve_args(demo, path, "--connections", "2"), tmp_path / "serve.log") as server:
+        got = asyncio.run(agents(server.url))
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=30) == 0
+    found = trajectory.read(path)
+    for k in range(8):
+        calls = found.episodes[f"{R1}/{k}"].calls
+        assert {(call["client"]["name"], call["client"]["transport"]) for call in calls} == {(f"agent-{k}", "http")}
+        assert [(seen["sent"], seen["is_error"]) for seen in trajectory.views(found)[f"{R1}/{k}"]] == got[k]
+    assert sum(call.get("usage", {}).get("output_tokens", 0) for episode in found.episodes.values()
+               for call in episode.calls) == 8 * (85 + 2)
+
+
+def test_session_based_http_clients_are_told_apart_by_their_mcp_session(demo, tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+
+    async def agent(url: str, n: int) -> None:
+        async with Client(url, mode="legacy") as client:  # the initialize handshake: the server gives a session
+            for _ in range(2):
+                await client.call_tool("question", {"question_id": f"{R1}/{n}"})
+
+    async def agents(url: str) -> None:
+        await asyncio.gather(agent(url, 0), agent(url, 1))
+
+    with http_server(serve_args(demo, path), tmp_path / "serve.log") as server:
+        asyncio.run(agents(server.url))
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=30) == 0
+    episodes = trajectory.read(path).episodes
+    ids = [{call["client"]["id"] for call in episodes[f"{R1}/{n}"].calls} for n in range(2)]
+    assert [len(found) for found in ids] == [1, 1] and ids[0] != ids[1]
+    assert all(len(found.pop()) == 32 for found in ids)  # the Mcp-Session-Id the server gave (a uuid's hex)

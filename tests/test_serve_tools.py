@@ -7,6 +7,7 @@ import concurrent.futures
 import json
 import re
 import threading
+import time
 from pathlib import Path
 
 import psycopg
@@ -15,7 +16,8 @@ import pytest
 from gsqa_core.errors import GsqaError
 from reproduce import configs, dataset
 from reproduce.predictions import trajectory
-from reproduce.serve.tools import APPLICATION_NAME, ServeRequest, ToolRefused, open_tools
+from reproduce.serve.pool import APPLICATION_NAME
+from reproduce.serve.tools import ServeRequest, ToolRefused, open_tools
 from testkit.cli import reproduce
 
 R1 = "raster_only/elevation+poi"
@@ -99,14 +101,14 @@ def test_errors_are_one_line_with_the_budget_left_and_count_as_calls(demo, tmp_p
             tools.query(f"{R1}/0", "SELECT 1; DELETE FROM pois")
         with pytest.raises(ToolRefused) as empty:
             tools.query(f"{R1}/0", "  ")
-    assert str(error.value) == 'column "no_such_column" does not exist [budget left: 19 calls, ' \
-        f'{str(error.value).rsplit(", ", 1)[1]}'
+    said = 'column "no_such_column" does not exist (SQLSTATE 42703; at character 8: \'no_such_column FROM pois\')'
+    assert str(error.value) == f'{said} [budget left: 19 calls, {str(error.value).rsplit(", ", 1)[1]}'
     assert str(refused.value).startswith("refused: several statements in one; only a query runs here")
     assert str(empty.value).startswith("refused: no SQL (expected one query as text) [budget left: 17 calls, ")
     calls = [line for line in lines(path) if line["type"] == "call"]
     assert [(call["outcome"], call["call"], call["budget_left"]["calls"]) for call in calls] == [
         ("error", 1, 19), ("refused", 2, 18), ("refused", 3, 17)]
-    assert calls[0]["error"] == 'column "no_such_column" does not exist'  # the budget is a field of its own
+    assert calls[0]["error"] == said  # the budget is a field of its own
 
 
 def test_past_max_calls_the_question_is_over_and_the_others_go_on(demo, tmp_path: Path) -> None:
@@ -114,9 +116,10 @@ def test_past_max_calls_the_question_is_over_and_the_others_go_on(demo, tmp_path
     with open_tools(request(demo, path, max_calls=2)) as tools:
         tools.question(f"{R1}/0")
         tools.query(f"{R1}/0", "SELECT 1 AS one")
-        with pytest.raises(ToolRefused, match=r"^refused: raster_only/elevation\+poi/0: the episode's budget is "
-                                              r"spent \(all 2 calls used\); it is over \[budget left: 0 calls"):
-            tools.submit_answer(f"{R1}/0", 1.0)
+        for _ in range(2):  # calls on an episode that is over: refused, kept, not charged
+            with pytest.raises(ToolRefused, match=r"^refused: raster_only/elevation\+poi/0: the episode's budget is "
+                                                  r"spent \(all 2 calls used\); it is over \[budget left: 0 calls"):
+                tools.submit_answer(f"{R1}/0", 1.0)
         assert tools.query(f"{R1}/1", "SELECT 1 AS one")["rows"] == [{"one": 1}]
         assert tools.stopped(f"{R1}/0") == "budget" and tools.stopped(f"{R1}/1") == ""
     written = lines(path)
@@ -124,6 +127,9 @@ def test_past_max_calls_the_question_is_over_and_the_others_go_on(demo, tmp_path
     assert stop == {"type": "stop", "question_id": f"{R1}/0", "reason": "budget", "why": "all 2 calls used",
                     "calls": 2, "elapsed": stop["elapsed"]}
     assert written.index(stop) == 3  # right after the call that spent the budget: run, question, query, stop
+    assert [(line["call"], line.get("charged", True)) for line in written if line["type"] == "call"
+            and line["question_id"] == f"{R1}/0"] == [(1, True), (2, True), (3, False), (4, False)]
+    assert trajectory.read(path).episodes[f"{R1}/0"].charged == 2
 
 
 def test_max_seconds_bounds_the_statement_and_then_ends_the_episode(demo, tmp_path: Path) -> None:
@@ -225,7 +231,10 @@ def test_a_database_that_cannot_be_reached_is_one_line_and_the_next_call_goes_on
             finally:
                 admin.execute("ALTER ROLE gsqa_model LOGIN")
         assert tools.query(f"{R1}/0", "SELECT 3 AS three")["rows"] == [{"three": 3}]
-    assert [line["outcome"] for line in lines(path) if line["type"] == "call"] == ["rows", "error", "rows"]
+    # The server's own failure is not charged: the agent keeps the call.
+    assert [(line["outcome"], line.get("charged", True), line["budget_left"]["calls"])
+            for line in lines(path) if line["type"] == "call"] == [("rows", True, 19), ("error", False, 19),
+                                                                     ("rows", True, 18)]
 
 
 def test_oversized_sql_and_answers_are_refused_and_not_kept(demo, tmp_path: Path) -> None:
@@ -304,3 +313,159 @@ def test_the_html_page_words_a_refused_call_once(demo, tmp_path: Path) -> None:
     page = (tmp_path / "scores.html").read_text()
     assert "<b>query</b> refused: several statements in one; only a query runs here" in page
     assert "refused: refused:" not in page
+
+
+@pytest.mark.parametrize(("answer", "why"), [
+    ("I could not find it", 'the answer\'s elevation is "I could not find it", not a number'),
+    ({"foo": 12.5}, "the answer has no column elevation or elevation_m; its columns: foo"),
+    ([{"height_ft": 800}], "the answer has no column elevation or elevation_m; its columns: height_ft"),
+    ([{"elevation": 12.5}, {"elevation": True}], "row 2's elevation is true, not a number"),
+])
+def test_an_answer_that_does_not_fit_the_question_is_refused_charged_and_the_episode_stays_open(
+        demo, tmp_path: Path, answer, why: str) -> None:
+    path = tmp_path / "run.jsonl"
+    with open_tools(request(demo, path)) as tools:
+        with pytest.raises(ToolRefused) as refused:
+            tools.submit_answer(f"{R1}/0", answer)
+        assert tools.stopped(f"{R1}/0") == ""
+        assert tools.submit_answer(f"{R1}/0", [{"elevation_m": "12.5"}])["recorded"] is True  # a number as text too
+    line, tail = str(refused.value).split(" [budget left: ")
+    assert line == (f"refused: the answer does not fit the question: {why}; expected a JSON list of rows such as "
+                    '[{"elevation": "<metres>"}]; a single value is taken as the first column')
+    assert tail.startswith("19 calls, ")
+    calls = [line for line in lines(path) if line["type"] == "call"]
+    assert [(call["outcome"], call["call"], "charged" in call) for call in calls] == [("refused", 1, False),
+                                                                                     ("ok", 2, False)]
+
+
+def test_a_set_of_names_needs_a_name_under_a_name_column_in_one_row_at_least(demo, tmp_path: Path) -> None:
+    question = "vector/knn+name/0"
+    with open_tools(request(demo, None)) as tools:
+        with pytest.raises(ToolRefused, match=r'^refused: the answer does not fit the question: row 1\'s poi_name is '
+                                              r'"  ", not a name; expected a JSON list of rows such as '):
+            tools.submit_answer(question, [{"poi_name": "  "}, {"poi_name": None}])
+        assert tools.submit_answer(question, [{"poi_name": None}, {"poi_name": "A"}])["rows"] == 2  # judged as a bag
+        assert tools.submit_answer("vector/knn+name/1", ["Demo Museum 85"])["rows"] == 1  # a bare value: the name
+
+
+@pytest.mark.parametrize(("usage", "kept", "ignored"), [
+    ({"input_tokens": 5, "output_tokens": 0, "cost": 0.5}, {"input_tokens": 5, "output_tokens": 0, "cost": 0.5}, ""),
+    ({"cost": 1}, {"cost": 1}, ""),
+    ({}, None, ""),
+    ([1, 2], None, "_meta.usage is not an object"),
+    ({"input_tokens": 1.5}, None, "_meta.usage.input_tokens is 1.5"),
+    ({"output_tokens": True}, None, "_meta.usage.output_tokens is True"),
+    ({"cost": float("nan")}, None, "_meta.usage.cost is nan"),
+    ({"cost": -1}, None, "_meta.usage.cost is -1"),
+    ({"tokens": 3, "cost": 1}, None, "_meta.usage has 'tokens'"),
+])
+def test_a_usage_is_kept_only_as_numbers_and_else_ignored_saying_why(usage, kept, ignored: str) -> None:
+    from reproduce.serve.callers import usage_of
+    found, why = usage_of(usage)
+    assert found == kept
+    assert why == (f'{ignored} (expected {{"input_tokens": an integer >= 0, "output_tokens": an integer >= 0, '
+                   '"cost": a number >= 0})' if ignored else "")
+
+
+def test_max_tool_seconds_counts_the_calls_time_in_the_server_and_schema_is_free(demo, tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with open_tools(request(demo, path, max_tool_seconds=0.5)) as tools:
+        assert "20 calls and 600 s from its first call (0.5 s of them in the tools); each" in tools.instructions()
+        tools.schema()
+        asked = tools.question(f"{R1}/0")
+        assert asked["budget_left"]["calls"] == 19 and 0 < asked["budget_left"]["tool_seconds"] <= 0.5
+        with pytest.raises(ToolRefused, match="^cancelled by statement_timeout: canceling statement"):
+            tools.query(f"{R1}/0", "SELECT pg_sleep(5)")  # the statement's timeout: the tool time left
+        with pytest.raises(ToolRefused, match=r"budget is spent \(0.5 tool s used\)"):
+            tools.question(f"{R1}/0")
+    written = lines(path)
+    assert written[0]["budget"] == {"calls": 20, "seconds": 600, "rows": 100, "timeout": 120, "tool_seconds": 0.5}
+    schema = written[1]
+    assert (schema["tool"], schema["question_id"], "call" in schema, "budget_left" in schema) == (
+        "schema", None, False, False)
+    assert schema["result"].startswith("PostgreSQL ")
+    assert [line["reason"] for line in written if line["type"] == "stop"] == ["budget"]
+
+
+class _Held:
+    def close(self) -> None:
+        pass
+
+
+def test_no_client_holds_more_than_its_share_of_the_pool_while_another_waits() -> None:
+    """Client a holds both connections and waits for a third; b asks too: the one a gives back goes to b."""
+    from reproduce.serve.pool import Pool
+
+    pool = Pool(_Held, size=2)
+    got: dict[str, threading.Event] = {name: threading.Event() for name in ("a1", "a2", "a3", "b")}
+    release = {name: threading.Event() for name in got}
+
+    def hold(name: str) -> None:
+        with pool.connection(wait=60, owner=name[0]) as connection:
+            assert connection is not None
+            got[name].set()
+            release[name].wait(60)
+
+    threads = {name: threading.Thread(target=hold, args=[name]) for name in got}
+    for name in ("a1", "a2"):
+        threads[name].start()
+        assert got[name].wait(60)
+    threads["a3"].start()
+    threads["b"].start()
+    deadline = time.monotonic() + 60
+    while set(pool._waiting) != {"a", "b"}:  # both asked (a3 and b wait)
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    release["a1"].set()
+    assert got["b"].wait(60)  # b's, not a's third: a held its share (one of two) once b asked
+    assert not got["a3"].is_set()
+    release["b"].set()
+    assert got["a3"].wait(60)
+    for name in ("a2", "a3"):
+        release[name].set()
+    for thread in threads.values():
+        thread.join(60)
+    pool.close()
+
+
+def test_values_come_back_in_their_documented_forms(demo) -> None:
+    sql = ("SELECT 1.5::numeric AS n, 12345678901234567890.123456789::numeric AS big, 'NaN'::numeric AS nan, "
+           "'-Infinity'::float8 AS inf, '1 year 2 mons 3 days 04:05:06'::interval AS i, '2024-01-02'::date AS d, "
+           "'infinity'::date AS forever, '2024-01-02 03:04:05'::timestamp AS ts, int4range(1, 10) AS r, "
+           "ARRAY['2024-01-02'::date] AS dates, '{\"a\": [1, 2.5]}'::jsonb AS j, NULL::int AS nothing, "
+           "7::bigint AS b, 'POINT(1 2)'::geometry AS g")
+    with open_tools(request(demo, None)) as tools:
+        row = tools.query(f"{R1}/0", sql)["rows"][0]
+    assert row == {"n": 1.5, "big": "12345678901234567890.123456789", "nan": "NaN", "inf": "-Infinity",
+                   "i": "1 year 2 mons 3 days 04:05:06", "d": "2024-01-02", "forever": "infinity",
+                   "ts": "2024-01-02 03:04:05", "r": "[1,10)", "dates": ["2024-01-02"], "j": {"a": [1, 2.5]},
+                   "nothing": None, "b": 7, "g": "POINT (1 2)"}
+
+
+def test_long_arrays_json_texts_and_geometries_are_cut_with_a_marker_saying_how_to_get_less(demo) -> None:
+    sql = ("SELECT array_agg(g) AS a, (SELECT jsonb_object_agg('k' || g, g) FROM generate_series(1, 150) g) AS o, "
+           "repeat('x', 3000) AS t, ST_Buffer('POINT(0 0)'::geometry, 1, 500) AS p "
+           "FROM generate_series(1, 2000000) g")
+    with open_tools(request(demo, None, timeout=60)) as tools:
+        row = tools.query(f"{R1}/0", sql)["rows"][0]
+    assert row["a"] == [*range(1, 101), "… (cut: 2,000,000 items in all, the first 100 kept; slice it "
+                                        "(arr[101:200], jsonb_path_query_array) or unnest and aggregate)"]
+    assert len(row["o"]) == 101 and row["o"]["…"] == ("(cut: 150 members in all, the first 100 kept; select the "
+                                                       "members you need (value->'key'))")
+    assert row["t"] == "x" * 2000 + "… (cut: 3,000 characters in all; substr() gives a part)"
+    assert row["p"].startswith("POLYGON ((") and row["p"].endswith(
+        " characters in all; ST_AsText(ST_Simplify(geom, tolerance)), ST_Centroid or ST_NPoints give less)")
+
+
+def test_the_server_s_error_comes_with_its_sqlstate_position_and_hint_and_a_nul_is_refused(demo) -> None:
+    with open_tools(request(demo, None)) as tools:
+        with pytest.raises(ToolRefused) as hinted:
+            tools.query(f"{R1}/0", "  -- a comment\n SELECT poi_nam FROM pois")
+        with pytest.raises(ToolRefused) as nul:
+            tools.query(f"{R1}/0", "SELECT 7 AS x\0; SELECT 8")
+    assert str(hinted.value).split(" [budget")[0] == (
+        'column "poi_nam" does not exist (SQLSTATE 42703; at character 24: \'poi_nam FROM pois\'; hint: Perhaps '
+        'you meant to reference the column "pois.poi_name".)')
+    assert str(nul.value).split(" [budget")[0] == (
+        "refused: the SQL holds a NUL character, where the server would stop reading it; only a query runs here "
+        "(SELECT, WITH, VALUES, TABLE)")

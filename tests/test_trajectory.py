@@ -83,3 +83,23 @@ def test_lines_are_made_with_their_members_in_the_order_the_files_have_them() ->
         "budget_left": {"calls": 18, "seconds": 599.5}}
     with pytest.raises(ValueError, match="^a stop line has no member answer$"):
         trajectory.line_of("stop", question_id="q/a/0", answer=[])
+
+
+def test_an_episode_s_view_and_its_charged_calls_come_from_the_file_alone(tmp_path: Path) -> None:
+    refused = "refused: several statements in one [budget left: 18 calls, 599 s]"
+    path = write(tmp_path / "t.jsonl", RUN,
+                 call("q/a/0", "question", 1, result={"question": "Q?", "budget_left": {"calls": 19}}, seconds=0.5),
+                 call("q/a/0", "query", 2, arguments={"sql": "SELECT 1; SELECT 2"}, outcome="refused",
+                      result=refused, seconds=0.25),
+                 call("q/a/0", "query", 3, arguments={"sql": "SELECT 1"}, outcome="error", charged=False,
+                      result="the database cannot be reached now: gone", seconds=4.0))
+    found = trajectory.read(path)
+    episode = found.episodes["q/a/0"]
+    assert (episode.charged, episode.free, episode.tool_seconds) == (2, 1, 0.75)
+    assert trajectory.views(found) == {"q/a/0": [
+        {"tool": "question", "arguments": {}, "sent": '{"question":"Q?","budget_left":{"calls":19}}',
+         "is_error": False},
+        {"tool": "query", "arguments": {"sql": "SELECT 1; SELECT 2"},
+         "sent": f"Error executing tool query: {refused}", "is_error": True},
+        {"tool": "query", "arguments": {"sql": "SELECT 1"},
+         "sent": "Error executing tool query: the database cannot be reached now: gone", "is_error": True}]}

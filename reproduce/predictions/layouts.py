@@ -456,7 +456,7 @@ def _read_trajectory(run: PredictionRun, file: Path, content: bytes) -> None:
             run.outside += 1
             continue
         run.calls[question] = [trajectory.reported(call) for call in episode.calls]
-        meta = {"calls": len(episode.calls), "seconds": episode.elapsed, "stop": episode.stop, **episode.usage}
+        meta = {"calls": episode.charged, "seconds": episode.elapsed, "stop": episode.stop, **episode.usage}
         run.count_usage(meta)
         if episode.where:
             _add_answer(run, Prediction(question, episode.where, meta=meta), episode.answer)

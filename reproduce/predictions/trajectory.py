@@ -6,12 +6,16 @@ finished call on disk.
 Lines, each with a `type`:
 - `run`: written when a server starts on the file: the format, model, method, budgets, dataset checksum and
   start time. A rerun on the same file appends another one (and must agree on what the run depends on).
-- `call`: question_id (null for schema), the client it came from (client), tool, arguments, outcome (ok, rows,
-  error, timeout, refused; for run_python also killed and lost), rows, the result as the agent got it (result,
-  bounded as sent) and its sha256, the model's usage the client attached to the call (usage: input_tokens,
-  output_tokens, cost), seconds, the episode's elapsed seconds and
-  its budget left after the call; for submit_answer the answer as submitted; for run_python the code, its exit
-  status, its output as the agent got it (stdout, stderr: head and tail) and its peak memory (peak_kb).
+- `call`: question_id (null for schema), the client it came from (client: id, transport, and the name and
+  version the client gave: reproduce/serve/callers.py; left out for a plain Python caller), tool, arguments,
+  outcome (ok, rows, error, timeout, refused; for run_python also killed and lost), `"charged": false` for a
+  call not charged to its episode (the server's own failure, or the episode was over), the server a query ran
+  on (server: host:port/database), rows, the result as the agent got it (result: the reply, bounded as sent,
+  or a refusal's one line) and its sha256, the model's usage the client attached in the call's MCP `_meta`
+  (usage: input_tokens, output_tokens, cost; usage_ignored says why one was not kept), seconds, the call's
+  number in its episode, the episode's elapsed seconds and its budget left after the call; for submit_answer
+  the answer as submitted; for run_python the code, its exit status, its output as the agent got it (stdout,
+  stderr: head and tail) and its peak memory (peak_kb).
 - `stop`: a question's episode ended: reason `submitted` or `budget`, and why. An episode with calls and no
   stop line stopped for reason `none` (the server ended first).
 
@@ -19,6 +23,7 @@ Lines, each with a `type`:
 `reproduce score FILE` judges each submitted answer like an answer prediction (reproduce/predictions/layouts.py),
 with the model's usage over the episode's calls (`Episode.usage`: a call without `usage` adds nothing, and an
 episode none of whose calls has it has none, not zero).
+`views` replays, from the file alone, what each episode's agent sent and got back, as its MCP client got it.
 """
 
 from __future__ import annotations
@@ -44,9 +49,9 @@ DEPENDS_ON = ("model", "method", "budget", "dataset")  # what a rerun on the sam
 LINES: dict[str, tuple[str, ...]] = {
     "run": ("format", "type", *DEPENDS_ON, "config", "templates", "ids", "questions", "database", "tool_version",
             "pid", "started_at"),
-    "call": ("type", "question_id", "client", "tool", "arguments", "outcome", "rows", "truncated", "result",
-             "result_sha256", "error", "exit", "stdout", "stderr", "peak_kb", "usage", "seconds", "call", "elapsed",
-             "budget_left", "at"),
+    "call": ("type", "question_id", "client", "tool", "arguments", "outcome", "charged", "server", "rows",
+             "truncated", "result", "result_sha256", "error", "exit", "stdout", "stderr", "peak_kb", "usage",
+             "usage_ignored", "seconds", "call", "elapsed", "budget_left", "at"),
     "stop": ("type", "question_id", "reason", "why", "calls", "elapsed"),
 }
 # A call's usage: the members read (numbers, not negative) and the kind of token each one counts.
@@ -63,7 +68,9 @@ class Episode:
 
     question_id: str
     calls: list[dict[str, Any]] = field(default_factory=list)
+    free: int = 0  # of the calls, those not charged to the episode
     elapsed: float = 0.0  # seconds from the episode's first call to the end of its last one
+    tool_seconds: float = 0.0  # the seconds its charged calls took in the server
     stop: str = "none"  # one of STOP_REASONS
     why: str = ""
     answer: Any = None  # the submitted answer
@@ -85,6 +92,11 @@ class Episode:
             if _amount(given.get(USAGE_COST)):
                 cost = (cost or 0) + given[USAGE_COST]
         return ({"tokens": tokens} if tokens else {}) | ({"cost": round(cost, 9)} if cost is not None else {})
+
+    @property
+    def charged(self) -> int:
+        """The calls charged to the episode's budget."""
+        return len(self.calls) - self.free
 
 
 def _amount(value: Any) -> bool:
@@ -117,6 +129,26 @@ def digest(result: Any) -> str:
 def reported(call: dict[str, Any]) -> dict[str, Any]:
     """What `reproduce score` shows of a call line (REPORTED)."""
     return {name: call[name] for name in REPORTED if name in call}
+
+
+# The SDK's words before a tool's error result (mcp.server.mcpserver: "Error executing tool NAME: LINE").
+ERROR_PREFIX = "Error executing tool {tool}: "
+
+
+def views(found: Trajectory) -> dict[str, list[dict[str, Any]]]:
+    """Each episode as its agent saw it, from the trajectory alone: per call, in order, the tool, the arguments
+    as kept and the text the MCP client got (`sent`: the reply as compact JSON, schema's text as it is, or a
+    refused call's one line after the SDK's error prefix; `is_error`). A result is a refusal when it is text
+    from any tool but schema (every other reply is a JSON object)."""
+    return {question: [_seen(call) for call in episode.calls] for question, episode in found.episodes.items()}
+
+
+def _seen(call: dict[str, Any]) -> dict[str, Any]:
+    result = call.get("result")
+    refused = isinstance(result, str) and call["tool"] != "schema"
+    sent = (ERROR_PREFIX.format(tool=call["tool"]) + result if refused else
+            result if isinstance(result, str) else json.dumps(result, separators=(",", ":"), allow_nan=False))
+    return {"tool": call["tool"], "arguments": call["arguments"], "sent": sent, "is_error": refused}
 
 
 def is_trajectory(content: bytes) -> bool:
@@ -165,6 +197,10 @@ def _take(found: Trajectory, line: dict[str, Any], where: str) -> None:
     if kind == "call":
         episode.calls.append(line)
         episode.elapsed = max(episode.elapsed, float(line.get("elapsed", 0.0)))
+        if line.get("charged", True) is False:
+            episode.free += 1
+        else:
+            episode.tool_seconds += float(line.get("seconds", 0.0))
         if line["tool"] == "submit_answer" and line.get("outcome") == "ok":
             episode.answer, episode.where = line["arguments"]["answer"], where
             # Submitted, even if a kill came before the stop line that follows it.

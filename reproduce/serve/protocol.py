@@ -2,9 +2,10 @@
 MCPServer: the same methods registered as the tools `question`, `schema`, `query` (--tools sql), `run_python`
 (--tools python) and `submit_answer`
 (the SDK runs each call in a worker thread, so a slow query holds no other client), each reply one compact JSON
-text (tools.reply_text, at most gate.MAX_REPLY_BYTES for a query), a refusal turned into the tool's error
+text (replies.reply_text, at most gate.MAX_REPLY_BYTES for a query), a refusal turned into the tool's error
 result (is_error, the one line as its text), the open question ids as the resource gsqa://questions, each
-table's schema as gsqa://schema/{name}, and the agent instructions as the prompt gsqa_agent.
+table's schema as gsqa://schema/{name}, and the agent instructions as the prompt gsqa_agent. Each tool call
+reads its client and the usage in its `_meta` from the SDK's Context (callers.py) for its trajectory line.
 Transports: stdio, or streamable HTTP at http://HOST:PORT/mcp for many agents at once.
 """
 
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 try:
-    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp_types import ToolAnnotations
 except ModuleNotFoundError as missing:
@@ -29,8 +30,11 @@ except ModuleNotFoundError as missing:
                               name=missing.name) from None
 
 from gsqa_core.errors import GsqaError
+from reproduce.serve.callers import caller_of
+from reproduce.serve.calls import CALLER, ToolRefused
 from reproduce.serve.prompts import agent_instructions
-from reproduce.serve.tools import ToolRefused, Tools, reply_text
+from reproduce.serve.replies import reply_text
+from reproduce.serve.tools import Tools
 
 READS = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 # run_python reads the data and writes only in its own scratch folder; its output may differ between calls.
@@ -40,13 +44,14 @@ RECORDS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempote
                           open_world_hint=False)
 
 
-def mcp_server(tools: Tools, name: str = "gsqa-refdb") -> MCPServer:
-    """An MCP server whose tools are `tools`' methods."""
+def mcp_server(tools: Tools, name: str = "gsqa-refdb", transport: str = "in-process") -> MCPServer:
+    """An MCP server whose tools are `tools`' methods, served over `transport` (what its call lines say of
+    their clients)."""
     served = tools.request.served
     server = MCPServer(name, instructions=agent_instructions(served), log_level="WARNING")
     kinds = [(tools.query, READS)] * ("sql" in served) + [(tools.run_python, RUNS)] * ("python" in served)
     for method, hints in ((tools.question, READS), (tools.schema, READS), *kinds, (tools.submit_answer, RECORDS)):
-        server.add_tool(_refusals_as_tool_errors(method), name=method.__name__, annotations=hints,
+        server.add_tool(_refusals_as_tool_errors(method, transport), name=method.__name__, annotations=hints,
                         description=method.__doc__, structured_output=False)
     server.resource("gsqa://questions", name="questions", mime_type="application/json",
                     description="The ids of the questions whose episodes are still open.")(
@@ -60,18 +65,28 @@ def mcp_server(tools: Tools, name: str = "gsqa-refdb") -> MCPServer:
     return server
 
 
-def _refusals_as_tool_errors(method: Callable[..., Any]) -> Callable[..., Any]:
+def _refusals_as_tool_errors(method: Callable[..., Any], transport: str | None = None) -> Callable[..., Any]:
     """The method, its ToolRefused raised as the SDK's ToolError: an error result with the line as its text,
-    logged without a traceback."""
+    logged without a traceback. A tool's (`transport` given) takes the SDK's Context too, and runs with its
+    caller (calls.CALLER) set."""
     @functools.wraps(method)
-    def call(*args: Any, **kwargs: Any) -> str:
+    def call(*args: Any, ctx: Context | None = None, **kwargs: Any) -> str:
+        token = CALLER.set(caller_of(ctx, transport)) if ctx is not None else None
         try:
             return reply_text(method(*args, **kwargs))
         except ToolRefused as refused:
             raise ToolError(str(refused)) from None
+        finally:
+            if token is not None:
+                CALLER.reset(token)
     # Sent once, as compact text (no structured content: mcp_server): a dict would go as pretty-printed text
     # and as structured content besides.
-    call.__signature__ = inspect.signature(method).replace(return_annotation=str)
+    signature = inspect.signature(method)
+    if transport is not None:  # the SDK finds the Context parameter by its annotation, and leaves it out of the schema
+        context = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)
+        signature = signature.replace(parameters=[*signature.parameters.values(), context])
+        call.__annotations__ = {**method.__annotations__, "ctx": Context}
+    call.__signature__ = signature.replace(return_annotation=str)
     return call
 
 
@@ -90,7 +105,7 @@ def serve(tools: Tools, transport: str, host: str, port: int) -> None:
     """Serve until the client ends stdio, or until Ctrl-C or SIGTERM: the usual ways to stop a server, not
     failures (the HTTP server finishes the calls under way first, then re-raises the signal it caught, which
     ends here)."""
-    server = mcp_server(tools)
+    server = mcp_server(tools, transport=transport)
     signal.signal(signal.SIGTERM, _as_interrupt)
     with contextlib.suppress(KeyboardInterrupt):
         if transport == "stdio":

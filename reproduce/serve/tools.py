@@ -9,12 +9,13 @@ tool calling takes them as they are:
         rows = tools.query("raster_only/elevation+poi/0", "SELECT ...")["rows"]
         tools.submit_answer("raster_only/elevation+poi/0", [{"elevation": 1234.5}])
 
-The SQL runs as the model role gsqa_model on a bounded pool of the runner's sandbox connections (reproduce/runner.py):
+The SQL runs as the model role gsqa_model on a bounded, fair pool of the runner's sandbox connections (pool.py):
 one statement past the gate, its own read-only transaction with the statement timeout set on the server (the
-smaller of --timeout and the episode's time left), rows capped at --max-rows (the first rows, marked
-truncated), values over REPORTED_CHARACTERS cut, geometries as WKT, rolled back and the session reset. A tool
-that cannot serve a call raises ToolRefused, one line saying why; the protocol turns it into an MCP error.
-Nothing a call returns comes from the stored answers or the gold SQL.
+smaller of --timeout and the episode's time left on either clock), rows capped at --max-rows (the first rows,
+marked truncated), values over REPORTED_CHARACTERS cut, geometries as WKT, rolled back and the session reset.
+A submitted answer must fit the question's components (answers.py). A tool that cannot serve a call raises
+ToolRefused, one line saying why; the protocol turns it into an MCP error. What a call charges and the line
+it writes: calls.py. Nothing a call returns comes from the stored answers or the gold SQL.
 """
 
 from __future__ import annotations
@@ -24,62 +25,32 @@ import dataclasses
 import datetime
 import functools
 import json
-import math
 import os
-import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
 import psycopg
-import psycopg.adapt
-import shapely
 
 from gsqa_core.errors import GsqaError
 from gsqa_core.sandbox import MODEL
 from reproduce import configs, describe, gate, session
 from reproduce.dataset import Record
 from reproduce.predictions import trajectory
-from reproduce.predictions.layouts import address_only, answer_rows
-from reproduce.runner import MIN_TIMEOUT_S, Outcome, SandboxConnection, ServerLost
+from reproduce.predictions.layouts import answer_rows
+from reproduce.runner import MIN_TIMEOUT_S, Outcome, ServerLost
 from reproduce.serve import python_sandbox
+from reproduce.serve.answers import misfit
+from reproduce.serve.calls import Call, Episode, ToolRefused
+from reproduce.serve.pool import AgentConnection, Pool
 from reproduce.serve.prompts import agent_instructions, entities, expected_answer
+from reproduce.serve.replies import fitted
 
-APPLICATION_NAME = "gsqa-serve"  # what pg_stat_activity shows for the tools' connections
 TOOL_KINDS = {"sql": "query", "python": "run_python"}  # --tools: each kind's tool beside question, schema, submit
-
-
-class ToolRefused(GsqaError):
-    """A call the tools cannot serve: one line saying why (the MCP error's text)."""
-
-
-def reply_text(reply: Any) -> str:
-    """A tool's reply as an agent receives it: compact, strict JSON (a string as it is)."""
-    return reply if isinstance(reply, str) else json.dumps(reply, separators=(",", ":"), default=str,
-                                                           allow_nan=False)
-
-
-def _fitted(reply: dict[str, Any], limit: int) -> dict[str, Any]:
-    """The query's reply with as many of its first rows as fit in `limit` bytes of reply_text, and a note
-    saying how to get less when it had to leave rows out."""
-    rows = reply["rows"]
-    if len(reply_text(reply).encode()) <= limit:
-        return reply
-    low, high = 0, len(rows)  # the largest prefix that fits: rows[:low] fits, rows[:high + 1] does not
-    while low < high:
-        middle = (low + high + 1) // 2
-        if len(reply_text({**reply, "rows": rows[:middle]}).encode()) <= limit:
-            low = middle
-        else:
-            high = middle - 1
-    note = (f"only the first {low:,} of the {reply['row_count']:,} rows fit in a reply of {limit:,} bytes; select "
-            "fewer or shorter columns (ST_AsText of a simplified geometry, substr of a long text), fewer rows, "
-            "or aggregate")
-    return {**reply, "rows": rows[:low], "truncated": True, "note": note}
 
 
 @dataclass(kw_only=True)
@@ -89,9 +60,11 @@ class ServeRequest(session.Request):
     them)."""
 
     max_rows: int = 100  # the first rows of a query's result, marked truncated past them
-    max_calls: int = 20  # per question, every call counted
-    max_seconds: float = 600  # per question, from its first call
-    connections: int = 8  # the pool of sandbox connections the calls share
+    max_calls: int = 20  # per question, every call charged (calls.py says which are not)
+    max_seconds: float = 600  # per question, wall-clock from its first call (the agent's own time included)
+    max_tool_seconds: float | None = None  # per question, the seconds its calls take in the server (None: no bound)
+    connections: int = 8  # the pool of sandbox connections the calls share, on each server
+    replicas: list[str] = field(default_factory=list)  # DSNs of hot standbys the episodes are spread over too
     trajectory: Path | None = None
     model: str = ""
     method: str = "agent"
@@ -106,82 +79,10 @@ class ServeRequest(session.Request):
     def budget(self) -> dict[str, Any]:
         budget = {"calls": self.max_calls, "seconds": self.max_seconds, "rows": self.max_rows,
                   "timeout": self.timeout}
-        # Kept only when not the default, so that a trajectory written before code agents continues.
+        # Each kept only when not the default, so that a trajectory written before it continues.
+        if self.max_tool_seconds is not None:
+            budget["tool_seconds"] = self.max_tool_seconds
         return budget if self.served == {"sql"} else {**budget, "tools": sorted(self.served)}
-
-
-@dataclass
-class _Episode:
-    """A question's episode in this server: its calls, its clock (seconds from before a restart carried),
-    why it stopped."""
-
-    calls: int = 0
-    carried: float = 0.0
-    started: float | None = None  # time.monotonic() of the first call in this process
-    stop: str = ""  # "" while open, else submitted or budget
-    why: str = ""
-
-    def elapsed(self) -> float:
-        return self.carried + (time.monotonic() - self.started if self.started is not None else 0.0)
-
-
-class _WktLoader(psycopg.adapt.Loader):
-    """geometry and geography values as WKT (text format: hex EWKB) instead of the stored answers' hex."""
-
-    def load(self, data: Any) -> str:
-        hex_ewkb = bytes(data).decode()
-        try:
-            return shapely.from_wkb(hex_ewkb).wkt
-        except (shapely.errors.ShapelyError, NotImplementedError):  # curves, triangles: GEOS cannot write them
-            return hex_ewkb
-
-
-class _AgentConnection(SandboxConnection):
-    application_name = APPLICATION_NAME
-    keep_nulls = True  # an agent sees every column it asked for
-
-    def _connect(self) -> psycopg.Connection:
-        conn = super()._connect()
-        for name in ("geometry", "geography"):
-            if info := psycopg.types.TypeInfo.fetch(conn, name):
-                conn.adapters.register_loader(info.oid, _WktLoader)
-        conn.rollback()
-        return conn
-
-
-class _Pool:
-    """At most `size` sandbox connections, made by `connect` when first needed and reused; a caller waits for a
-    free one."""
-
-    def __init__(self, connect: Callable[[], SandboxConnection], size: int) -> None:
-        self._connect = connect
-        self._idle: queue.LifoQueue[SandboxConnection] = queue.LifoQueue()
-        self._slots = threading.BoundedSemaphore(size)
-
-    @contextlib.contextmanager
-    def connection(self, wait: float) -> Iterator[SandboxConnection | None]:
-        """A free connection, waiting at most `wait` seconds for one (None if none came free)."""
-        if not self._slots.acquire(timeout=None if math.isinf(wait) else wait):
-            yield None
-            return
-        try:
-            try:
-                found = self._idle.get_nowait()
-            except queue.Empty:
-                found = self._connect()
-            try:
-                yield found
-            finally:
-                self._idle.put(found)
-        finally:
-            self._slots.release()
-
-    def close(self) -> None:
-        while True:
-            try:
-                self._idle.get_nowait().close()
-            except queue.Empty:
-                return
 
 
 class Tools:
@@ -191,14 +92,15 @@ class Tools:
                  done: trajectory.Trajectory | None) -> None:
         self.request, self.budget = request, request.budget
         self.records = {record.id: record for record in records}
-        self._episodes = {record.id: _Episode() for record in records}
+        self._servers = _pools(request, prepared)
+        # Each episode on one server, in turn (as verify spreads questions); one that cannot be reached hands it on.
+        self._episodes = {record.id: Episode(server=n % len(self._servers)) for n, record in enumerate(records)}
         for question, found in (done.episodes.items() if done else ()):
             if question in self._episodes:
-                self._episodes[question] = _Episode(len(found.calls), found.elapsed,
-                                                    stop="" if found.stop == "none" else found.stop, why=found.why)
+                self._episodes[question] = dataclasses.replace(
+                    self._episodes[question], made=len(found.calls), free=found.free, carried=found.elapsed,
+                    tool_seconds=found.tool_seconds, stop="" if found.stop == "none" else found.stop, why=found.why)
         self._lock = threading.Lock()
-        self._pool = _Pool(functools.partial(prepared.connect, MODEL, _AgentConnection, truncate=True),
-                           request.connections)
         self._writer = trajectory.Writer(request.trajectory) if request.trajectory else None
         self._describe = functools.partial(describe.describe, prepared.target.admin, prepared.logins[MODEL])
         self._describing, self._schema = threading.Lock(), None
@@ -211,7 +113,8 @@ class Tools:
         self.close()
 
     def close(self) -> None:
-        self._pool.close()
+        for _, pool in self._servers:
+            pool.close()
         if self._containers:
             self._containers.close()
         if self._writer:
@@ -223,34 +126,71 @@ class Tools:
         """The question's text and the answer it expects: components, units, format (never the answer)."""
         with self._call(question_id, "question", {}) as call:
             record = self.records[call.question]
-            call.done("ok", result=record.question)
             reply = {"question_id": record.id, "question": record.question,
                      "expects": expected_answer(record.template_id), "budget_left": call.budget_left}
             if self._containers is not None and (places := entities(record)):
                 reply["entities"] = places
-            return reply
+            return call.finish(reply)
 
     def schema(self) -> str:
-        """The reference database as `reproduce schema` describes it (tables, columns, units, limits)."""
+        """The reference database as `reproduce schema` describes it (tables, columns, units, limits). Free: no
+        question's call (the same text of a fixed size for every agent, read from the database once per
+        server)."""
         with self._call(None, "schema", {}) as call:
-            text = self._schema_text()
-            call.done("ok", result=text)
-            return text
+            return call.finish(self._schema_text())
 
     def query(self, question_id: str, sql: str) -> dict[str, Any]:
-        """Run one SQL query in the sandbox as gsqa_model: rows (NULLs as null, geometries as WKT)."""
+        """Run one SQL query in the sandbox as gsqa_model: rows (NULLs as null, geometries as WKT, dates and
+        intervals as text; long texts, arrays and JSON cut with a marker saying how to get less)."""
         with self._call(question_id, "query", {"sql": sql}) as call:
             self._admit(call, "sql", sql, "SQL", "one query as text", gate.MAX_SQL_CHARACTERS)
-            try:
-                with self._pool.connection(wait=call.seconds_left()) as sandbox:
-                    if sandbox is None or call.seconds_left() < MIN_TIMEOUT_S:
-                        raise call.refused(f"refused: no time left in the episode's budget of "
-                                           f"{self.budget['seconds']:g} s (the calls before waited for a connection)")
-                    sandbox.timeout = call.timeout()
-                    outcome = sandbox.run(sql)
-            except ServerLost as lost:  # no connection can be had now
-                raise call.refused(f"the database cannot be reached now: {lost}") from None
-            return call.answered(outcome)
+            for _ in self._servers:  # the episode's server, then the next if it cannot be reached
+                name, pool = self._servers[call.episode.server]
+                try:
+                    with pool.connection(wait=call.seconds_left(), owner=self._owner(call)) as sandbox:
+                        if sandbox is None or min(call.seconds_left(), call.tool_seconds_left()) < MIN_TIMEOUT_S:
+                            raise call.refused(f"refused: no time left in the episode's budget ({self._clocks()}; "
+                                               "the calls before waited for a connection)")
+                        sandbox.timeout = call.timeout()
+                        outcome = sandbox.run(sql)
+                        call.members["server"] = name
+                        return self._answered(call, outcome, sandbox.timeout - outcome.seconds + time.perf_counter())
+                except ServerLost as error:
+                    lost = error
+                    call.episode.server = (call.episode.server + 1) % len(self._servers)
+            call.uncharge()  # no connection can be had now: the server's failure, not charged
+            raise call.refused(f"the database cannot be reached now: {lost}")
+
+    def _answered(self, call: Call, outcome: Outcome, deadline: float) -> dict[str, Any]:
+        """What query returns for the runner's outcome, its line written; an error or timeout is refused, and so
+        is a reply still being made at the statement's deadline (time.perf_counter()): fetching and encoding
+        the rows count against the timeout."""
+        if outcome.kind != "rows":
+            call.outcome = "timeout" if outcome.kind == "timeout" else (
+                "refused" if outcome.error.startswith("refused: ") else "error")
+            raise call.refused(outcome.error)
+        reply = {"rows": outcome.rows, "row_count": len(outcome.rows),
+                 "truncated": outcome.truncated, "seconds": round(outcome.seconds, 3),
+                 "budget_left": call.budget_left}
+        if outcome.truncated:
+            reply["note"] = (f"only the first {len(outcome.rows):,} rows (the cap per query); aggregate, or add "
+                             "ORDER BY and LIMIT")
+        reply = fitted(reply, gate.MAX_REPLY_BYTES)
+        if time.perf_counter() > deadline:
+            call.outcome = "timeout"
+            raise call.refused(f"cancelled by the server: the reply was still being made at the timeout "
+                               f"({len(outcome.rows):,} rows read); select fewer rows or shorter values")
+        return call.finish(reply, "rows", rows=len(outcome.rows), truncated=outcome.truncated)
+
+    @staticmethod
+    def _owner(call: Call) -> Any:
+        """Whose share of the pool a call takes: its client's, else its question's."""
+        client = call.caller.client
+        return json.dumps(client, sort_keys=True) if client else call.question
+
+    def _clocks(self) -> str:
+        tool = self.budget.get("tool_seconds")
+        return f"{self.budget['seconds']:g} s" + (f", {tool:g} tool s" if tool is not None else "")
 
     def run_python(self, question_id: str, code: str) -> dict[str, Any]:
         """Run Python in the question's sandbox container over the exported files at /data (GeoParquet layers,
@@ -258,15 +198,16 @@ class Tools:
         stderr (head and tail when long), the exit status, seconds and peak memory."""
         with self._call(question_id, "run_python", {"code": code}) as call:
             self._admit(call, "python", code, "code", "a Python program as text", python_sandbox.MAX_CODE_CHARACTERS)
-            if call.seconds_left() < MIN_TIMEOUT_S:
-                raise call.refused(f"refused: no time left in the episode's budget of {self.budget['seconds']:g} s")
+            if min(call.seconds_left(), call.tool_seconds_left()) < MIN_TIMEOUT_S:
+                raise call.refused(f"refused: no time left in the episode's budget ({self._clocks()})")
             try:
                 run = self._containers.run(call.question, code, call.timeout)
-            except python_sandbox.SandboxUnavailable as unavailable:
+            except python_sandbox.SandboxUnavailable as unavailable:  # the server's failure, not charged
+                call.uncharge()
                 raise call.refused(str(unavailable)) from None
             return call.ran(run)
 
-    def _admit(self, call: _Call, kind: str, text: Any, noun: str, expected: str, limit: int) -> None:
+    def _admit(self, call: Call, kind: str, text: Any, noun: str, expected: str, limit: int) -> None:
         """What query and run_python refuse alike: a tool not served, no text, text past its limit."""
         if kind not in self.request.served:
             raise call.refused(f"refused: {TOOL_KINDS[kind]} is not served here (reproduce serve --tools {kind})")
@@ -277,7 +218,8 @@ class Tools:
 
     def submit_answer(self, question_id: str, answer: Any) -> dict[str, Any]:
         """Record the answer (rows like the stored answers, a value, or a list of values; the same as JSON
-        text) and end the episode."""
+        text) and end the episode. An answer that does not fit the components question() names is refused,
+        saying what is expected, and the episode goes on."""
         with self._call(question_id, "submit_answer", {"answer": answer}) as call:
             if call.oversized:
                 raise call.refused(f"refused: the answer is {call.oversized:,} characters as JSON; at most "
@@ -287,14 +229,13 @@ class Tools:
                 rows = answer_rows(template_id, answer)
             except ValueError as error:
                 raise call.refused(f"refused: {error}") from None
+            if why := misfit(template_id, rows):
+                raise call.refused(f"refused: {why}")
             with self._lock:  # one answer per episode, however many arrive at once
                 if not self._claim(call.episode, "submitted", f"submit_answer with {len(rows)} rows"):
                     raise call.refused(self._ended(call.question, call.episode))
-            call.done("ok", rows=len(rows), result=rows)
+            reply = call.finish({"recorded": True, "question_id": call.question, "rows": len(rows)}, rows=len(rows))
             self._write_stop(call.question, call.episode)  # after the call line it ends
-            reply = {"recorded": True, "question_id": call.question, "rows": len(rows)}
-            if why := address_only(template_id, rows):
-                reply["note"] = why
             return reply
 
     def _schema_text(self) -> str:
@@ -325,8 +266,9 @@ class Tools:
         with a question id, the question and the answer it expects (as question() gives them, not a call)."""
         budget, served = self.budget, self.request.served
         each = " or ".join(kind for kind, tool in (("statement", "sql"), ("program", "python")) if tool in served)
+        tool = f" ({budget['tool_seconds']:g} s of them in the tools)" if "tool_seconds" in budget else ""
         text = (f"{agent_instructions(served)}\nBudget per question: {budget['calls']} calls and "
-                f"{budget['seconds']:g} s from its first call; each {each} at most {budget['timeout']:g} s"
+                f"{budget['seconds']:g} s from its first call{tool}; each {each} at most {budget['timeout']:g} s"
                 + (f"; a query returns at most {budget['rows']:,} rows." if "sql" in served else "."))
         if question_id is None:
             return text
@@ -356,48 +298,63 @@ class Tools:
         return question
 
     @contextlib.contextmanager
-    def _call(self, question_id: Any, tool: str, arguments: dict[str, Any]) -> Iterator[_Call]:
-        """One call: the question known (else refused, nothing written), its budget charged, and its line
-        written when it ends, however it ends."""
+    def _call(self, question_id: Any, tool: str, arguments: dict[str, Any]) -> Iterator[Call]:
+        """One call: the question known (else refused, nothing written), its budget charged (not on an episode
+        that is over), and its line written when it ends, however it ends."""
         question = None if question_id is None and tool == "schema" else self._known(question_id)
-        call = _Call(self, question, tool, arguments)
+        call = Call(self, question, tool, arguments)
         blocked = ""
         with self._lock:
             episode = self._episodes.get(question)
             if episode is not None:
                 call.episode = episode
                 blocked = self._blocked(question, episode)
-                episode.calls += 1
-                call.number = episode.calls
-                if episode.started is None:
+                episode.made += 1
+                call.number = episode.made
+                if blocked:  # a call the episode cannot take is not charged to it
+                    episode.free += 1
+                    call.charged = False
+                elif episode.started is None:
                     episode.started = time.monotonic()
         try:
-            if episode is not None and blocked:
+            if blocked:
                 raise call.refused(blocked)
             yield call
         except ToolRefused as refused:
-            if not call.written:
-                call.done(call.outcome or "error", error=call.error or str(refused))
+            call.write(str(refused))
             raise
         except Exception as failed:  # noqa: BLE001 - whatever it was, the agent gets one line and the call is kept
-            why = f"the call failed: {type(failed).__name__}: {' '.join(str(failed).split())[:300]}"
-            if not call.written:
-                call.done("error", error=why)
-            raise call.refused(why) from None
+            refused = call.refused(f"the call failed: {type(failed).__name__}: "
+                                   f"{' '.join(str(failed).split())[:300]}")
+            call.write(str(refused))
+            raise refused from None
         finally:
-            if episode is not None and not episode.stop and episode.calls >= self.budget["calls"]:
-                self._stop(question, "budget", f"all {self.budget['calls']} calls used")
+            if episode is not None and (why := self._spent(episode)):
+                self._stop(question, "budget", why)
 
-    def _blocked(self, question: str, episode: _Episode) -> str:
-        """Why the episode takes no more calls ("" if it does); stops it when its time has run out."""
-        if not episode.stop and episode.calls >= self.budget["calls"]:
-            self._stop(question, "budget", f"all {self.budget['calls']} calls used", locked=True)
-        elif not episode.stop and episode.elapsed() >= self.budget["seconds"]:
-            self._stop(question, "budget", f"{self.budget['seconds']:g} s used", locked=True)
+    def _spent(self, episode: Episode) -> str:
+        """Which of the episode's budgets is spent ("" if none is)."""
+        if episode.charged >= self.budget["calls"]:
+            return f"all {self.budget['calls']} calls used"
+        if episode.elapsed() >= self.budget["seconds"]:
+            return f"{self.budget['seconds']:g} s used"
+        if (tool := self.budget.get("tool_seconds")) is not None and episode.tool_seconds >= tool:
+            return f"{tool:g} tool s used"
+        return ""
+
+    def _blocked(self, question: str, episode: Episode) -> str:
+        """Why the episode takes no more calls ("" if it does); stops it when a budget is spent."""
+        if not episode.stop and (why := self._spent(episode)):
+            self._stop(question, "budget", why, locked=True)
         return self._ended(question, episode) if episode.stop else ""
 
+    def uncharge(self, episode: Episode) -> None:
+        """A call made is not charged to its episode after all."""
+        with self._lock:
+            episode.free += 1
+
     @staticmethod
-    def _ended(question: str, episode: _Episode) -> str:
+    def _ended(question: str, episode: Episode) -> str:
         if episode.stop == "submitted":
             return f"refused: {question}: the answer was submitted; the episode is over"
         return f"refused: {question}: the episode's budget is spent ({episode.why}); it is over"
@@ -411,122 +368,31 @@ class Tools:
             self._write_stop(question, episode)
 
     @staticmethod
-    def _claim(episode: _Episode, reason: str, why: str) -> bool:
+    def _claim(episode: Episode, reason: str, why: str) -> bool:
         """Stop an open episode (the caller holds the lock); False if it had stopped already."""
         if episode.stop:
             return False
         episode.stop, episode.why = reason, why
         return True
 
-    def _write_stop(self, question: str, episode: _Episode) -> None:
-        """The episode's stop line; its container (if any) goes with it."""
-        self._write("stop", question_id=question, reason=episode.stop, why=episode.why, calls=episode.calls,
-                    elapsed=round(episode.elapsed(), 3))
+    def _write_stop(self, question: str, episode: Episode) -> None:
+        """The episode's stop line (its calls: those charged); its container (if any) goes with it."""
+        self.write("stop", question_id=question, reason=episode.stop, why=episode.why, calls=episode.charged,
+                   elapsed=round(episode.elapsed(), 3))
         if self._containers:
             self._containers.end(question)
 
-    def _write(self, kind: str, **members: Any) -> None:
+    def write(self, kind: str, **members: Any) -> None:
         """A line of the trajectory (trajectory.LINES declares its members)."""
         if self._writer:
             self._writer.write(trajectory.line_of(kind, **members))
 
 
-class _Call:
-    """One tool call in progress: what it charged, and the line it writes when it ends."""
-
-    def __init__(self, tools: Tools, question: str | None, tool: str, arguments: dict[str, Any]) -> None:
-        self.tools, self.question, self.tool = tools, question, tool
-        self.arguments, self.oversized = _bounded(arguments)
-        self.episode: _Episode | None = None
-        self.number = 0  # the call's own number in its episode
-        self.began = time.perf_counter()
-        self.outcome = self.error = ""
-        self.written = False
-
-    def timeout(self) -> float:
-        """A statement's or program's limit now: --timeout, or the episode's time left if less."""
-        return max(MIN_TIMEOUT_S, min(self.tools.budget["timeout"], self.seconds_left()))
-
-    def seconds_left(self) -> float:
-        return max(0.0, self.tools.budget["seconds"] - self.episode.elapsed()) if self.episode else math.inf
-
-    @property
-    def budget_left(self) -> dict[str, Any]:
-        if self.episode is None:
-            return {}
-        return {"calls": max(0, self.tools.budget["calls"] - self.episode.calls),
-                "seconds": round(self.seconds_left(), 1)}
-
-    def refused(self, why: str) -> ToolRefused:
-        """The refusal to raise; the call's line says `refused` (or `error`/`timeout` once set)."""
-        self.outcome = self.outcome or ("refused" if why.startswith("refused: ") else "error")
-        self.error = why  # the trajectory keeps the budget apart
-        left = self.budget_left
-        tail = f" [budget left: {left['calls']} calls, {left['seconds']:g} s]" if left else ""
-        return ToolRefused(why + tail)
-
-    def answered(self, outcome: Outcome) -> dict[str, Any]:
-        """What query returns for the runner's outcome, its line written; an error or timeout is refused."""
-        if outcome.kind != "rows":
-            self.outcome = "timeout" if outcome.kind == "timeout" else (
-                "refused" if outcome.error.startswith("refused: ") else "error")
-            raise self.refused(outcome.error)
-        self.done("rows", rows=len(outcome.rows), result=outcome.rows, truncated=outcome.truncated)
-        reply = {"rows": session.clipped(outcome.rows), "row_count": len(outcome.rows),
-                 "truncated": outcome.truncated, "seconds": round(outcome.seconds, 3),
-                 "budget_left": self.budget_left}
-        if outcome.truncated:
-            reply["note"] = (f"only the first {len(outcome.rows):,} rows (the cap per query); aggregate, or add "
-                             "ORDER BY and LIMIT")
-        return _fitted(reply, gate.MAX_REPLY_BYTES)
-
-    def ran(self, run: python_sandbox.PythonRun) -> dict[str, Any]:
-        """What run_python returns, its line written with the output as the agent got it."""
-        memory = (f" (the sandbox's memory is {python_sandbox.Limits().memory_mb:,} MB: the likely cause)"
-                  if run.signal == "SIGKILL" else "")
-        why = {"timeout": f"stopped at the timeout of {run.timeout:.3g} s",
-               "killed": f"killed by {run.signal}{memory}",
-               "lost": "the sandbox did not answer and was replaced: files written in /tmp/work are gone"}
-        output = {"exit": run.exit, "stdout": run.stdout, "stderr": run.stderr}
-        self.done(run.outcome, error=why.get(run.outcome, ""), peak_kb=run.peak_kb, **output)
-        reply = {"outcome": run.outcome, **output, "seconds": run.seconds, "peak_mb": round(run.peak_kb / 1024, 1),
-                 "budget_left": self.budget_left}
-        if run.outcome in why:
-            reply["note"] = why[run.outcome]
-        return reply
-
-    def done(self, outcome: str, rows: int | None = None, result: Any = None, error: str = "",
-             truncated: bool = False, **python: Any) -> None:
-        """Write the call's line (once): a member that does not apply is left out."""
-        self.written, self.outcome = True, outcome
-        optional = {"rows": rows, "truncated": truncated or None, "error": error or None,
-                    "result_sha256": None if result is None else trajectory.digest(result), **python}
-        if self.episode is not None:
-            optional |= {"call": self.number, "elapsed": round(self.episode.elapsed(), 3),
-                         "budget_left": self.budget_left}
-        self.tools._write("call", question_id=self.question, tool=self.tool, arguments=self.arguments,
-                          outcome=outcome, seconds=round(time.perf_counter() - self.began, 4),
-                          at=datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
-                          **{name: value for name, value in optional.items() if value is not None})
-
-
-def _bounded(arguments: dict[str, Any]) -> tuple[dict[str, Any], int]:
-    """The arguments as the trajectory keeps them, and the size of one past its limit (0 if none is): SQL past
-    gate.MAX_SQL_CHARACTERS, code past python_sandbox.MAX_CODE_CHARACTERS, an answer past
-    gate.MAX_ANSWER_CHARACTERS of JSON are not kept, whatever the call."""
-    sql, answer, code = arguments.get("sql"), arguments.get("answer"), arguments.get("code")
-    if isinstance(sql, str) and len(sql) > gate.MAX_SQL_CHARACTERS:
-        return {"sql": f"(not kept: {len(sql):,} characters)"}, len(sql)
-    if isinstance(code, str) and len(code) > python_sandbox.MAX_CODE_CHARACTERS:
-        return {"code": f"(not kept: {len(code):,} characters)"}, len(code)
-    if "answer" in arguments:
-        try:
-            size = len(json.dumps(answer, default=str))
-        except (ValueError, RecursionError):  # nested past what JSON can write: no answer anyway
-            size = gate.MAX_ANSWER_CHARACTERS + 1
-        if size > gate.MAX_ANSWER_CHARACTERS:
-            return {"answer": f"(not kept: {size:,} characters)"}, size
-    return arguments, 0
+def _pools(request: ServeRequest, prepared: session.Prepared) -> list[tuple[str, Pool]]:
+    """(name, pool of gsqa_model's connections) of the primary and each --replica."""
+    return [(server.name, Pool(functools.partial(AgentConnection, server.login, request.timeout, server.admin,
+                                                 request.max_rows, truncate=True), request.connections))
+            for server in prepared.servers(MODEL)]
 
 
 def open_tools(request: ServeRequest) -> Tools:
@@ -542,7 +408,7 @@ def open_tools(request: ServeRequest) -> Tools:
     done = _continued(request, data.checksum)
     prepared = session.prepare(request, data.records, [MODEL], "reproduce serve")
     tools = Tools(request, data.records, prepared, done)
-    tools._write("run", **_depends_on(request, data.checksum), config=request.config, templates=request.templates,
+    tools.write("run", **_depends_on(request, data.checksum), config=request.config, templates=request.templates,
                  ids=request.ids, questions=len(data.records), database=prepared.target.described,
                  tool_version=package_version("gsqa-refdb"), pid=os.getpid(),
                  started_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))

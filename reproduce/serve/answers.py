@@ -1,0 +1,83 @@
+"""An answer's shape against what its question expects (submit_answer refuses one that does not fit, before it
+ends the episode): each row names every component of the template (tolerances.COMPONENTS) by a column the judge
+looks up first (an accepted name, exactly or inside a column name), with a value of the kind the component's
+metric reads (a set of names, judged as one bag, needs a name in one row at least). A bare value, or a list of
+them, is the first component's, as the judge takes it. Stricter than
+the judge on one point: the judge also takes a row's only value for a component its name does not name
+(`[{"height_ft": 800}]` judged as metres); an agent has been told the names, so such a row is refused."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from reproduce.judging import tolerances
+from reproduce.judging.values import as_geometry, as_number
+from reproduce.serve.prompts import expected_answer
+
+YES_NO_WORDS = ("yes", "no")
+
+
+def _is_name(value: Any) -> bool:
+    """Text that is not blank, or a number (a road named 101): the judge reads a name's words."""
+    return isinstance(value, str) and bool(value.strip()) or _is_number(value) and not isinstance(value, str)
+
+
+def _is_yes_no(value: Any) -> bool:
+    return isinstance(value, str) and " ".join(value.lower().split()) in YES_NO_WORDS
+
+
+def _is_number(value: Any) -> bool:
+    return as_number(value) is not None
+
+
+def _is_geometry(value: Any) -> bool:
+    return as_geometry(value) is not None
+
+
+# What each metric reads, by its name (any metric not named here reads a number): (test, what it is called).
+KINDS = {tolerances.NAME.name: (_is_name, "a name"),
+         tolerances.LOCATION.name: (_is_geometry, "a geometry as WKT"),
+         tolerances.YES_NO.name: (_is_yes_no, '"yes" or "no"')}
+NUMBER = (_is_number, "a number")
+
+
+def misfit(template_id: str, rows: list[dict[str, Any]]) -> str:
+    """Why rows (answer_rows' result: a bare value is a row of the first component) do not fit the template's
+    components, in one line naming what is expected; "" when they fit. No rows fit: an answer that nothing
+    matches is the agent's to give."""
+    for component in tolerances.components_of(template_id):
+        wrong = [why for number, row in enumerate(rows, start=1)
+                 if (why := _component_misfit(component, row, "the answer" if len(rows) == 1 else f"row {number}"))]
+        if wrong and (not component.joined or len(wrong) == len(rows)):
+            expected = expected_answer(template_id)["format"]
+            return f"the answer does not fit the question: {wrong[0]}; expected {expected}"
+    return ""
+
+
+def _component_misfit(component: tolerances.Component, row: dict[str, Any], where: str) -> str:
+    column = _named(row, component.keys)
+    if column is None:
+        columns = ", ".join(row) or "none"
+        return f"{where} has no column {_names(component)}; its columns: {_shorten(columns)}"
+    test, kind = KINDS.get(component.metric.name, NUMBER)
+    if not test(row[column]):
+        return f"{where}'s {column} is {_shorten(json.dumps(row[column], default=str))}, not {kind}"
+    return ""
+
+
+def _named(row: dict[str, Any], keys: tuple[str, ...]) -> str | None:
+    """The column the judge reads for the component before any fallback (values.lookup's first two steps)."""
+    for key in keys:
+        if key in row:
+            return key
+    return next((column for key in keys for column in row if key in column), None)
+
+
+def _names(component: tolerances.Component) -> str:
+    others = [key for key in component.keys if key != component.label]
+    return " or ".join([component.label, *others])
+
+
+def _shorten(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}…"

@@ -1,0 +1,136 @@
+"""What serve's tools send back: one compact, strict JSON text per reply (reply_text), each value of a query's
+rows in a documented JSON form and cut where long (agent_value), and the reply fitted into
+gate.MAX_REPLY_BYTES (its first rows, with a note saying how to get less).
+
+The forms (the judge's rows are the runner's json_value, untouched: this is what an agent reads):
+- numeric: a JSON number when the number reads back exactly as one, else its exact text ("1.000000000000000000001");
+  NaN and infinities (numeric and float) as the text PostgreSQL writes ("NaN", "Infinity", "-Infinity");
+- date, time, timestamp, interval, ranges and multiranges: the text PostgreSQL writes (DateStyle ISO on a default
+  server: "2024-01-02 03:04:05+00", "1 year 2 mons 3 days 04:05:06", "[1,10)", "infinity");
+- geometry and geography: WKT without SRID (hex EWKB for curves GEOS cannot write): pool.WktLoader;
+- arrays and JSON: lists and objects, bytea as hex; any other type as its text.
+Cut, each with a marker saying what was cut and how to get less: a text (a geometry's WKT too) past
+REPORTED_CHARACTERS characters, an array or JSON array past MAX_ITEMS items (the marker is its last item), a JSON
+object past MAX_ITEMS members (the marker under the key "…"), nesting past REPORTED_DEPTH levels."""
+
+from __future__ import annotations
+
+import decimal
+import json
+import math
+from typing import Any
+
+from reproduce.runner import capped, json_value
+from reproduce.session import REPORTED_CHARACTERS, REPORTED_DEPTH
+
+MAX_ITEMS = 100  # of an array, a JSON array or a JSON object in a reply
+CUT_KEY = "…"  # a cut JSON object's marker member
+# What to do instead of each cut, as its marker says it.
+LESS = {"text": "substr() gives a part",
+        "geometry": "ST_AsText(ST_Simplify(geom, tolerance)), ST_Centroid or ST_NPoints give less",
+        "array": "slice it (arr[101:200], jsonb_path_query_array) or unnest and aggregate",
+        "object": "select the members you need (value->'key')",
+        "nested": "select the inner value you need (value #> '{a,b}')"}
+_WKT_STARTS = ("POINT", "LINESTRING", "POLYGON", "MULTI", "GEOMETRYCOLLECTION")
+
+
+def agent_value(value: Any, depth: int = 0) -> Any:
+    """A database value as a query's reply carries it (the module's forms), cut where long."""
+    if isinstance(value, decimal.Decimal):
+        return _numeric(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return _not_finite(value)
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, list | tuple | dict) and depth >= REPORTED_DEPTH:
+        return f"(cut: nested past {REPORTED_DEPTH} levels; {LESS['nested']})"
+    if isinstance(value, list | tuple):
+        kept = [agent_value(item, depth + 1) for item in value[:MAX_ITEMS]]
+        if len(value) > MAX_ITEMS:
+            kept.append(f"… (cut: {len(value):,} items in all, the first {MAX_ITEMS} kept; {LESS['array']})")
+        return kept
+    if isinstance(value, dict):
+        kept = {str(key): agent_value(item, depth + 1) for key, item in list(value.items())[:MAX_ITEMS]}
+        if len(value) > MAX_ITEMS:
+            kept[CUT_KEY] = f"(cut: {len(value):,} members in all, the first {MAX_ITEMS} kept; {LESS['object']})"
+        return kept
+    return json_value(value)
+
+
+def _not_finite(value: float | decimal.Decimal) -> str:
+    """NaN and the infinities as PostgreSQL writes them."""
+    return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+
+
+def _numeric(value: decimal.Decimal) -> Any:
+    if not value.is_finite():
+        return _not_finite(value)
+    number = int(value) if value == value.to_integral_value() else float(value)
+    return number if decimal.Decimal(repr(number)) == value else str(value)
+
+
+def _text(value: str) -> str:
+    if len(value) <= REPORTED_CHARACTERS:
+        return value
+    less = LESS["geometry"] if value.lstrip().upper().startswith(_WKT_STARTS) else LESS["text"]
+    return f"{value[:REPORTED_CHARACTERS]}… (cut: {len(value):,} characters in all; {less})"
+
+
+# Where the agent's SQL starts in runner.capped's query around it (the text before it is fixed).
+_CAPPED_BEFORE = capped("\0", 1, 1).index("\0")
+
+
+def server_error(error: Any, message: str, statement: str, sent: str) -> str:
+    """The server's error of the agent's `statement` (sent as `sent`) in one line: `message` (the runner's line:
+    a refusal as the gate words it, else the server's message), then its SQLSTATE, the character of the
+    statement where it was found and the server's hint, where the server gave them."""
+    diag = error.diag if error.diag and error.sqlstate else None
+    if message.startswith("refused: ") or diag is None:
+        return message
+    details = [f"SQLSTATE {error.sqlstate}"]
+    if (at := _position(diag.statement_position, statement, sent)) is not None:
+        details.append(f"at character {at}: {statement[at - 1:at + 29]!r}")
+    if diag.message_hint:
+        details.append(f"hint: {' '.join(diag.message_hint.split())}")
+    return f"{message} ({'; '.join(details)})"
+
+
+def _position(position: str | None, statement: str, sent: str) -> int | None:
+    """The server's error position (1-based, in `sent`) as a position in the agent's statement; None when there
+    is none or it falls outside the statement."""
+    if not position:
+        return None
+    at = int(position) - 1
+    if sent != statement:  # inside capped's query: the statement's body starts after its fixed head
+        body = sent[_CAPPED_BEFORE:sent.rindex("\n) AS gsqa_q")]
+        at -= _CAPPED_BEFORE
+        if not 0 <= at < len(body):
+            return None
+        at += statement.find(body)
+    return at + 1 if 0 <= at < len(statement) else None
+
+
+def reply_text(reply: Any) -> str:
+    """A tool's reply as an agent receives it: compact, strict JSON (a string as it is)."""
+    return reply if isinstance(reply, str) else json.dumps(reply, separators=(",", ":"), default=str,
+                                                           allow_nan=False)
+
+
+def fitted(reply: dict[str, Any], limit: int) -> dict[str, Any]:
+    """The query's reply with as many of its first rows as fit in `limit` bytes of reply_text, and a note
+    saying how to get less when it had to leave rows out."""
+    rows = reply["rows"]
+    if len(reply_text(reply).encode()) <= limit:
+        return reply
+    low, high = 0, len(rows)  # the largest prefix that fits: rows[:low] fits, rows[:high + 1] does not
+    while low < high:
+        middle = (low + high + 1) // 2
+        if len(reply_text({**reply, "rows": rows[:middle]}).encode()) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    note = (f"only the first {low:,} of the {reply['row_count']:,} rows fit in a reply of {limit:,} bytes; select "
+            "fewer or shorter columns (ST_AsText of a simplified geometry, substr of a long text), fewer rows, "
+            "or aggregate")
+    return {**reply, "rows": rows[:low], "truncated": True, "note": note}
+
