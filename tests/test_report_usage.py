@@ -70,7 +70,7 @@ def write_trajectory(path: Path) -> Path:
              trajectory.line_of("stop", question_id=f"{R1}/1", reason="budget", why="all 6 calls used", calls=6,
                                 elapsed=17.0),
              *episode(f"{R1}/1", ("b", "submit_answer", "refused", 0.0, refused(
-                 f"{R1}/1: the episode's budget is spent (all 6 calls used); it is over"))),
+                 f"{R1}/1: the episode's budget is spent (all 6 calls used); it is over", charged=False))),
              *episode(f"{R1}/2", ("a", "query", "refused", 0.25, refused(f"`DELETE` is not a query; {ONLY}")),
                       ("c", "submit_answer", "refused", 0.125, {
                           **refused("the answer is null (expected rows, a value or a list of values)"),
@@ -82,7 +82,7 @@ def write_trajectory(path: Path) -> Path:
                           "rows": 1, "arguments": {"answer": "Nowhere"},
                           **usage(input_tokens=1000, output_tokens=100, cost=0.5)}),
                       ("a", "submit_answer", "refused", 0.0, refused(f"{R2}/0: the answer was submitted; the episode "
-                                                                     "is over"))),
+                                                                     "is over", charged=False))),
              trajectory.line_of("stop", question_id=f"{R2}/0", reason="submitted", why="submit_answer", calls=2,
                                 elapsed=2.0)]
     writer = trajectory.Writer(path)
@@ -98,14 +98,14 @@ def write_jsonl(path: Path, lines: list[dict]) -> Path:
 
 
 # Every column of the agent's run per line; those a run without calls or usage does not give are None.
-AGENT_R1 = {"calls": 16, "clients": 3, "refused": 6, "refused_budget": 1, "refused_over": 0,
+AGENT_R1 = {"calls": 16, "not_charged": 1, "clients": 3, "refused": 6, "refused_budget": 1, "refused_over": 0,
             "refused_not_served": 0, "refused_argument": 1, "refused_not_a_query": 2, "refused_sandbox": 1,
             "refused_answer": 1, "refused_other": 0, "budget_stops": 1, "tool_seconds": 19.0, "python_calls": 7,
             "python_nonzero_exit": 1, "python_killed": 1, "python_timeout": 1, "python_lost": 1,
             "python_seconds": 17.0, "input_tokens": 350, "output_tokens": 42, "cost": 0.03}
-AGENT_R2 = {**dict.fromkeys(AGENT_R1, 0), "calls": 2, "clients": 1, "refused": 1, "refused_over": 1,
+AGENT_R2 = {**dict.fromkeys(AGENT_R1, 0), "calls": 2, "not_charged": 1, "clients": 1, "refused": 1, "refused_over": 1,
             "tool_seconds": 0.25, "input_tokens": 1000, "output_tokens": 100, "cost": 0.5}
-AGENT_ALL = {**AGENT_R1, "calls": 18, "refused": 7, "refused_over": 1, "tool_seconds": 19.25, "input_tokens": 1350,
+AGENT_ALL = {**AGENT_R1, "calls": 18, "not_charged": 2, "refused": 7, "refused_over": 1, "tool_seconds": 19.25, "input_tokens": 1350,
              "output_tokens": 142, "cost": 0.53}
 NO_CALLS = dict.fromkeys(AGENT_R1)
 TOKENS_R1 = {**NO_CALLS, "input_tokens": 70, "output_tokens": 7, "cost": 0.003}
@@ -167,16 +167,16 @@ def test_the_csv_report_has_every_known_value(scored: tuple[str, Path]) -> None:
 
 
 # The console and HTML show the columns some line has; a sparse one (refusal reasons, python) only where not 0.
-SHOWN = ["calls", "clients", "refused", "refused budget", "refused over", "refused argument", "refused not a query",
-         "refused sandbox", "refused answer", "budget stops", "tool s", "python", "python nonzero exit",
+SHOWN = ["calls", "not charged", "clients", "refused", "refused budget", "refused over", "refused argument",
+         "refused not a query", "refused sandbox", "refused answer", "budget stops", "tool s", "python", "python nonzero exit",
          "python killed", "python timeout", "python lost", "python s", "input tokens", "output tokens", "cost $"]
-CONSOLE_AGENT = ["16", "3", "6", "1", "0", "1", "2", "1", "1", "1", "19.0", "7", "1", "1", "1", "1", "17.0", "350",
+CONSOLE_AGENT = ["16", "1", "3", "6", "1", "0", "1", "2", "1", "1", "1", "19.0", "7", "1", "1", "1", "1", "17.0", "350",
                  "42", "0.0300"]
-CONSOLE_R2 = ["2", "1", "1", "0", "1", "0", "0", "0", "0", "0", "0.2", "0", "0", "0", "0", "0", "0.0", "1,000", "100",
+CONSOLE_R2 = ["2", "1", "1", "1", "0", "1", "0", "0", "0", "0", "0", "0.2", "0", "0", "0", "0", "0", "0.0", "1,000", "100",
               "0.5000"]
-CONSOLE_ALL = ["18", "3", "7", "1", "1", "1", "2", "1", "1", "1", "19.2", "7", "1", "1", "1", "1", "17.0", "1,350",
+CONSOLE_ALL = ["18", "2", "3", "7", "1", "1", "1", "2", "1", "1", "1", "19.2", "7", "1", "1", "1", "1", "17.0", "1,350",
                "142", "0.5300"]
-CONSOLE_TOKENS = ["-"] * 17 + ["70", "7", "0.0030"]
+CONSOLE_TOKENS = ["-"] * 18 + ["70", "7", "0.0030"]
 
 
 def test_the_console_prints_the_columns_some_line_has(scored: tuple[str, Path]) -> None:
@@ -187,7 +187,7 @@ def test_the_console_prints_the_columns_some_line_has(scored: tuple[str, Path]) 
     assert [row.split() for row in rows] == [
         ["agent", "raster_only", "R1", *CONSOLE_AGENT], ["agent", "raster_only", "R2", *CONSOLE_R2],
         ["agent", "raster_only", "all", *CONSOLE_ALL], ["agent", "total", *CONSOLE_ALL],
-        ["tokens", "raster_only", "R1", *CONSOLE_TOKENS], ["tokens", "raster_only", "R2", *["-"] * 20],
+        ["tokens", "raster_only", "R1", *CONSOLE_TOKENS], ["tokens", "raster_only", "R2", *["-"] * 21],
         ["tokens", "raster_only", "all", *CONSOLE_TOKENS], ["tokens", "total", *CONSOLE_TOKENS]]
     assert "; tokens input 1,350, output 142; cost $0.5300\n" in stdout  # the agent's run line
     assert "run plain: 1 predictions from " in stdout and "plain.jsonl\n" in stdout  # nothing known: nothing said
@@ -298,7 +298,7 @@ def test_a_served_agent_s_calls_are_summed_as_its_trajectory_has_them(demo, demo
     python = [line for line in calls if line["tool"] == "run_python"]
     found = json.loads((tmp_path / "s.json").read_text())["usage"]["run"]["raster_only/R1"]
     assert {name: value for name, value in found.items() if value} == {
-        "calls": 9, "refused": 2, "refused_not_a_query": 1, "refused_budget": 1, "budget_stops": 1,
+        "calls": 9, "not_charged": 1, "refused": 2, "refused_not_a_query": 1, "refused_budget": 1, "budget_stops": 1,
         "tool_seconds": round(sum(line["seconds"] for line in calls), 3), "python_calls": 3,
         "python_nonzero_exit": 1, "python_killed": 1,
         "python_seconds": round(sum(line["seconds"] for line in python), 3)}

@@ -111,17 +111,20 @@ def _calls(calls: list[dict[str, Any]], stop: str | None) -> str:
     items = []
     for call in calls:
         arguments = call.get("arguments") or {}
-        shown = arguments.get("sql") if "sql" in arguments else (
+        shown = next((arguments[name] for name in ("sql", "code") if name in arguments), None) or (
             json.dumps(arguments["answer"], default=str) if "answer" in arguments else "")
         outcome = call.get("outcome", "")
         if "rows" in call:
             outcome += f", {call['rows']} rows" + (" (truncated)" if call.get("truncated") else "")
         if error := call.get("error"):  # a refusal's line already begins with "refused: "
             outcome = error if error.startswith(f"{outcome}: ") else f"{outcome}: {error}"
+        outcome += " (not charged)" if call.get("charged") is False else ""
         given = call.get("usage") if isinstance(call.get("usage"), dict) else {}
         used = "".join(f", {label}{given[member]}" for member, label in CALL_USAGE.items() if member in given)
         items.append(f"<li><b>{html.escape(str(call.get('tool', '')))}</b> {html.escape(outcome)} "
                      f"({call.get('seconds', 0):.3g} s{html.escape(used)})"
                      + (f"<pre>{html.escape(str(shown))}</pre>" if shown else "") + "</li>")
     ended = f"; stop: {html.escape(stop)}" if stop else ""
-    return f"<details><summary>{len(calls)} tool calls{ended}</summary><ol>{''.join(items)}</ol></details>"
+    free = sum(call.get("charged") is False for call in calls)
+    counted = f"{len(calls)} tool calls" + (f", {len(calls) - free} charged" if free else "")
+    return f"<details><summary>{counted}{ended}</summary><ol>{''.join(items)}</ol></details>"

@@ -121,6 +121,9 @@ def _python_failed(outcome: str) -> Callable[[Used], float | None]:
 
 COLUMNS: tuple[Column, ...] = (
     Column("calls", "calls", "the agent's tool calls on the line's questions", _calls(lambda used: len(used.calls))),
+    Column("not_charged", "not charged", "calls not charged to the episode's budget (the server's own failures, "
+           "calls after the episode ended)", _calls(lambda used: sum(call.get("charged") is False
+                                                                      for call in used.calls)), sparse=True),
     Column("clients", "clients", "the distinct clients they came from (not known where the calls name none)",
            _clients),
     Column("refused", "refused", "calls refused", _calls(
