@@ -4,6 +4,7 @@ container is as it was for the next call; nothing outlives the episode or a kill
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from docker_helpers import base_image
+from docker_helpers import a_call_runs_in, base_image, wait_until
 
 from reproduce import configs, dataset
 from reproduce.serve import python_sandbox
@@ -335,3 +336,56 @@ def test_an_export_path_with_commas_and_quotes_is_mounted(image: str, tmp_path: 
         still_works(sandbox)
     finally:
         sandbox.close()
+
+
+def container_of(containers: python_sandbox.Containers, question: str) -> str:
+    """The id of the question's container, as its code sees it (the host name), after a first call."""
+    return containers.run(question, "import socket\nprint(socket.gethostname())", 10).stdout.strip()
+
+
+def gone(container: str) -> bool:
+    """Whether the engine has no such container, running or not."""
+    return not subprocess.run(["docker", "ps", "--all", "--quiet", "--filter", f"id={container}"],
+                              capture_output=True, text=True, timeout=60).stdout.strip()
+
+
+def test_a_container_goes_when_its_episodes_time_is_up_though_no_call_comes(image: str, export: Path) -> None:
+    containers = python_sandbox.Containers(export, LIMITS, lifetime=2.0)
+    try:
+        first, second = container_of(containers, "q1"), container_of(containers, "q2")
+        wait_until(lambda: gone(first) and gone(second), "both containers removed")
+    finally:
+        containers.close()
+
+
+def test_a_new_episode_past_the_cap_is_refused_in_one_line_until_one_ends(image: str, export: Path) -> None:
+    containers = python_sandbox.Containers(export, LIMITS, cap=1)
+    try:
+        first = container_of(containers, "q1")
+        with pytest.raises(python_sandbox.SandboxUnavailable, match=r"^refused: 1 episodes' containers run already "
+                           r"\(the server's cap\); call again when one of their episodes has ended$"):
+            containers.run("q2", "print(1)", 10)
+        assert containers.run("q1", "print(1)", 10).stdout == "1\n"  # an episode that has one goes on
+        containers.end("q1")
+        assert gone(first)  # end() returns once it is removed
+        assert containers.run("q2", "print(2)", 10).stdout == "2\n"
+    finally:
+        containers.close()
+
+
+def test_abort_removes_the_containers_under_the_calls_running_and_starts_no_more(image: str, export: Path) -> None:
+    containers = python_sandbox.Containers(export, LIMITS)
+    try:
+        idle, busy = container_of(containers, "q1"), container_of(containers, "q2")
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            sleeping = pool.submit(containers.run, "q2", "import time\ntime.sleep(60)", 120)
+            wait_until(lambda: a_call_runs_in(busy), "the call runs")
+            python_sandbox.abort_all()
+            assert sleeping.result(timeout=60).outcome == "lost"
+        assert gone(idle) and gone(busy)
+        with pytest.raises(python_sandbox.SandboxUnavailable, match=r"^refused: the episode's container was "
+                                                                    r"removed \(its time is up, or the server is "
+                                                                    r"stopping\)$"):
+            containers.run("q3", "print(1)", 10)
+    finally:
+        containers.close()

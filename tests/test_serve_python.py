@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
+from docker_helpers import a_call_runs_in, wait_until
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from test_python_sandbox import image  # noqa: F401 - the fixture: the sandbox image, built where missing
@@ -175,3 +178,63 @@ def test_without_the_image_python_is_refused_in_one_line(demo, demo_export: Path
     with pytest.raises(Exception, match=r"^--tools python: the image gsqa-refdb-sandbox-not-built is missing: run "
                                         r"`make sandbox-image`$"):
         open_tools(request(demo, demo_export, None))
+
+
+def owned_by(pid: int) -> list[str]:
+    """The containers the serve process `pid` started (python_sandbox.owner_label), running or not."""
+    listed = subprocess.run(["docker", "ps", "--all", "--filter", f"label={python_sandbox.LABEL}", "--format",
+                             f'{{{{.Names}}}}\t{{{{.Label "{python_sandbox.LABEL}"}}}}'], capture_output=True,
+                            text=True, timeout=60)
+    return [name for name, _, owner in (line.partition("\t") for line in listed.stdout.splitlines())
+            if owner.split(":")[1:2] == [str(pid)]]
+
+
+def wait_for_a_running_call(pid: int) -> None:
+    wait_until(lambda: any(a_call_runs_in(name) for name in owned_by(pid)), f"a call of serve {pid} runs")
+
+
+SLEEP = "import time\ntime.sleep(60)"
+
+
+def test_sigterm_to_a_stdio_serve_with_a_call_running_removes_its_container_and_ends_it(
+        demo, demo_export: Path, image: str, tmp_path: Path) -> None:  # noqa: F811
+    serve = subprocess.Popen([str(BIN / "reproduce"), "serve", "--config", "raster_only", "--data", str(demo[1]),
+                              "--dsn", demo[0], "--tools", "python", "--export", str(demo_export), "--trajectory",
+                              str(tmp_path / "run.jsonl")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=open(tmp_path / "serve.log", "w"), text=True)
+    try:
+        for message in ({"id": 1, "method": "initialize", "params": {
+                            "protocolVersion": "2025-06-18", "capabilities": {},
+                            "clientInfo": {"name": "test", "version": "1"}}},
+                        {"method": "notifications/initialized"},
+                        {"id": 2, "method": "tools/call", "params": {"name": "run_python", "arguments": {
+                            "question_id": f"{R1}/0", "code": SLEEP}}}):
+            serve.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+            serve.stdin.flush()
+        wait_for_a_running_call(serve.pid)
+        serve.terminate()
+        assert serve.wait(timeout=30) == 0, (tmp_path / "serve.log").read_text()
+    finally:
+        serve.kill()
+    assert owned_by(serve.pid) == []
+
+
+def test_sigterm_to_an_http_serve_with_a_call_running_removes_its_container_and_ends_it(
+        demo, demo_export: Path, image: str, tmp_path: Path) -> None:  # noqa: F811
+    args = ["serve", "--config", "raster_only", "--data", str(demo[1]), "--dsn", demo[0], "--tools", "python",
+            "--export", str(demo_export), "--trajectory", str(tmp_path / "run.jsonl")]
+
+    async def call(url: str) -> None:
+        async with Client(url) as client:
+            await client.call_tool("run_python", {"question_id": f"{R1}/0", "code": SLEEP})
+
+    def caller(url: str) -> None:
+        with contextlib.suppress(Exception):  # the server goes while the call runs: that is the test
+            asyncio.run(call(url))
+
+    with http_server(args, tmp_path / "serve.log") as server:
+        threading.Thread(target=caller, args=(server.url,), daemon=True).start()
+        wait_for_a_running_call(server.process.pid)
+        server.process.terminate()
+        assert server.process.wait(timeout=30) == 0, server.log.read_text()
+    assert owned_by(server.process.pid) == []

@@ -23,8 +23,8 @@ import array
 import ctypes
 import json
 import os
-import runpy
 import resource
+import runpy
 import select
 import signal
 import socket
