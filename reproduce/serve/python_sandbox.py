@@ -66,7 +66,7 @@ class PythonRun:
     signal: str | None
     timed_out: bool
     seconds: float
-    peak_kb: int
+    peak_kb: int  # the call's process's own: above its size when init forked it (init's libraries not counted)
     stdout: str
     stderr: str
     stdout_bytes: int
