@@ -259,7 +259,7 @@ class Containers:
                 now = time.monotonic()
                 expired = [question for question, at in self._expires.items() if at <= now]
                 if not expired:
-                    self._lock.wait(min(self._expires.values(), default=now + 3600) - now)
+                    self._lock.wait(min(self._expires.values()) - now if self._expires else None)
                     continue
             for question in expired:
                 self.end(question)
