@@ -378,7 +378,8 @@ def score(
 @app.command()
 @manual(clip=f"{REPORTED_CHARACTERS:,}", sql_limit=f"{gate.MAX_SQL_CHARACTERS:,}",
         answer_limit=f"{gate.MAX_ANSWER_CHARACTERS:,}", reply_limit=f"{gate.MAX_REPLY_BYTES:,}",
-        output=f"{python_sandbox.Limits().output_bytes:,}", items=f"{MAX_ITEMS:,}")
+        output=f"{python_sandbox.Limits().output_bytes:,}", items=f"{MAX_ITEMS:,}",
+        containers=str(python_sandbox.MAX_CONTAINERS))
 def serve(
     config: ConfigOption = "all", templates: TemplateOption = [], ids: IdOption = [],  # noqa: B006
     data: DataOption = None, dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
@@ -461,8 +462,10 @@ def serve(
     root, the export read-only at /data, no capabilities, limited CPU, memory and processes, a scratch
     /tmp/work kept for the question; docs/SANDBOX.md), for at most --timeout and the episode's time left; its
     stdout and stderr come back each as its first and last bytes, ${output} in all; a terrain question's
-    places come with question() as WKT. The container is removed when the episode ends or the server stops;
-    the containers of a killed server are removed by the next one.
+    places come with question() as WKT. The container is removed when the episode ends, when its time is up,
+    or when the server stops (at once at Ctrl-C or SIGTERM: the calls running in it end lost); at most
+    ${containers} run at once (a new episode's first run_python past them is refused); the containers of a
+    killed server are removed by the next one.
 
     --trajectory FILE (one server per file) keeps every call as a JSON line, written when the call ends:
     question id, the client it came from (its MCP session, TCP peer or stdio, and the name it gave), tool,
@@ -487,7 +490,7 @@ def serve(
     Example: reproduce serve --config raster_only --trajectory run.jsonl --model my-agent --transport http
 
     Exit codes: 0 the client closed stdio, or Ctrl-C or SIGTERM stopped the server (over HTTP once the calls
-    under way have ended); 2 nothing
+    under way have ended, over stdio at once); 2 nothing
     started (usage error, unreadable data, an unknown --id, a trajectory of another run or in use, an
     address that cannot be listened at, unreachable database, failed preflight).
     """

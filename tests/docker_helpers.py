@@ -1,7 +1,8 @@
 """A Docker engine for the tests marked `docker` (tests/test_make_db.py, tests/test_fresh_machine.py,
-tests/test_python_sandbox.py): the one that answers, else dockerd started here (as root, with docker.io
-installed) and stopped at the end of the session; else the test is skipped with the reason, or fails under
-GSQA_REQUIRE_TOOLS=1 (set by .ci/run). And the base image the images start from."""
+tests/test_python_sandbox.py, tests/test_serve_python.py): the one that answers, else dockerd started here (as
+root, with docker.io installed) and stopped at the end of the session; else the test is skipped with the
+reason, or fails under GSQA_REQUIRE_TOOLS=1 (set by .ci/run). And the base image the images start from, and
+waits on sandbox containers."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -57,8 +58,6 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
         daemon.wait(60)
 
 
-
-
 def base_image() -> str:
     """The base image, pulled or built with debootstrap as `make db` does when it is missing."""
     if subprocess.run(["docker", "image", "inspect", BASE_IMAGE], capture_output=True).returncode != 0:
@@ -66,3 +65,18 @@ def base_image() -> str:
                               timeout=900)
         assert made.returncode == 0, made.stderr
     return BASE_IMAGE
+
+
+def a_call_runs_in(container: str) -> bool:
+    """Whether a sandbox container runs a call now (its runner, reproduce/serve/python_sandbox.py's, is there)."""
+    return "run_call.py" in subprocess.run(["docker", "top", container], capture_output=True, text=True,
+                                           timeout=60).stdout
+
+
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    """Until `condition()` holds; AssertionError naming `what` after two minutes."""
+    for _ in range(600):
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not within two minutes")

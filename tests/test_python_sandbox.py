@@ -4,14 +4,16 @@ container is as it was for the next call; nothing outlives the episode or a kill
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from docker_helpers import base_image
+from docker_helpers import a_call_runs_in, base_image, wait_until
 
 from reproduce import configs, dataset
 from reproduce.serve import python_sandbox
@@ -60,6 +62,19 @@ def test_a_call_runs_the_code_over_the_export(sandbox: PythonSandbox) -> None:
     run = sandbox.run("import sys\nprint(open('/data/layer.txt').read().strip())\nprint('note', file=sys.stderr)", 10)
     assert (run.outcome, run.exit, run.stdout, run.stderr) == ("ok", 0, "the export\n", "note\n")
     assert run.peak_kb > 0
+
+
+def test_peak_memory_is_the_calls_own_not_the_preloaded_libraries(image: str, export: Path) -> None:
+    sandbox = PythonSandbox(export, LIMITS)
+    try:
+        assert sandbox.run("import geopandas, rasterio", 30).outcome == "ok"  # then init preloads them
+        small = sandbox.run("print(1)", 30)
+        large = sandbox.run("x = bytearray(200 << 20)\nx[::4096] = b'1' * len(x[::4096])", 30)
+    finally:
+        sandbox.close()
+    assert (small.outcome, large.outcome) == ("ok", "ok")
+    assert small.peak_kb < 16 << 10  # the libraries init holds take several times that
+    assert 200 << 10 <= large.peak_kb < 216 << 10
 
 
 def test_the_scratch_folder_lives_as_long_as_the_episode(sandbox: PythonSandbox) -> None:
@@ -139,6 +154,10 @@ AGAINST_THE_SANDBOX = {
         "import socket, time\nfor _ in range(2):\n    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n"
         "    s.connect('\\0gsqa-sandbox-calls')\ns.send(b'x' * 60)\nheld = socket.socket(socket.AF_UNIX, "
         "socket.SOCK_SEQPACKET)\nheld.connect('\\0gsqa-sandbox-calls')\ntime.sleep(3)\nprint('sent')", "ok"),
+    "a request to init as a runner makes it, dropped unanswered": (
+        "import array, os, socket\nr, w = os.pipe()\ns = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n"
+        "s.connect('\\0gsqa-sandbox-calls')\ns.sendmsg([b'run'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, "
+        "array.array('i', [w, w]))])\nassert s.recv(64) == b''\nprint('sent')", "ok"),
 }
 
 
@@ -150,6 +169,82 @@ def test_code_that_turns_on_the_sandbox_leaves_it_as_it_was(sandbox: PythonSandb
     assert (run.outcome, run.stdout) == (outcome, "sent\n"), run
     assert sandbox.run("print(open('/tmp/work/mark').read())", 10).stdout == "kept\n"  # the same container
     still_works(sandbox)
+
+
+# The episode's first call leaves a process that holds its runner still (SIGSTOP) until init, its call
+# ended, is preloading the libraries, queues requests to init then, and lets the runner go on; were one
+# served after the preload (the runner's clean-up over), its process would run the script of the call before
+# with a file as stdout, outlive the call and, as soon as the next runner shows, open that runner's stdout
+# through /proc before it is made non-dumpable and fill it to the host's bound with a forged result line.
+# The next call then tries the same on its own runner and lists what is left of the first.
+OUTLIVE_AND_FORGE = r"""
+import array, json, os, signal, socket, stat, time
+
+def runners():
+    for pid in os.listdir('/proc'):
+        try:
+            if pid.isdigit() and 'run_call' in open(f'/proc/{pid}/cmdline').read():
+                yield int(pid)
+        except OSError:
+            pass
+
+def forge(pid):  # the runner's stdout, opened through /proc, filled up to the host's bound: a forged last line
+    line = json.dumps({'exit': 0, 'signal': None, 'timed_out': False, 'seconds': 0.0, 'peak_kb': 1,
+                       **{s: {'head': 'forged', 'tail': '', 'bytes': 6, 'cut': 0} for s in ('stdout', 'stderr')}})
+    with open(f'/proc/{pid}/fd/1', 'w') as out:
+        out.write('x' * ((1 << 20) - len(line) - 2) + '\n' + line + '\n')
+
+if stat.S_ISREG(os.fstat(1).st_mode):  # forked by init from the queued request: outlive the call, forge the next
+    tried = set()
+    while True:  # each new runner, as soon as it shows
+        for pid in set(runners()) - tried:
+            tried.add(pid)
+            try:
+                forge(pid)
+                print('forged', flush=True)
+            except OSError as error:
+                print('not forged:', type(error).__name__, flush=True)
+elif not os.path.exists('/tmp/work/queued'):  # the episode's first call: requests to init until killed
+    open('/tmp/work/queued', 'w').close()
+    out = os.open('/tmp/work/survivor.out', os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    parent, runner = os.getpid(), next(runners())
+    if os.fork() == 0:  # the runner held still while this call's process ends and init preloads; then requests
+        os.kill(runner, signal.SIGSTOP)
+        while os.getppid() == parent:
+            pass
+        time.sleep(0.3)
+        for _ in range(8):
+            init = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            init.connect('\0gsqa-sandbox-calls')
+            init.sendmsg([b'run'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', [out, out]))])
+            init.close()
+        os.kill(runner, signal.SIGCONT)
+        time.sleep(60)
+    print('queued')
+else:  # the next call: its own runner's fds, and what is left of the last call
+    try:
+        forge(next(runners()))
+        print('forged')
+    except OSError as error:
+        print('forging the runner:', type(error).__name__)
+    mine = {1, os.getpid(), *runners()}
+    print('others:', sorted(int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) not in mine))
+    print('survivor wrote:', repr(open('/tmp/work/survivor.out').read()))
+"""
+
+
+def test_code_that_queues_requests_to_init_while_it_preloads_leaves_nothing_and_forges_nothing(
+        image: str, export: Path) -> None:
+    sandbox = PythonSandbox(export, LIMITS)
+    try:
+        first = sandbox.run(OUTLIVE_AND_FORGE, 10)
+        assert (first.outcome, first.stdout) == ("ok", "queued\n"), first
+        time.sleep(5)  # the model thinks: init's preload is over before the next call starts
+        second = sandbox.run(OUTLIVE_AND_FORGE, 10)
+        assert (second.outcome, second.stdout, second.container_killed) == (
+            "ok", "forging the runner: PermissionError\nothers: []\nsurvivor wrote: ''\n", False), second
+    finally:
+        sandbox.close()
 
 
 def test_code_that_kills_its_runner_loses_the_container_and_the_next_call_gets_another(
@@ -241,3 +336,56 @@ def test_an_export_path_with_commas_and_quotes_is_mounted(image: str, tmp_path: 
         still_works(sandbox)
     finally:
         sandbox.close()
+
+
+def container_of(containers: python_sandbox.Containers, question: str) -> str:
+    """The id of the question's container, as its code sees it (the host name), after a first call."""
+    return containers.run(question, "import socket\nprint(socket.gethostname())", 10).stdout.strip()
+
+
+def gone(container: str) -> bool:
+    """Whether the engine has no such container, running or not."""
+    return not subprocess.run(["docker", "ps", "--all", "--quiet", "--filter", f"id={container}"],
+                              capture_output=True, text=True, timeout=60).stdout.strip()
+
+
+def test_a_container_goes_when_its_episodes_time_is_up_though_no_call_comes(image: str, export: Path) -> None:
+    containers = python_sandbox.Containers(export, LIMITS, lifetime=2.0)
+    try:
+        first, second = container_of(containers, "q1"), container_of(containers, "q2")
+        wait_until(lambda: gone(first) and gone(second), "both containers removed")
+    finally:
+        containers.close()
+
+
+def test_a_new_episode_past_the_cap_is_refused_in_one_line_until_one_ends(image: str, export: Path) -> None:
+    containers = python_sandbox.Containers(export, LIMITS, cap=1)
+    try:
+        first = container_of(containers, "q1")
+        with pytest.raises(python_sandbox.SandboxUnavailable, match=r"^refused: 1 episodes' containers run already "
+                           r"\(the server's cap\); call again when one of their episodes has ended$"):
+            containers.run("q2", "print(1)", 10)
+        assert containers.run("q1", "print(1)", 10).stdout == "1\n"  # an episode that has one goes on
+        containers.end("q1")
+        assert gone(first)  # end() returns once it is removed
+        assert containers.run("q2", "print(2)", 10).stdout == "2\n"
+    finally:
+        containers.close()
+
+
+def test_abort_removes_the_containers_under_the_calls_running_and_starts_no_more(image: str, export: Path) -> None:
+    containers = python_sandbox.Containers(export, LIMITS)
+    try:
+        idle, busy = container_of(containers, "q1"), container_of(containers, "q2")
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            sleeping = pool.submit(containers.run, "q2", "import time\ntime.sleep(60)", 120)
+            wait_until(lambda: a_call_runs_in(busy), "the call runs")
+            python_sandbox.abort_all()
+            assert sleeping.result(timeout=60).outcome == "lost"
+        assert gone(idle) and gone(busy)
+        with pytest.raises(python_sandbox.SandboxUnavailable, match=r"^refused: the episode's container was "
+                                                                    r"removed \(its time is up, or the server is "
+                                                                    r"stopping\)$"):
+            containers.run("q3", "print(1)", 10)
+    finally:
+        containers.close()

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
+import os
+import socket
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
+from docker_helpers import a_call_runs_in, wait_until
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from test_python_sandbox import image  # noqa: F401 - the fixture: the sandbox image, built where missing
@@ -46,20 +51,22 @@ def paper_verdicts(demo: tuple[str, Path], path: Path, folder: Path) -> dict[str
     return {result["id"]: result["paper"] for result in json.loads((folder / "scores.json").read_text())["results"]}
 
 
-def running_containers() -> set[str]:
+def owned_by(pid: int) -> list[str]:
+    """The containers the serve process `pid` started (python_sandbox.owner_label), running or not."""
     listed = subprocess.run(["docker", "ps", "--all", "--filter", f"label={python_sandbox.LABEL}", "--format",
-                             "{{.Names}}"], capture_output=True, text=True, timeout=60)
-    return set(listed.stdout.split())
+                             f'{{{{.Names}}}}\t{{{{.Label "{python_sandbox.LABEL}"}}}}'], capture_output=True,
+                            text=True, timeout=60)
+    return [name for name, _, owner in (line.partition("\t") for line in listed.stdout.splitlines())
+            if owner.split(":")[:2] == [socket.gethostname(), str(pid)]]
 
 
-@pytest.fixture
-def others() -> set[str]:
-    """The serve containers there before the test (of other servers on this machine): not the test's."""
-    return running_containers()
+def served_by(path: Path) -> int:
+    """The pid of the serve that wrote the trajectory (its run line)."""
+    return json.loads(path.read_text().splitlines()[0])["pid"]
 
 
 def test_a_code_agent_scores_every_demo_question_through_the_callables(
-        demo, demo_export: Path, records, image: str, tmp_path: Path, others: set[str]) -> None:  # noqa: F811
+        demo, demo_export: Path, records, image: str, tmp_path: Path) -> None:  # noqa: F811
     path = tmp_path / "run.jsonl"
 
     def episode(tools, question: str) -> None:
@@ -71,7 +78,7 @@ def test_a_code_agent_scores_every_demo_question_through_the_callables(
     with open_tools(request(demo, demo_export, path, model="code-agent", method="scripted")) as tools:
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda question: episode(tools, question), tools.question_ids()))
-        assert tools.question_ids() == [] and running_containers() - others == set()  # each went with its episode
+        assert tools.question_ids() == [] and owned_by(os.getpid()) == []  # each went with its episode
     assert paper_verdicts(demo, path, tmp_path) == dict.fromkeys(records, "pass")
     calls = [line for line in map(json.loads, path.read_text().splitlines()) if line.get("tool") == "run_python"]
     assert len(calls) == len(records)
@@ -82,7 +89,7 @@ def test_a_code_agent_scores_every_demo_question_through_the_callables(
 
 
 def test_a_code_agent_over_http_and_over_stdio(demo, demo_export: Path, records, image: str,  # noqa: F811
-                                               tmp_path: Path, others: set[str]) -> None:
+                                               tmp_path: Path) -> None:
     args = ["serve", "--config", "all", "--template", "R1", "--template", "V5", "--data", str(demo[1]), "--dsn",
             demo[0], "--tools", "python", "--export", str(demo_export)]
 
@@ -120,11 +127,11 @@ def test_a_code_agent_over_http_and_over_stdio(demo, demo_export: Path, records,
     asyncio.run(over_stdio())
     stdio = paper_verdicts(demo, tmp_path / "stdio.jsonl", tmp_path)
     assert {question for question, verdict in stdio.items() if verdict == "pass"} == {f"{R1}/0", "vector/knn+name/0"}
-    assert running_containers() - others == set()
+    assert owned_by(served_by(tmp_path / "http.jsonl")) == owned_by(served_by(tmp_path / "stdio.jsonl")) == []
 
 
 def test_run_python_is_charged_like_any_call_and_its_failures_say_why(
-        demo, demo_export: Path, image: str, tmp_path: Path, others: set[str]) -> None:  # noqa: F811
+        demo, demo_export: Path, image: str, tmp_path: Path) -> None:  # noqa: F811
     path = tmp_path / "run.jsonl"
     with open_tools(request(demo, demo_export, path, max_calls=4, timeout=2, tools="sql,python")) as tools:
         question = f"{R1}/0"
@@ -140,7 +147,7 @@ def test_run_python_is_charged_like_any_call_and_its_failures_say_why(
         assert rows == [{"one": 1}]
         with pytest.raises(ToolRefused, match=r"the episode's budget is spent \(all 4 calls used\)"):
             tools.run_python(question, "print(1)")
-    assert running_containers() - others == set()
+    assert owned_by(os.getpid()) == []
     calls = [json.loads(line) for line in path.read_text().splitlines()]
     assert [(line.get("tool"), line.get("outcome")) for line in calls if line["type"] == "call"] == [
         ("run_python", "timeout"), ("run_python", "error"), ("run_python", "refused"), ("query", "rows"),
@@ -175,3 +182,54 @@ def test_without_the_image_python_is_refused_in_one_line(demo, demo_export: Path
     with pytest.raises(Exception, match=r"^--tools python: the image gsqa-refdb-sandbox-not-built is missing: run "
                                         r"`make sandbox-image`$"):
         open_tools(request(demo, demo_export, None))
+
+
+def wait_for_a_running_call(pid: int) -> None:
+    wait_until(lambda: any(a_call_runs_in(name) for name in owned_by(pid)), f"a call of serve {pid} runs")
+
+
+SLEEP = "import time\ntime.sleep(60)"
+
+
+def test_sigterm_to_a_stdio_serve_with_a_call_running_removes_its_container_and_ends_it(
+        demo, demo_export: Path, image: str, tmp_path: Path) -> None:  # noqa: F811
+    serve = subprocess.Popen([str(BIN / "reproduce"), "serve", "--config", "raster_only", "--data", str(demo[1]),
+                              "--dsn", demo[0], "--tools", "python", "--export", str(demo_export), "--trajectory",
+                              str(tmp_path / "run.jsonl")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=open(tmp_path / "serve.log", "w"), text=True)
+    try:
+        for message in ({"id": 1, "method": "initialize", "params": {
+                            "protocolVersion": "2025-06-18", "capabilities": {},
+                            "clientInfo": {"name": "test", "version": "1"}}},
+                        {"method": "notifications/initialized"},
+                        {"id": 2, "method": "tools/call", "params": {"name": "run_python", "arguments": {
+                            "question_id": f"{R1}/0", "code": SLEEP}}}):
+            serve.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+            serve.stdin.flush()
+        wait_for_a_running_call(serve.pid)
+        serve.terminate()
+        assert serve.wait(timeout=30) == 0, (tmp_path / "serve.log").read_text()
+    finally:
+        serve.kill()
+    assert owned_by(serve.pid) == []
+
+
+def test_sigterm_to_an_http_serve_with_a_call_running_removes_its_container_and_ends_it(
+        demo, demo_export: Path, image: str, tmp_path: Path) -> None:  # noqa: F811
+    args = ["serve", "--config", "raster_only", "--data", str(demo[1]), "--dsn", demo[0], "--tools", "python",
+            "--export", str(demo_export), "--trajectory", str(tmp_path / "run.jsonl")]
+
+    async def call(url: str) -> None:
+        async with Client(url) as client:
+            await client.call_tool("run_python", {"question_id": f"{R1}/0", "code": SLEEP})
+
+    def caller(url: str) -> None:
+        with contextlib.suppress(Exception):  # the server goes while the call runs: that is the test
+            asyncio.run(call(url))
+
+    with http_server(args, tmp_path / "serve.log") as server:
+        threading.Thread(target=caller, args=(server.url,), daemon=True).start()
+        wait_for_a_running_call(server.process.pid)
+        server.process.terminate()
+        assert server.process.wait(timeout=30) == 0, server.log.read_text()
+    assert owned_by(server.process.pid) == []

@@ -5,21 +5,30 @@ its output pipes; this process forks, and the child runs /tmp/.call.py as `__mai
 in /tmp/work, with those pipes as stdout and stderr. The child is a new process each call, forked from one
 that has already imported the libraries the agents use (PRELOADED, after the episode's first call, while the
 model thinks), so a call does not pay their import. When a call's process ends, its exit status and peak
-memory go back over the connection.
+memory (its own: above what it had at the fork, which counts what this process had imported) go back over
+the connection.
+
+Only a runner is served: the process that connected must have been started by `docker exec` (its parent is
+outside the container: PPid 0), never the agent's code or anything it started (their parents lead back to
+this process), and it must answer this process's nonce with its request. So a request the code queued while
+this process was busy (the preload) is never served: its sender is gone (a pid reused since by the next
+runner does not know the nonce), and no process of a call outlives the runner's clean-up.
 
 PID 1 survives a call's kill(-1) and ignores the signals it has no handler for (the agent's code cannot
 SIGTERM it); it is not dumpable, so the code (the same user) cannot open its /proc/1/ entries or its socket's
-peer. A connection that does not send its request at once is dropped: nothing the code sends can block it.
+peer. A connection whose request does not come at once is dropped: nothing the code sends can block it.
 """
 
 import array
 import ctypes
 import json
 import os
+import resource
 import runpy
 import select
 import signal
 import socket
+import struct
 import sys
 import traceback
 
@@ -29,8 +38,11 @@ PRELOADED = ("numpy", "pandas", "pyarrow.parquet", "shapely", "pyproj", "geopand
 libc = ctypes.CDLL(None)
 
 
-def run_the_call(output: int, errors: int) -> None:
-    """In the forked child: the script as a fresh `python /tmp/.call.py` would run it; never returns."""
+def run_the_call(output: int, errors: int, baseline: int) -> None:
+    """In the forked child: the script as a fresh `python /tmp/.call.py` would run it; never returns. First
+    its peak resident size as forked goes to `baseline`, closed before the code runs."""
+    os.write(baseline, str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss).encode())
+    os.close(baseline)
     os.setsid()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -92,7 +104,8 @@ class CallServer:
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.server.bind(ADDRESS)
         self.server.listen(16)
-        self.waiting: dict[int, socket.socket] = {}  # a call's pid -> the connection its status goes back on
+        # a call's pid -> the connection its status goes back on, and the pipe its peak as forked comes on
+        self.waiting: dict[int, tuple[socket.socket, int]] = {}
         self.calls = 0
 
     def serve(self) -> None:
@@ -108,23 +121,24 @@ class CallServer:
 
     def start_call(self) -> None:
         connection, _ = self.server.accept()
-        fds = _passed_fds(connection)
+        fds = _request(connection, ask=_started_by_docker_exec(connection))
         if len(fds) != 2:
             for fd in fds:
                 os.close(fd)
             connection.close()
             return
+        baseline_read, baseline_write = os.pipe()
         pid = os.fork()
         if pid == 0:
             self.server.close()
             connection.close()
-            for fd in self.inherited:
+            for fd in (*self.inherited, baseline_read):
                 os.close(fd)
-            run_the_call(*fds)
-        for fd in fds:
+            run_the_call(*fds, baseline_write)
+        for fd in (*fds, baseline_write):
             os.close(fd)
         _send(connection, {"pid": pid})
-        self.waiting[pid] = connection
+        self.waiting[pid] = (connection, baseline_read)
         self.calls += 1
 
     def reap(self) -> None:
@@ -135,22 +149,46 @@ class CallServer:
                 return
             if pid == 0:
                 return
-            if (connection := self.waiting.pop(pid, None)) is not None:
-                _send(connection, {"status": os.waitstatus_to_exitcode(status), "peak_kb": usage.ru_maxrss})
+            if (waiting := self.waiting.pop(pid, None)) is not None:
+                connection, baseline = waiting
+                forked_kb = int(os.read(baseline, 32) or 0)  # nothing if it was killed before it wrote
+                os.close(baseline)
+                _send(connection, {"status": os.waitstatus_to_exitcode(status),
+                                   "peak_kb": max(0, usage.ru_maxrss - forked_kb)})
                 connection.close()
 
 
-def _passed_fds(connection: socket.socket) -> list[int]:
-    """The file descriptors a request carries; none if it does not come within a second."""
-    connection.settimeout(1.0)
-    fds = array.array("i")
+def _started_by_docker_exec(connection: socket.socket) -> bool:
+    """Whether the process that connected (as the kernel saw it at connect) has its parent outside the
+    container, as `docker exec` starts a runner; the agent's code and whatever it starts have theirs inside."""
+    pid, _, _ = struct.unpack("3i", connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                          struct.calcsize("3i")))
     try:
-        _, ancillary, _, _ = connection.recvmsg(64, socket.CMSG_LEN(2 * fds.itemsize))
+        with open(f"/proc/{pid}/status") as status:
+            return next(line for line in status if line.startswith("PPid:")).split() == ["PPid:", "0"]
+    except (OSError, StopIteration):  # gone (or outside this pid namespace: pid 0)
+        return False
+
+
+def _request(connection: socket.socket, ask: bool) -> list[int]:
+    """The file descriptors of a runner's request (`ask`), which answers a fresh nonce; none if the payload
+    is not the nonce (a request sent before it was asked: by a process gone since, whose pid a runner may
+    have now), if it does not come within a second, or if the peer is no runner (read, then dropped)."""
+    connection.settimeout(1.0)
+    nonce, fds = os.urandom(16) if ask else None, array.array("i")
+    try:
+        if nonce:
+            connection.send(nonce)
+        payload, ancillary, _, _ = connection.recvmsg(64, socket.CMSG_LEN(2 * fds.itemsize))
     except OSError:
         return []
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+    if payload != nonce:
+        for fd in fds:
+            os.close(fd)
+        return []
     return list(fds)
 
 

@@ -5,8 +5,10 @@ count of bytes cut); at the timeout its process group is killed; afterwards ever
 behind is killed too (kill(-1) spares only this process and init). One JSON line on stdout says what
 happened.
 
-This process makes itself non-dumpable first, so that the agent's code (the same user) cannot open its
-/proc/PID/fd and write a forged result line; the host bounds what it reads in any case."""
+This process makes itself non-dumpable first, so that the agent's code (the same user) cannot
+open its /proc/PID/fd and write a forged result line; no process of the code is alive before that (init
+serves no request but a runner's, and the runner before this one left none), and the host bounds what it
+reads in any case. init asks for the request with a nonce, which the request carries back."""
 
 import array
 import ctypes
@@ -94,7 +96,8 @@ def main() -> None:
     pipes = [os.pipe() for _ in streams]
     started = time.monotonic()
     init = connected()
-    init.sendmsg([b"run"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [w for _, w in pipes]))])
+    nonce = init.recv(64)
+    init.sendmsg([nonce], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [w for _, w in pipes]))])
     for _, write_end in pipes:
         os.close(write_end)
     readers = [threading.Thread(target=kept.drain, args=(read_end,), daemon=True)

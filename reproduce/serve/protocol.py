@@ -18,7 +18,8 @@ import json
 import os
 import signal
 import socket
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 try:
@@ -30,6 +31,7 @@ except ModuleNotFoundError as missing:
                               name=missing.name) from None
 
 from gsqa_core.errors import GsqaError
+from reproduce.serve import python_sandbox
 from reproduce.serve.callers import caller_of
 from reproduce.serve.calls import CALLER, ToolRefused
 from reproduce.serve.prompts import agent_instructions
@@ -103,11 +105,13 @@ def refuse_taken_address(host: str, port: int) -> None:
 
 def serve(tools: Tools, transport: str, host: str, port: int) -> None:
     """Serve until the client ends stdio, or until Ctrl-C or SIGTERM: the usual ways to stop a server, not
-    failures (the HTTP server finishes the calls under way first, then re-raises the signal it caught, which
-    ends here)."""
+    failures. Either signal first removes the sandbox containers, so that the calls running in them end at
+    once; then the HTTP server finishes the calls under way, and re-raises the signal it caught, which ends
+    here; over stdio the tools are closed and the process ends (the SDK's read of stdin, under way in a
+    thread, cannot be cancelled: it would hold the process until the client wrote again)."""
     server = mcp_server(tools, transport=transport)
     signal.signal(signal.SIGTERM, _as_interrupt)
-    with contextlib.suppress(KeyboardInterrupt):
+    with _stopped_by_signals(tools if transport == "stdio" else None), contextlib.suppress(KeyboardInterrupt):
         if transport == "stdio":
             server.run("stdio")
         else:
@@ -116,3 +120,35 @@ def serve(tools: Tools, transport: str, host: str, port: int) -> None:
 
 def _as_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
+
+
+STOPPING_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
+@contextlib.contextmanager
+def _stopped_by_signals(ends: Tools | None) -> Iterator[None]:
+    """A thread that hears SIGINT and SIGTERM whichever handler runs for them (uvicorn installs its own) and
+    in whichever thread the kernel delivers them (the wakeup fd: a handler runs only in the main thread, and
+    only when it next runs Python): it removes the sandbox containers at once, and closes `ends` and ends the
+    process if given."""
+    heard, told = socket.socketpair()
+    told.setblocking(False)
+    before = signal.set_wakeup_fd(told.fileno(), warn_on_full_buffer=False)
+
+    def listen() -> None:
+        while received := heard.recv(64):
+            if STOPPING_SIGNALS & set(received):
+                python_sandbox.abort_all()
+                if ends is not None:
+                    ends.close()
+                    os._exit(0)
+
+    listener = threading.Thread(target=listen, name="stopping-signals", daemon=True)
+    listener.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(before)
+        told.close()
+        listener.join()
+        heard.close()

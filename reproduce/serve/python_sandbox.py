@@ -1,8 +1,12 @@
 """The container a code agent's Python runs in (`reproduce serve --tools python`; docs/SANDBOX.md "Code agents").
 
 One container per episode, from `make sandbox-image`'s image, started at the episode's first call and removed
-when it ends: no network, a read-only root, every capability dropped, no-new-privileges, a non-root user,
-CPU, memory (no swap), process and scratch limits, the export mounted read-only at /data, no logs kept by the
+when it ends, when its episode's time is surely up (`lifetime` after it started, whether or not a call comes),
+or at once, under the calls running, when the server is told to stop (`abort_all`, from the signal's
+thread); at most MAX_CONTAINERS run at once, and a new episode's first call past them is refused in one line
+(waiting would spend its episode's time and hold the call's connection). No network, a read-only root, every
+capability dropped, no-new-privileges, a non-root user, CPU, memory (no swap), process and scratch limits,
+the export mounted read-only at /data, no logs kept by the
 engine, never the Docker socket. Each call runs the code in a new process through the image's
 /opt/sandbox/run_call.py (`docker exec`), which bounds its output and kills what it leaves behind; the process
 is forked by the container's init (docker/sandbox/init.py), which has imported the libraries agents use after
@@ -27,6 +31,7 @@ import subprocess
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +43,7 @@ GRACE_SECONDS = 10.0  # past a call's timeout, before the container itself is ki
 START_TIMEOUT = 60.0
 REPLY_BYTES = 1 << 20  # run_call.py's JSON line: the kept output plus a few hundred bytes
 MAX_CODE_CHARACTERS = 100_000  # of a call's code; past it the call is refused and the code not kept
+MAX_CONTAINERS = 8  # running at once in one server: each may take Limits' CPU and memory
 
 
 @dataclass(frozen=True)
@@ -60,7 +66,7 @@ class PythonRun:
     signal: str | None
     timed_out: bool
     seconds: float
-    peak_kb: int
+    peak_kb: int  # the call's process's own: above its size when init forked it (init's libraries not counted)
     stdout: str
     stderr: str
     stdout_bytes: int
@@ -81,7 +87,11 @@ class PythonRun:
 
 
 class SandboxUnavailable(Exception):
-    """No engine, no image, or a container that would not start: one line saying what to do."""
+    """No engine, no image, a container that would not start, or none to be started now: one line saying
+    what to do."""
+
+
+ENDED = "refused: the episode's container was removed (its time is up, or the server is stopping)"
 
 
 def unavailable() -> str | None:
@@ -131,6 +141,7 @@ class PythonSandbox:
         self.export, self.limits = export, limits
         self.name = name or f"gsqa-python-{uuid.uuid4().hex[:12]}"
         self.started = False
+        self.ended = threading.Event()  # set: no call starts the container again (Containers.abort)
         self._lock = threading.Lock()  # one call at a time per container
 
     def run(self, code: str, timeout: float | Callable[[], float]) -> PythonRun:
@@ -153,12 +164,15 @@ class PythonSandbox:
             return dataclasses.replace(run, timeout=timeout)
 
     def close(self) -> None:
-        """Remove the container (and its scratch folder); nothing happens if it never started."""
+        """Remove the container (and its scratch folder) once the call under way, if any, has ended; nothing
+        happens if it never started."""
         with self._lock:
             if self.started:
                 self._kill()
 
     def _start(self) -> None:
+        if self.ended.is_set():
+            raise SandboxUnavailable(ENDED)
         argv = ["docker", "run", "--detach", "--name", self.name, "--label", f"{LABEL}={owner_label()}",
                 *docker_run_options(self.limits, self.export), IMAGE]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=START_TIMEOUT)
@@ -166,6 +180,9 @@ class PythonSandbox:
             subprocess.run(["docker", "rm", "--force", self.name], capture_output=True, timeout=START_TIMEOUT)
             raise SandboxUnavailable(f"the sandbox container did not start: {_first_line(done.stderr)}")
         self.started = True
+        if self.ended.is_set():  # aborted while it started, before there was a container to remove
+            self._kill()
+            raise SandboxUnavailable(ENDED)
 
     def _kill(self) -> None:
         subprocess.run(["docker", "rm", "--force", self.name], capture_output=True, timeout=START_TIMEOUT)
@@ -174,30 +191,87 @@ class PythonSandbox:
 
 class Containers:
     """The episodes' containers: one per question, started at its first call, removed when its episode ends
-    (`end`) or the server stops (`close`). The containers a killed server left are removed first."""
+    (`end`), `lifetime` seconds after it started (a timer: by then its episode's time is up, counted from a
+    call no later than the container's first), or when the server stops (`close`, after the calls under way;
+    `abort`, under them). At most `cap` at once. The containers a killed server left are removed first."""
 
-    def __init__(self, export: Path, limits: Limits = Limits()) -> None:
-        self.export, self.limits = export, limits
-        self._lock = threading.Lock()
+    def __init__(self, export: Path, limits: Limits = Limits(), lifetime: float | None = None,
+                 cap: int = MAX_CONTAINERS) -> None:
+        self.export, self.limits, self.lifetime, self.cap = export, limits, lifetime, cap
+        self._lock = threading.Condition()  # notified when a container is added or the whole closes
         self._running: dict[str, PythonSandbox] = {}
+        self._expires: dict[str, float] = {}  # question -> time.monotonic() its container is removed at
+        self._stopping = False
         reap_orphans()
+        _OPEN.add(self)
+        if lifetime is not None:
+            threading.Thread(target=self._remove_expired, name="sandbox-lifetimes", daemon=True).start()
 
     def run(self, question: str, code: str, timeout: float | Callable[[], float]) -> PythonRun:
         with self._lock:
-            sandbox = self._running.setdefault(question, PythonSandbox(self.export, self.limits))
+            if self._stopping:
+                raise SandboxUnavailable(ENDED)
+            sandbox = self._running.get(question)
+            if sandbox is None:
+                if len(self._running) >= self.cap:
+                    raise SandboxUnavailable(f"refused: {self.cap} episodes' containers run already (the server's "
+                                             "cap); call again when one of their episodes has ended")
+                sandbox = self._running[question] = PythonSandbox(self.export, self.limits)
+                if self.lifetime is not None:
+                    self._expires[question] = time.monotonic() + self.lifetime
+                    self._lock.notify_all()
         return sandbox.run(code, timeout)
 
     def end(self, question: str) -> None:
         with self._lock:
             sandbox = self._running.pop(question, None)
+            self._expires.pop(question, None)
         if sandbox is not None:
             sandbox.close()
 
     def close(self) -> None:
         with self._lock:
-            running, self._running = list(self._running.values()), {}
+            running, self._running, self._expires = list(self._running.values()), {}, {}
+            self._stopping = True
+            self._lock.notify_all()
         for sandbox in running:
             sandbox.close()
+
+    def abort(self) -> None:
+        """Remove every container now, the calls running included (each ends lost); start none after."""
+        with self._lock:
+            self._stopping = True
+            running = list(self._running.values())
+            self._lock.notify_all()
+        for sandbox in running:
+            sandbox.ended.set()
+        if running:
+            subprocess.run(["docker", "rm", "--force", *(sandbox.name for sandbox in running)],
+                           capture_output=True, timeout=120)
+
+    def _remove_expired(self) -> None:
+        """The timer: each container removed at its expiry (after the call under way, which its episode's
+        timeout ends), until the whole closes."""
+        while True:
+            with self._lock:
+                if self._stopping:
+                    return
+                now = time.monotonic()
+                expired = [question for question, at in self._expires.items() if at <= now]
+                if not expired:
+                    self._lock.wait(min(self._expires.values()) - now if self._expires else None)
+                    continue
+            for question in expired:
+                self.end(question)
+
+
+_OPEN: weakref.WeakSet[Containers] = weakref.WeakSet()  # for abort_all: a signal's thread has no Tools at hand
+
+
+def abort_all() -> None:
+    """Remove every container this process runs, now (Containers.abort): what a stopping server does first."""
+    for containers in list(_OPEN):
+        containers.abort()
 
 
 def owner_label() -> str:

@@ -104,7 +104,8 @@ class Tools:
         self._writer = trajectory.Writer(request.trajectory) if request.trajectory else None
         self._describe = functools.partial(describe.describe, prepared.target.admin, prepared.logins[MODEL])
         self._describing, self._schema = threading.Lock(), None
-        self._containers = python_sandbox.Containers(request.export) if "python" in request.served else None
+        self._containers = (python_sandbox.Containers(request.export, lifetime=request.max_seconds)
+                            if "python" in request.served else None)
 
     def __enter__(self) -> Tools:
         return self
