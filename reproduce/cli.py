@@ -495,8 +495,6 @@ def serve(
     address that cannot be listened at, unreachable database, failed preflight).
     """
     request = _request(ServeRequest, locals())
-    from reproduce.serve.tools import open_tools
-
     if transport not in ("stdio", "http"):
         raise typer.BadParameter(f"{transport!r} is not one of stdio, http", param_hint="--transport")
     with reported_as_exit_code():
@@ -505,18 +503,8 @@ def serve(
         except ModuleNotFoundError as missing:
             raise GsqaError(str(missing)) from None
         files.check_writable([trajectory])
-        if transport == "http":
-            protocol.refuse_taken_address(host, port)
-        tools = open_tools(request)
+        tools = protocol.start(request, transport, host, port, kept_by)
     with tools:
-        where = "stdio" if transport == "stdio" else f"http://{host}:{port}/mcp"
-        open_ids = len(tools.question_ids())
-        if trajectory is None and kept_by is None:
-            print("warning: no --trajectory: the calls are not kept, so this run cannot be scored or continued",
-                  file=sys.stderr)
-        kept = f", calls kept in {trajectory}" if trajectory else f", calls kept by {kept_by}" if kept_by else ""
-        print(f"reproduce serve: {open_ids:,} of {len(tools.records):,} questions open, on {where}{kept}",
-              file=sys.stderr, flush=True)
         protocol.serve(tools, transport, host, port)
 
 

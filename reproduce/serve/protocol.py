@@ -18,6 +18,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -36,7 +37,7 @@ from reproduce.serve.callers import caller_of
 from reproduce.serve.calls import CALLER, ToolRefused
 from reproduce.serve.prompts import agent_instructions
 from reproduce.serve.replies import reply_text
-from reproduce.serve.tools import Tools
+from reproduce.serve.tools import ServeRequest, Tools, open_tools
 
 READS = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 # run_python reads the data and writes only in its own scratch folder; its output may differ between calls.
@@ -101,6 +102,23 @@ def refuse_taken_address(host: str, port: int) -> None:
     except OSError as error:
         raise GsqaError(f"--host {host} --port {port}: cannot listen there ({os.strerror(error.errno)}); give another "
                         "--port") from None
+
+
+def start(request: ServeRequest, transport: str, host: str, port: int, kept_by: str | None) -> Tools:
+    """The tools of `reproduce serve`, opened (GsqaError when nothing can start), and its start lines on stderr:
+    a warning when nothing keeps the calls, then what is served where."""
+    if transport == "http":
+        refuse_taken_address(host, port)
+    tools = open_tools(request)
+    if request.trajectory is None and kept_by is None:
+        print("warning: no --trajectory: the calls are not kept, so this run cannot be scored or continued",
+              file=sys.stderr)
+    kept = (f", calls kept in {request.trajectory}" if request.trajectory else
+            f", calls kept by {kept_by}" if kept_by else "")
+    where = "stdio" if transport == "stdio" else f"http://{host}:{port}/mcp"
+    print(f"reproduce serve: {len(tools.question_ids()):,} of {len(tools.records):,} questions open, on "
+          f"{where}{kept}", file=sys.stderr, flush=True)
+    return tools
 
 
 def serve(tools: Tools, transport: str, host: str, port: int) -> None:
