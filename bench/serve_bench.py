@@ -307,7 +307,7 @@ def print_overhead(found: Overhead, runs: int) -> None:
     counts = ", ".join(f"{len(work)} of {name}" for name, work in found.workloads.items())
     print(f"\n1. query overhead: calls per path and run: {counts}; {runs} run(s); ms/call: median of the runs' means "
           "[min-max]; wall and CPU: median per run; peak RSS: largest")
-    print(f"{'path':<21} {'workload':<9} {'ms/call':>20} {'p95 ms':>7} {'over (a)':>9} {'wall s':>7} "
+    print(f"{'path':<21} {'workload':<9} {'ms/call':>25} {'p95 ms':>7} {'over (a)':>9} {'wall s':>7} "
           f"{'CPU s client':>12} {'CPU s server':>12} {'peak RSS MB':>16}")
     over = {}
     for name in found.workloads:
@@ -337,7 +337,7 @@ def print_path(label: str, repetitions: list[Repetition], base: float, baseline:
     server_peak = [r.server_peak_mb for r in repetitions if r.server_peak_mb is not None]
     rss = f"{max(r.peak_mb for r in repetitions):.0f}" + (f" / {max(server_peak):.0f}" if server_peak else "")
     wall, cpu = statistics.median(r.wall for r in repetitions), statistics.median(r.cpu for r in repetitions)
-    print(f"{label} {spread(ms, 3):>20} {p95:>7.3f} {'-' if baseline else f'{over:+.3f}':>9} {wall:>7.3f} {cpu:>12.2f} "
+    print(f"{label} {spread(ms, 3):>25} {p95:>7.3f} {'-' if baseline else f'{over:+.3f}':>9} {wall:>7.3f} {cpu:>12.2f} "
           f"{f'{statistics.median(server_cpu):.2f}' if server_cpu else '-':>12} {rss:>16}")
     return over
 
