@@ -68,9 +68,10 @@ def base_image() -> str:
 
 
 def a_call_runs_in(container: str) -> bool:
-    """Whether a sandbox container runs a call now (its runner, reproduce/serve/python_sandbox.py's, is there)."""
-    return "run_call.py" in subprocess.run(["docker", "top", container], capture_output=True, text=True,
-                                           timeout=60).stdout
+    """Whether a sandbox container runs a call now: its init has forked the call's process (which shows as
+    init.py too; the episode's runner, run_call.py, is there between calls as well)."""
+    return subprocess.run(["docker", "top", container], capture_output=True, text=True,
+                          timeout=60).stdout.count("/opt/sandbox/init.py") > 1
 
 
 def wait_until(condition: Callable[[], bool], what: str) -> None:

@@ -247,6 +247,31 @@ def test_code_that_queues_requests_to_init_while_it_preloads_leaves_nothing_and_
         sandbox.close()
 
 
+RUNNERS = ("import os\nprint([int(p) for p in os.listdir('/proc') if p.isdigit() and "
+           "open(f'/proc/{p}/cmdline').read().split('\\0')[1:2] == ['/opt/sandbox/run_call.py']])")
+
+
+def test_an_episodes_calls_go_to_one_runner(sandbox: PythonSandbox) -> None:
+    first, second = sandbox.run(RUNNERS, 10), sandbox.run(RUNNERS, 10)
+    assert first.outcome == second.outcome == "ok"
+    assert len(eval(first.stdout)) == 1 and first.stdout == second.stdout
+
+
+def test_a_runner_gone_after_its_call_is_started_again_in_the_same_container(image: str, export: Path) -> None:
+    sandbox = PythonSandbox(export, LIMITS)
+    try:
+        before = sandbox.run(f"open('/tmp/work/mark', 'w').write('kept')\n{RUNNERS}", 10)
+        assert before.outcome == "ok"
+        killed = subprocess.run(["docker", "exec", sandbox.name, "python3", "-c",
+                                 f"import os\nos.kill({eval(before.stdout)[0]}, 9)"], capture_output=True, timeout=60)
+        assert killed.returncode == 0, killed.stderr
+        after = sandbox.run(f"print(open('/tmp/work/mark').read())\n{RUNNERS}", 10)
+        assert (after.outcome, after.container_killed, after.stdout.splitlines()[0]) == ("ok", False, "kept")
+        assert eval(after.stdout.splitlines()[1]) != eval(before.stdout)
+    finally:
+        sandbox.close()
+
+
 def test_code_that_kills_its_runner_loses_the_container_and_the_next_call_gets_another(
         image: str, export: Path) -> None:
     sandbox = PythonSandbox(export, LIMITS)
@@ -267,9 +292,10 @@ def test_only_loopback_is_there(sandbox: PythonSandbox) -> None:
 
 def test_a_call_the_runner_does_not_end_in_time_costs_the_container_and_the_next_call_starts_another(
         image: str, export: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(python_sandbox, "GRACE_SECONDS", -0.9)  # the host gives up before the runner's timeout
     sandbox = PythonSandbox(export, LIMITS)
     try:
+        still_works(sandbox)  # the container and its runner started
+        monkeypatch.setattr(python_sandbox, "GRACE_SECONDS", -0.9)  # the host gives up before the runner's timeout
         run = sandbox.run("import time\ntime.sleep(30)", 1.0)
         assert (run.outcome, run.container_killed) == ("lost", True)
         monkeypatch.setattr(python_sandbox, "GRACE_SECONDS", 10.0)

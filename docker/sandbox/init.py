@@ -1,18 +1,18 @@
 """PID 1 of a sandbox container: the warm parent of every call's process, and the reaper of what they leave.
 
-A call (run_call.py, started by `docker exec`) connects to this process's socket and passes the write ends of
-its output pipes; this process forks, and the child runs /tmp/.call.py as `__main__` in a session of its own,
-in /tmp/work, with those pipes as stdout and stderr. The child is a new process each call, forked from one
-that has already imported the libraries the agents use (PRELOADED, after the episode's first call, while the
-model thinks), so a call does not pay their import. When a call's process ends, its exit status and peak
-memory (its own: above what it had at the fork, which counts what this process had imported) go back over
-the connection.
+For each call the episode's runner (run_call.py, started once by `docker exec`) connects to this process's
+socket and passes the write ends of the call's output pipes; this process forks, and the child runs
+/tmp/.call.py as `__main__` in a session of its own, in /tmp/work, with those pipes as stdout and stderr. The
+child is a new process each call, forked from one that has already imported the libraries the agents use
+(PRELOADED, after the episode's first call, while the model thinks), so a call does not pay their import.
+When a call's process ends, its exit status and peak memory (its own: above what it had at the fork, which
+counts what this process had imported) go back over the connection.
 
 Only a runner is served: the process that connected must have been started by `docker exec` (its parent is
 outside the container: PPid 0), never the agent's code or anything it started (their parents lead back to
 this process), and it must answer this process's nonce with its request. So a request the code queued while
-this process was busy (the preload) is never served: its sender is gone (a pid reused since by the next
-runner does not know the nonce), and no process of a call outlives the runner's clean-up.
+this process was busy (the preload) is never served: its sender is gone (a pid reused since by a runner
+does not know the nonce), and no process of a call outlives the runner's clean-up after the call.
 
 PID 1 survives a call's kill(-1) and ignores the signals it has no handler for (the agent's code cannot
 SIGTERM it); it is not dumpable, so the code (the same user) cannot open its /proc/1/ entries or its socket's

@@ -7,17 +7,22 @@ thread); at most MAX_CONTAINERS run at once, and a new episode's first call past
 (waiting would spend its episode's time and hold the call's connection). No network, a read-only root, every
 capability dropped, no-new-privileges, a non-root user, CPU, memory (no swap), process and scratch limits,
 the export mounted read-only at /data, no logs kept by the
-engine, never the Docker socket. Each call runs the code in a new process through the image's
-/opt/sandbox/run_call.py (`docker exec`), which bounds its output and kills what it leaves behind; the process
-is forked by the container's init (docker/sandbox/init.py), which has imported the libraries agents use after
-the episode's first call, so later calls do not pay their import. If a call outlives its timeout by more than
-GRACE_SECONDS, or its runner gives no result, the container is killed and the next call starts a new one.
+engine, never the Docker socket. Each call runs the code in a new process through the episode's runner, the
+image's /opt/sandbox/run_call.py, which `docker exec` starts once with the container (before any code runs)
+and which stays, reading one request per call on its stdin and writing the reply on its stdout, so a call
+pays neither the docker CLI nor the engine's exec nor a Python start; the runner bounds the call's output and
+kills what it leaves behind. The call's process is forked by the container's init (docker/sandbox/init.py),
+which has imported the libraries agents use after the episode's first call, so later calls do not pay their
+import. If a call outlives its timeout by more than GRACE_SECONDS, or its runner gives no reply, the container
+is killed and the next call starts a new one; a runner found gone after a call it answered (its clean-up done)
+is started again.
 
 Containers carry a label naming the serve process that started them (host, pid, start time), so that the
 next serve on this host removes those of a serve that was killed (`reap_orphans`).
 
-The engine is driven with the docker CLI rather than the docker SDK: a call needs the code on stdin and a
-bounded read of the reply, which `docker exec -i` gives directly, and the CLI is there wherever the engine is.
+The engine is driven with the docker CLI rather than the docker SDK: the runner needs a stdin and a stdout
+that the host reads with a deadline and a bound, which `docker exec -i` gives as plain pipes, and the CLI is
+there wherever the engine is.
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import select
 import shutil
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -41,7 +48,8 @@ LABEL = "gsqa-refdb.serve"
 DATA_MOUNT = "/data"
 GRACE_SECONDS = 10.0  # past a call's timeout, before the container itself is killed
 START_TIMEOUT = 60.0
-REPLY_BYTES = 1 << 20  # run_call.py's JSON line: the kept output plus a few hundred bytes
+REPLY_BYTES = 1 << 20  # a reply of run_call.py's: the kept output plus a few hundred bytes
+FRAME = struct.Struct(">I")  # the length before each request and reply (run_call.py's)
 MAX_CODE_CHARACTERS = 100_000  # of a call's code; past it the call is refused and the code not kept
 MAX_CONTAINERS = 8  # running at once in one server: each may take Limits' CPU and memory
 
@@ -141,6 +149,7 @@ class PythonSandbox:
         self.export, self.limits = export, limits
         self.name = name or f"gsqa-python-{uuid.uuid4().hex[:12]}"
         self.started = False
+        self._runner: Runner | None = None  # while started
         self.ended = threading.Event()  # set: no call starts the container again (Containers.abort)
         self._lock = threading.Lock()  # one call at a time per container
 
@@ -152,12 +161,11 @@ class PythonSandbox:
             timeout = round(timeout() if callable(timeout) else timeout, 3)
             if not self.started:
                 self._start()
-            argv = ["docker", "exec", "--interactive", self.name, "python3", "/opt/sandbox/run_call.py",
-                    str(timeout), str(self.limits.output_bytes)]
+            request = json.dumps({"code": code, "timeout": timeout, "output_bytes": self.limits.output_bytes})
             started = time.monotonic()
-            reply, finished = _bounded_run(argv, code.encode(), timeout + GRACE_SECONDS, REPLY_BYTES)
-            run = _parsed(reply) if finished else None
-            if run is None:  # the runner itself was killed (memory) or hung: start afresh next time
+            reply, finished = self._call(request.encode(), timeout + GRACE_SECONDS)
+            run = _parsed(reply) if reply is not None else None
+            if run is None:  # the runner itself was killed (memory, the code) or hung: start afresh next time
                 self._kill()
                 return PythonRun(None, "SIGKILL", not finished, round(time.monotonic() - started, 3), 0, "", "",
                                  0, 0, timeout, container_killed=True)
@@ -170,6 +178,21 @@ class PythonSandbox:
             if self.started:
                 self._kill()
 
+    def _call(self, request: bytes, timeout: float) -> tuple[bytes | None, bool]:
+        """The runner's reply (None if it ended first), and whether it came (or the runner ended) in time. A
+        runner gone before it took the request, so since the clean-up of the call it last answered (no process
+        of the code is left to pre-empt the next), is started again, once."""
+        deadline = time.monotonic() + timeout
+        try:
+            if not self._runner.took(request, deadline):
+                self._runner.close()
+                self._runner = Runner(self.name)
+                if not self._runner.took(request, deadline):
+                    return None, True
+            return self._runner.receive(deadline, REPLY_BYTES), True
+        except TimeoutError:
+            return None, False
+
     def _start(self) -> None:
         if self.ended.is_set():
             raise SandboxUnavailable(ENDED)
@@ -180,6 +203,7 @@ class PythonSandbox:
             subprocess.run(["docker", "rm", "--force", self.name], capture_output=True, timeout=START_TIMEOUT)
             raise SandboxUnavailable(f"the sandbox container did not start: {_first_line(done.stderr)}")
         self.started = True
+        self._runner = Runner(self.name)  # before any code runs in the container: none can pre-empt it
         if self.ended.is_set():  # aborted while it started, before there was a container to remove
             self._kill()
             raise SandboxUnavailable(ENDED)
@@ -187,6 +211,66 @@ class PythonSandbox:
     def _kill(self) -> None:
         subprocess.run(["docker", "rm", "--force", self.name], capture_output=True, timeout=START_TIMEOUT)
         self.started = False
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+
+
+class Runner:
+    """An episode's runner, run_call.py, started in its container by `docker exec -i` (it makes itself
+    non-dumpable before it reads a request), and the framed requests and replies on its stdin and stdout, each
+    read with a deadline (TimeoutError past it) and a bound. The runner acknowledges a request with an empty
+    reply before it acts on it."""
+
+    def __init__(self, container: str) -> None:
+        self.process = subprocess.Popen(["docker", "exec", "--interactive", container, "python3",
+                                         "/opt/sandbox/run_call.py"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+        self.stdin, self.stdout = self.process.stdin.fileno(), self.process.stdout.fileno()
+        os.set_blocking(self.stdin, False)  # a runner that reads nothing must not block the write past the deadline
+
+    def took(self, request: bytes, deadline: float) -> bool:
+        """Whether the runner received the request (False: it is gone)."""
+        sending = memoryview(FRAME.pack(len(request)) + request)
+        while sending:
+            _wait(self.stdin, select.POLLOUT, deadline)
+            try:
+                sending = sending[os.write(self.stdin, sending):]
+            except BrokenPipeError:
+                return False
+        return self.receive(deadline, 0) == b""
+
+    def receive(self, deadline: float, max_bytes: int) -> bytes | None:
+        """The next reply; None if the runner ended first or announced more than max_bytes."""
+        header = self._read(FRAME.size, deadline)
+        size = FRAME.unpack(header)[0] if header is not None else None
+        return self._read(size, deadline) if size is not None and size <= max_bytes else None
+
+    def close(self) -> None:
+        """The docker CLI ended (the runner ends with its container, or at the end of its stdin)."""
+        self.process.kill()
+        self.process.wait()
+        self.process.stdin.close()
+        self.process.stdout.close()
+
+    def _read(self, size: int, deadline: float) -> bytes | None:
+        """Exactly `size` bytes (no more: the next reply's stay in the pipe); None at the end of the stream."""
+        data = bytearray()
+        while len(data) < size:
+            _wait(self.stdout, select.POLLIN, deadline)
+            if not (chunk := os.read(self.stdout, size - len(data))):
+                return None
+            data += chunk
+        return bytes(data)
+
+
+def _wait(fd: int, event: int, deadline: float) -> None:
+    """Until the file descriptor is ready for `event` (or in error, or hung up); TimeoutError at the deadline."""
+    poll = select.poll()
+    poll.register(fd, event)
+    left = deadline - time.monotonic()
+    if left <= 0 or not poll.poll(left * 1000):
+        raise TimeoutError
 
 
 class Containers:
@@ -306,40 +390,11 @@ def _start_time(pid: int) -> str:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
-def _bounded_run(argv: list[str], stdin: bytes, timeout: float, max_bytes: int) -> tuple[bytes, bool]:
-    """A process's stdout, at most max_bytes of it (the rest read and dropped), and whether it ended within
-    timeout (else it is killed)."""
-    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    kept = bytearray()
-
-    def read() -> None:
-        while chunk := process.stdout.read1(65536):
-            kept.extend(chunk[:max(0, max_bytes - len(kept))])
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        process.stdin.write(stdin)
-        process.stdin.close()
-    except BrokenPipeError:
-        pass
-    deadline = time.monotonic() + timeout
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-        return bytes(kept), False
-    reader.join(max(0.0, deadline - time.monotonic()))
-    return bytes(kept), True
-
-
 def _parsed(reply: bytes) -> PythonRun | None:
-    """run_call.py's last line; None if there is none (it was killed before it could write it)."""
-    lines = reply.decode("utf-8", "replace").strip().splitlines()
+    """run_call.py's reply; None if it is not one."""
     try:
-        data = json.loads(lines[-1])
-    except (IndexError, ValueError):
+        data = json.loads(reply)
+    except ValueError:
         return None
     return PythonRun(data["exit"], data["signal"], data["timed_out"], data["seconds"], data["peak_kb"],
                      _joined(data["stdout"]), _joined(data["stderr"]), data["stdout"]["bytes"],
