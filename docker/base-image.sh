@@ -7,6 +7,7 @@ set -euo pipefail
 tag=${1:-debian:bookworm-slim}
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
+command -v docker >/dev/null || { echo "make base-image: the docker CLI is missing: install Docker Engine (apt-get install docker.io) and start it" >&2; exit 2; }
 if docker image inspect "$tag" >/dev/null 2>&1; then
     echo "base image $tag is already present" >&2
     exit 0

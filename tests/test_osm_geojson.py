@@ -71,3 +71,15 @@ def test_json_that_is_no_feature_collection_fails(tmp_path: Path) -> None:
     empty = tmp_path / "empty.geojson"
     empty.write_text('{"type": "FeatureCollection", "features": []}')
     assert parse(empty) == (b"", 0, [])
+
+
+def test_invalid_utf8_in_a_single_line_file_is_one_line_naming_it(tmp_path: Path) -> None:
+    """The stream layout cannot step over a bad byte (as the lines layout skips its line): the file fails in one
+    line naming it, not with the decoder's traceback."""
+    path = write_layer(tmp_path / "bad.geojson", FEATURES[:3], "single")
+    path.write_bytes(path.read_bytes().replace(b'"Road 1"', b'"Road \xc0\xaf1"'))
+    with pytest.raises(SourceError) as raised:
+        parse(path)
+    assert str(raised.value) == (
+        f"{path}: not valid JSON after 1 features ('utf-8' codec can't decode byte 0xc0 in position 5: invalid "
+        "start byte); expected a GeoJSON FeatureCollection")

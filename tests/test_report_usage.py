@@ -100,7 +100,7 @@ def write_jsonl(path: Path, lines: list[dict]) -> Path:
 # Every column of the agent's run per line; those a run without calls or usage does not give are None.
 AGENT_R1 = {"calls": 16, "not_charged": 1, "clients": 3, "refused": 6, "refused_budget": 1, "refused_over": 0,
             "refused_not_served": 0, "refused_argument": 1, "refused_not_a_query": 2, "refused_sandbox": 1,
-            "refused_answer": 1, "refused_other": 0, "budget_stops": 1, "tool_seconds": 19.0, "python_calls": 7,
+            "refused_answer": 1, "refused_other": 0, "query_errors": 1, "budget_stops": 1, "tool_seconds": 19.0, "python_calls": 7,
             "python_nonzero_exit": 1, "python_killed": 1, "python_timeout": 1, "python_lost": 1,
             "python_seconds": 17.0, "input_tokens": 350, "output_tokens": 42, "cost": 0.03}
 AGENT_R2 = {**dict.fromkeys(AGENT_R1, 0), "calls": 2, "not_charged": 1, "clients": 1, "refused": 1, "refused_over": 1,
@@ -168,15 +168,15 @@ def test_the_csv_report_has_every_known_value(scored: tuple[str, Path]) -> None:
 
 # The console and HTML show the columns some line has; a sparse one (refusal reasons, python) only where not 0.
 SHOWN = ["calls", "not charged", "clients", "refused", "refused budget", "refused over", "refused argument",
-         "refused not a query", "refused sandbox", "refused answer", "budget stops", "tool s", "python", "python nonzero exit",
-         "python killed", "python timeout", "python lost", "python s", "input tokens", "output tokens", "cost $"]
-CONSOLE_AGENT = ["16", "1", "3", "6", "1", "0", "1", "2", "1", "1", "1", "19.0", "7", "1", "1", "1", "1", "17.0", "350",
-                 "42", "0.0300"]
-CONSOLE_R2 = ["2", "1", "1", "1", "0", "1", "0", "0", "0", "0", "0", "0.2", "0", "0", "0", "0", "0", "0.0", "1,000", "100",
-              "0.5000"]
-CONSOLE_ALL = ["18", "2", "3", "7", "1", "1", "1", "2", "1", "1", "1", "19.2", "7", "1", "1", "1", "1", "17.0", "1,350",
-               "142", "0.5300"]
-CONSOLE_TOKENS = ["-"] * 18 + ["70", "7", "0.0030"]
+         "refused not a query", "refused sandbox", "refused answer", "query errors", "budget stops", "tool s", "python",
+         "python nonzero exit", "python killed", "python timeout", "python lost", "python s", "input tokens", "output tokens", "cost $"]
+CONSOLE_AGENT = ["16", "1", "3", "6", "1", "0", "1", "2", "1", "1", "1", "1", "19.0", "7", "1", "1", "1", "1",
+                 "17.0", "350", "42", "0.0300"]
+CONSOLE_R2 = ["2", "1", "1", "1", "0", "1", "0", "0", "0", "0", "0", "0", "0.2", "0", "0", "0", "0", "0", "0.0",
+              "1,000", "100", "0.5000"]
+CONSOLE_ALL = ["18", "2", "3", "7", "1", "1", "1", "2", "1", "1", "1", "1", "19.2", "7", "1", "1", "1", "1",
+               "17.0", "1,350", "142", "0.5300"]
+CONSOLE_TOKENS = ["-"] * 19 + ["70", "7", "0.0030"]
 
 
 def test_the_console_prints_the_columns_some_line_has(scored: tuple[str, Path]) -> None:
@@ -187,7 +187,7 @@ def test_the_console_prints_the_columns_some_line_has(scored: tuple[str, Path]) 
     assert [row.split() for row in rows] == [
         ["agent", "raster_only", "R1", *CONSOLE_AGENT], ["agent", "raster_only", "R2", *CONSOLE_R2],
         ["agent", "raster_only", "all", *CONSOLE_ALL], ["agent", "total", *CONSOLE_ALL],
-        ["tokens", "raster_only", "R1", *CONSOLE_TOKENS], ["tokens", "raster_only", "R2", *["-"] * 21],
+        ["tokens", "raster_only", "R1", *CONSOLE_TOKENS], ["tokens", "raster_only", "R2", *["-"] * 22],
         ["tokens", "raster_only", "all", *CONSOLE_TOKENS], ["tokens", "total", *CONSOLE_TOKENS]]
     assert "; tokens input 1,350, output 142; cost $0.5300\n" in stdout  # the agent's run line
     assert "run plain: 1 predictions from " in stdout and "plain.jsonl\n" in stdout  # nothing known: nothing said
@@ -233,6 +233,21 @@ def test_a_report_without_calls_or_usage_has_no_usage_section(tmp_path: Path) ->
     assert "<h2>Usage</h2>" not in page and "tokens and cost" not in page
 
 
+def test_tokens_and_costs_that_are_no_amounts_are_not_counted(tmp_path: Path) -> None:
+    """NaN, the infinities, negative numbers and numbers past MAX_AMOUNT (a predictions file may hold any of
+    them) are no amounts: not counted, and every report stays strict JSON."""
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text('{"id": "%s/0", "answer": 286.0, "tokens": {"input": NaN, "output": -5}, "cost": Infinity}\n'
+                   '{"id": "%s/1", "answer": 185.0, "tokens": {"input": 1e999, "output": 1e16}, "cost": -1}\n'
+                   % (R1, R1))
+    done = reproduce("score", odd, "--config", "raster_only", "--template", "R1", "--data", BENCHMARK,
+                     "--json-out", tmp_path / "s.json")
+    assert done.returncode == 0, done.stderr
+    assert "usage: " not in done.stdout and "; tokens " not in done.stdout and "cost $" not in done.stdout
+    document = json.loads((tmp_path / "s.json").read_text(), parse_constant=lambda name: pytest.fail(name))
+    assert document["usage"] == {}
+
+
 def test_the_documented_columns_are_the_declaration() -> None:
     assert columns_markdown() in (DATA.parent.parent / "docs" / "BENCHMARK-FORMAT.md").read_text()
 
@@ -269,6 +284,7 @@ def test_an_inspect_log_s_tokens_and_cost_reach_the_console_and_the_page(demo, g
            "<td class='num'>1.875</td></tr>" in table
 
 
+@pytest.mark.docker
 def test_a_served_agent_s_calls_are_summed_as_its_trajectory_has_them(demo, demo_export: Path,
                                                                         image: str, tmp_path: Path) -> None:  # noqa: F811
     """`reproduce serve`'s own tools (SQL and run_python in the sandbox container, a budget of 4 calls) write the

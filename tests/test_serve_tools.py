@@ -116,7 +116,7 @@ def test_past_max_calls_the_question_is_over_and_the_others_go_on(demo, tmp_path
     with open_tools(request(demo, path, max_calls=2)) as tools:
         tools.question(f"{R1}/0")
         tools.query(f"{R1}/0", "SELECT 1 AS one")
-        for _ in range(2):  # calls on an episode that is over: refused, kept, not charged
+        for _ in range(5):  # calls on an episode that is over: refused, not charged, kept up to max_calls of them
             with pytest.raises(ToolRefused, match=r"^refused: raster_only/elevation\+poi/0: the episode's budget is "
                                                   r"spent \(all 2 calls used\); it is over \[budget left: 0 calls"):
                 tools.submit_answer(f"{R1}/0", 1.0)
@@ -128,7 +128,7 @@ def test_past_max_calls_the_question_is_over_and_the_others_go_on(demo, tmp_path
                     "calls": 2, "elapsed": stop["elapsed"]}
     assert written.index(stop) == 3  # right after the call that spent the budget: run, question, query, stop
     assert [(line["call"], line.get("charged", True)) for line in written if line["type"] == "call"
-            and line["question_id"] == f"{R1}/0"] == [(1, True), (2, True), (3, False), (4, False)]
+            and line["question_id"] == f"{R1}/0"] == [(1, True), (2, True), (3, False), (4, False)]  # 5-7: no line
     assert trajectory.read(path).episodes[f"{R1}/0"].charged == 2
 
 
@@ -440,6 +440,18 @@ def test_values_come_back_in_their_documented_forms(demo) -> None:
                    "i": "1 year 2 mons 3 days 04:05:06", "d": "2024-01-02", "forever": "infinity",
                    "ts": "2024-01-02 03:04:05", "r": "[1,10)", "dates": ["2024-01-02"], "j": {"a": [1, 2.5]},
                    "nothing": None, "b": 7, "g": "POINT (1 2)"}
+
+
+def test_numbers_and_json_past_what_json_readers_hold_come_back_as_text(demo) -> None:
+    """An integer past 2**53 (JavaScript's exact range), a numeric of 5,000 digits (past Python's int-to-text
+    limit) and JSON nested 3,000 deep (past Python's parser) each come back in a reply, not as a failed call."""
+    sql = ("SELECT 9007199254740993::numeric AS past, 9007199254740992::bigint AS at, "
+           "repeat('9', 5000)::numeric AS huge, (repeat('[', 3000) || repeat(']', 3000))::jsonb AS deep")
+    with open_tools(request(demo, None)) as tools:
+        row = tools.query(f"{R1}/0", sql)["rows"][0]
+    assert row == {"past": "9007199254740993", "at": 9007199254740992,
+                   "huge": "9" * 2000 + "… (cut: 5,000 characters in all; substr() gives a part)",
+                   "deep": "[" * 2000 + "… (cut: 6,000 characters in all; substr() gives a part)"}
 
 
 def test_long_arrays_json_texts_and_geometries_are_cut_with_a_marker_saying_how_to_get_less(demo) -> None:

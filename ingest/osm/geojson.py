@@ -215,7 +215,7 @@ def _read_stream(job: Job, batcher: Batcher) -> Iterator[Batch]:
                 _encode_safely(encode, feature, index, batcher)
                 if batcher.full():
                     yield batcher.take()
-        except ijson.JSONError as error:
+        except (ijson.JSONError, UnicodeDecodeError) as error:
             first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise SourceError(f"{job.path}: not valid JSON after {batcher.features} features ({first_line}); "
                               "expected a GeoJSON FeatureCollection") from None

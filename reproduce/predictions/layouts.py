@@ -30,6 +30,8 @@ from gsqa_core.errors import GsqaError
 from reproduce import configs
 from reproduce.judging.tolerances import LOCATION, components_of
 from reproduce.predictions import inspect_log, trajectory
+from reproduce.predictions.trajectory import is_amount
+from reproduce.runner import json_value
 
 _SQL_BLOCK = re.compile(r"```[ \t]*sql\b(.*?)```", re.S | re.I)
 _JSON_BLOCK = re.compile(r"```[ \t]*json\b(.*?)```", re.S | re.I)
@@ -124,16 +126,12 @@ class PredictionRun:
     def count_usage(self, meta: dict[str, Any]) -> None:
         """A selected question's tokens (by kind, or a bare number: the total) and cost added to the run's."""
         tokens = meta.get("tokens")
-        by_kind = {"total": tokens} if _number(tokens) else tokens if isinstance(tokens, dict) else {}
+        by_kind = {"total": tokens} if is_amount(tokens) else tokens if isinstance(tokens, dict) else {}
         for kind, count in by_kind.items():
-            if _number(count):
+            if is_amount(count):
                 self.tokens[kind] = self.tokens.get(kind, 0) + count
-        if _number(cost := meta.get("cost")):
+        if is_amount(cost := meta.get("cost")):
             self.cost = (self.cost or 0) + cost
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _file_of(where: str) -> str:
@@ -288,7 +286,8 @@ def _read_line(run: PredictionRun, where: str, line: Any) -> None:
     if has_sql and has_answer:
         run.refuse(where, f"{question} has both 'sql' and 'answer' (expected one)", question)
         return
-    meta = {key: line[key] for key in ("model", "method", "seconds", "tokens", "cost") if key in line}
+    # as given, but strict JSON for the reports (NaN and the infinities as their text)
+    meta = {key: json_value(line[key]) for key in ("model", "method", "seconds", "tokens", "cost") if key in line}
     run.model = run.model or str(meta.get("model", ""))
     run.method = run.method or str(meta.get("method", ""))
     if question in run.selected:

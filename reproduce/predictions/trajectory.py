@@ -87,9 +87,9 @@ class Episode:
             if not isinstance(given, dict):
                 continue
             for member, kind in USAGE_TOKENS.items():
-                if _amount(given.get(member)):
+                if is_amount(given.get(member)):
                     tokens[kind] = tokens.get(kind, 0) + given[member]
-            if _amount(given.get(USAGE_COST)):
+            if is_amount(given.get(USAGE_COST)):
                 cost = (cost or 0) + given[USAGE_COST]
         return ({"tokens": tokens} if tokens else {}) | ({"cost": round(cost, 9)} if cost is not None else {})
 
@@ -99,9 +99,13 @@ class Episode:
         return len(self.calls) - self.free
 
 
-def _amount(value: Any) -> bool:
-    """A count or a cost as a client may give it: a finite number, not negative (not a bool)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < float("inf")
+MAX_AMOUNT = 10**15  # past any real run's tokens or dollars, so that a sum of them stays a finite number
+
+
+def is_amount(value: Any) -> bool:
+    """A count of tokens or a cost as a client or a predictions file may give it: a number (not a bool), not
+    negative, at most MAX_AMOUNT (NaN and the infinities are none)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= MAX_AMOUNT
 
 
 @dataclass

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from reproduce.predictions.trajectory import is_amount
 from reproduce.reports.model import Report, by_run, lines
 from reproduce.results import Result
 
@@ -71,7 +72,7 @@ class Used:
         give it, None where none does."""
         found = [meta.get("cost") if kind == "cost" else
                  meta["tokens"].get(kind) if isinstance(meta.get("tokens"), dict) else None for meta in self.metas]
-        found = [value for value in found if _number(value)]
+        found = [value for value in found if is_amount(value)]
         return sum(found) if found else None
 
 
@@ -130,6 +131,9 @@ COLUMNS: tuple[Column, ...] = (
         lambda used: sum(call.get("outcome") == "refused" for call in used.calls))),
     *(Column(f"refused_{reason}", f"refused {reason.replace('_', ' ')}", f"calls refused: {what}", _refused(reason),
              sparse=True) for reason, (_, what) in REFUSALS.items()),
+    Column("query_errors", "query errors", "query calls the server answered with an error or a timeout",
+           _calls(lambda used: sum(call.get("tool") == "query" and call.get("outcome") in ("error", "timeout")
+                                   for call in used.calls)), sparse=True),
     Column("budget_stops", "budget stops", "episodes the budget ended",
            _calls(lambda used: used.stops.count("budget"))),
     Column("tool_seconds", "tool s", "the seconds of the calls, summed", _calls(lambda used: _seconds(used.calls)),
@@ -184,11 +188,8 @@ def run_usage(facts: dict[str, Any]) -> str:
     known (what is no number is not said)."""
     tokens = facts.get("tokens")
     by_kind = tokens if isinstance(tokens, dict) else {"": tokens}  # a bare number: the total
-    said = [f"{kind} {count:,}".strip() for kind, count in by_kind.items() if _number(count)]
+    said = [f"{kind} {count:,}".strip() for kind, count in by_kind.items() if is_amount(count)]
     cost = facts.get("cost")
     return "; ".join(([f"tokens {', '.join(said)}"] if said else [])
-                     + ([f"cost ${dollars(cost)}"] if _number(cost) else []))
+                     + ([f"cost ${dollars(cost)}"] if is_amount(cost) else []))
 
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)

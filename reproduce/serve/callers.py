@@ -13,11 +13,11 @@ cost a number >= 0. A usage that is not so is not kept and the call goes on: its
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from typing import Any
 
+from reproduce.predictions.trajectory import is_amount
 from reproduce.serve.calls import Caller
 
 USAGE_KEYS = {"input_tokens": "an integer >= 0", "output_tokens": "an integer >= 0", "cost": "a number >= 0"}
@@ -59,8 +59,4 @@ def usage_of(usage: Any) -> tuple[dict[str, Any] | None, str]:
 
 
 def _fits(key: str, value: Any) -> bool:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    if key == "cost":
-        return math.isfinite(value) and value >= 0
-    return isinstance(value, int) and value >= 0
+    return is_amount(value) and (key == "cost" or isinstance(value, int))

@@ -4,7 +4,9 @@ written once when it ends with the reply as the agent got it (`result`).
 
 Charged: every call on an open episode, refused or not. Not charged (the line says `"charged": false`): a call
 the server could not serve for a failure of its own (the database or the sandbox cannot be reached), and a
-call on an episode that is over (its refusal says so)."""
+call on an episode that is over (its refusal says so). Calls not charged are bounded
+too: past as many of them as the episode may charge (--max-calls), a refused one has no line (an agent calling on
+after its episode ended cannot grow the trajectory without end)."""
 
 from __future__ import annotations
 
@@ -80,7 +82,7 @@ class Call:
         self.began = time.perf_counter()
         self.outcome = self.error = ""
         self.members: dict[str, Any] = {}  # rows, truncated; run_python's exit, output, peak memory
-        self.written = False
+        self.written = False  # True once its line is written, or when it is to have none
 
     def timeout(self) -> float:
         """A statement's or program's limit now: --timeout, or the episode's time left (either clock) if less."""

@@ -14,11 +14,12 @@ from typing import Any
 
 import psycopg
 import psycopg.adapt
+import psycopg.types.json
 import shapely
 from psycopg.types.string import TextLoader
 
 from reproduce.runner import Outcome, SandboxConnection
-from reproduce.serve.replies import agent_value, server_error
+from reproduce.serve.replies import agent_value, json_or_text, server_error
 
 APPLICATION_NAME = "gsqa-serve"  # what pg_stat_activity shows for the tools' connections
 # The types an agent gets as the server's text (replies.py says why), their arrays with them.
@@ -62,6 +63,7 @@ class AgentConnection(SandboxConnection):
         for name in ("geometry", "geography"):
             if info := psycopg.types.TypeInfo.fetch(conn, name):
                 conn.adapters.register_loader(info.oid, WktLoader)
+        psycopg.types.json.set_json_loads(json_or_text, conn)
         conn.rollback()
         return conn
 

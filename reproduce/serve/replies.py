@@ -3,12 +3,14 @@ rows in a documented JSON form and cut where long (agent_value), and the reply f
 gate.MAX_REPLY_BYTES (its first rows, with a note saying how to get less).
 
 The forms (the judge's rows are the runner's json_value, untouched: this is what an agent reads):
-- numeric: a JSON number when the number reads back exactly as one, else its exact text ("1.000000000000000000001");
+- numeric: a JSON number when the number reads back exactly as one and is within ±2**53 (what every JSON reader
+  holds exactly), else its exact text ("1.000000000000000000001"), cut past REPORTED_CHARACTERS;
   NaN and infinities (numeric and float) as the text PostgreSQL writes ("NaN", "Infinity", "-Infinity");
 - date, time, timestamp, interval, ranges and multiranges: the text PostgreSQL writes (DateStyle ISO on a default
   server: "2024-01-02 03:04:05+00", "1 year 2 mons 3 days 04:05:06", "[1,10)", "infinity");
 - geometry and geography: WKT without SRID (hex EWKB for curves GEOS cannot write): pool.WktLoader;
-- arrays and JSON: lists and objects, bytea as hex; any other type as its text.
+- arrays and JSON: lists and objects (JSON nested past what Python's parser goes: its text), bytea as hex; any
+  other type as its text.
 Cut, each with a marker saying what was cut and how to get less: a text (a geometry's WKT too) past
 REPORTED_CHARACTERS characters, an array or JSON array past MAX_ITEMS items (the marker is its last item), a JSON
 object past MAX_ITEMS members (the marker under the key "…"), nesting past REPORTED_DEPTH levels."""
@@ -24,6 +26,7 @@ from reproduce.runner import capped, json_value
 from reproduce.session import REPORTED_CHARACTERS, REPORTED_DEPTH
 
 MAX_ITEMS = 100  # of an array, a JSON array or a JSON object in a reply
+MAX_EXACT_INTEGER = 2**53
 CUT_KEY = "…"  # a cut JSON object's marker member
 # What to do instead of each cut, as its marker says it.
 LESS = {"text": "substr() gives a part",
@@ -65,8 +68,19 @@ def _not_finite(value: float | decimal.Decimal) -> str:
 def _numeric(value: decimal.Decimal) -> Any:
     if not value.is_finite():
         return _not_finite(value)
+    if abs(value) > MAX_EXACT_INTEGER:  # past what every JSON reader (JavaScript's doubles) holds exactly
+        return _text(str(value))
     number = int(value) if value == value.to_integral_value() else float(value)
-    return number if decimal.Decimal(repr(number)) == value else str(value)
+    return number if decimal.Decimal(repr(number)) == value else _text(str(value))
+
+
+def json_or_text(data: str | bytes) -> Any:
+    """A json or jsonb value parsed, or its text where it nests past what Python's parser goes (a RecursionError
+    would fail the call); agent_value then cuts either as it cuts any value."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        return data.decode() if isinstance(data, bytes) else data
 
 
 def _text(value: str) -> str:

@@ -315,6 +315,7 @@ class Tools:
                 if blocked:  # a call the episode cannot take is not charged to it
                     episode.free += 1
                     call.charged = False
+                    call.written = episode.free > self.budget["calls"]  # past the bound (calls.py): no line
                 elif episode.started is None:
                     episode.started = time.monotonic()
         try:
