@@ -73,7 +73,8 @@ def score(request: ScoreRequest) -> Scores:
         runs += read_runs(path, name, set(by_id), lambda run: _judging_answers(run, by_id, answered))
     if twice := [name for name, count in Counter(run.name for run in runs).items() if count > 1]:
         raise GsqaError(f"two runs named {twice[0]!r}: give each PRED a --name of its own")
-    if not any(run.predictions or any(p.id for p in run.problems) for run in runs):
+    # a run whose agent answered nothing but spent calls (unanswered_meta) is scored: 0, with what it spent
+    if not any(run.predictions or run.unanswered_meta or any(p.id for p in run.problems) for run in runs):
         first = "; ".join(str(problem) for run in runs for problem in run.problems[:3])
         raise GsqaError(f"nothing to score: no readable prediction of the {len(records)} selected questions"
                         + (f" ({first})" if first else ""))

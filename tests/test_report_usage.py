@@ -248,6 +248,27 @@ def test_tokens_and_costs_that_are_no_amounts_are_not_counted(tmp_path: Path) ->
     assert document["usage"] == {}
 
 
+def test_an_agent_that_answered_nothing_is_scored_with_what_it_spent(tmp_path: Path) -> None:
+    """A trajectory without a submission is a run of its own: every question wrong, its calls and usage kept."""
+    path = tmp_path / "silent.jsonl"
+    writer = trajectory.Writer(path)
+    for line in [trajectory.line_of("run", model="agent-model", method="agent"),
+                 *episode(f"{R1}/0", ("a", "query", "error", 0.5, {
+                     "error": "division by zero", **usage(input_tokens=100, output_tokens=10, cost=0.01)}))]:
+        writer.write(line)
+    writer.close()
+    done = reproduce("score", path, "--config", "raster_only", "--template", "R1", "--data", BENCHMARK,
+                     "--json-out", tmp_path / "s.json")
+    assert done.returncode == 0, done.stderr
+    document = json.loads((tmp_path / "s.json").read_text())
+    assert document["usage"]["silent"]["raster_only/R1"] == {
+        **NO_CALLS, "calls": 1, "not_charged": 0, "clients": 1, "refused": 0, "query_errors": 1, "budget_stops": 0,
+        "tool_seconds": 0.5, "python_calls": 0, "python_seconds": 0.0, "input_tokens": 100, "output_tokens": 10,
+        "cost": 0.01, **{name: 0 for name in NO_CALLS if name.startswith(("refused_", "python_"))
+                         and name != "python_seconds"}}
+    assert "; tokens input 100, output 10; cost $0.0100" in done.stdout
+
+
 def test_the_documented_columns_are_the_declaration() -> None:
     assert columns_markdown() in (DATA.parent.parent / "docs" / "BENCHMARK-FORMAT.md").read_text()
 
