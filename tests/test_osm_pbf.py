@@ -20,6 +20,7 @@ from load_helpers import BIN, end_sessions, paused, wait_for
 from loader1 import table_rows
 
 from ingest.osm.load import load_pbf
+from ingest.osm.native import NATIVE_READER_ENV
 from ingest.osm.pbf import native as pbf_native
 from ingest.osm.pbf import plans as pbf_plans
 from ingest.osm.pbf.export import export
@@ -237,9 +238,9 @@ def test_without_the_native_reader_a_load_gives_the_same_tables_and_says_so(new_
     extracts = [str(shutil.copy(path, tmp_path)) for path in sorted((DATA / "osm").glob("*.osm.pbf"))]
     native, fallback = new_database("pbf_native", initialized=True), new_database("pbf_pyosmium", initialized=True)
     first = ingest("osm", *extracts, "--dsn", native, "--json")
-    second = ingest("osm", *extracts, "--dsn", fallback, "--json", env={pbf_native.NATIVE_READER_ENV: "0"})
+    second = ingest("osm", *extracts, "--dsn", fallback, "--json", env={NATIVE_READER_ENV: "0"})
     assert (first.returncode, second.returncode) == (1, 1), second.stderr  # Monaco's cut relations
-    note = f"ingest osm: {pbf_native.NATIVE_READER_ENV}=0 is set; reading with pyosmium: the same rows"
+    note = f"ingest osm: {NATIVE_READER_ENV}=0 is set; reading with pyosmium: the same rows"
     assert second.stderr.count(note) == 1 and "reading with pyosmium" not in first.stderr
     assert f"apt-get install {pbf_native.NATIVE_READER_PACKAGES}" in second.stderr
     reports = [json.loads(result.stdout) for result in (first, second)]

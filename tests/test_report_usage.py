@@ -100,13 +100,14 @@ def write_jsonl(path: Path, lines: list[dict]) -> Path:
 # Every column of the agent's run per line; those a run without calls or usage does not give are None.
 AGENT_R1 = {"calls": 16, "not_charged": 1, "clients": 3, "refused": 6, "refused_budget": 1, "refused_over": 0,
             "refused_not_served": 0, "refused_argument": 1, "refused_not_a_query": 2, "refused_sandbox": 1,
-            "refused_answer": 1, "refused_other": 0, "query_errors": 1, "budget_stops": 1, "tool_seconds": 19.0, "python_calls": 7,
+            "refused_answer": 1, "refused_other": 0, "query_errors": 1, "budget_stops": 1, "tool_seconds": 19.0,
+            "python_calls": 7,
             "python_nonzero_exit": 1, "python_killed": 1, "python_timeout": 1, "python_lost": 1,
             "python_seconds": 17.0, "input_tokens": 350, "output_tokens": 42, "cost": 0.03}
 AGENT_R2 = {**dict.fromkeys(AGENT_R1, 0), "calls": 2, "not_charged": 1, "clients": 1, "refused": 1, "refused_over": 1,
             "tool_seconds": 0.25, "input_tokens": 1000, "output_tokens": 100, "cost": 0.5}
-AGENT_ALL = {**AGENT_R1, "calls": 18, "not_charged": 2, "refused": 7, "refused_over": 1, "tool_seconds": 19.25, "input_tokens": 1350,
-             "output_tokens": 142, "cost": 0.53}
+AGENT_ALL = {**AGENT_R1, "calls": 18, "not_charged": 2, "refused": 7, "refused_over": 1, "tool_seconds": 19.25,
+             "input_tokens": 1350, "output_tokens": 142, "cost": 0.53}
 NO_CALLS = dict.fromkeys(AGENT_R1)
 TOKENS_R1 = {**NO_CALLS, "input_tokens": 70, "output_tokens": 7, "cost": 0.003}
 
@@ -169,7 +170,8 @@ def test_the_csv_report_has_every_known_value(scored: tuple[str, Path]) -> None:
 # The console and HTML show the columns some line has; a sparse one (refusal reasons, python) only where not 0.
 SHOWN = ["calls", "not charged", "clients", "refused", "refused budget", "refused over", "refused argument",
          "refused not a query", "refused sandbox", "refused answer", "query errors", "budget stops", "tool s", "python",
-         "python nonzero exit", "python killed", "python timeout", "python lost", "python s", "input tokens", "output tokens", "cost $"]
+         "python nonzero exit", "python killed", "python timeout", "python lost", "python s", "input tokens",
+         "output tokens", "cost $"]
 CONSOLE_AGENT = ["16", "1", "3", "6", "1", "0", "1", "2", "1", "1", "1", "1", "19.0", "7", "1", "1", "1", "1",
                  "17.0", "350", "42", "0.0300"]
 CONSOLE_R2 = ["2", "1", "1", "1", "0", "1", "0", "0", "0", "0", "0", "0", "0.2", "0", "0", "0", "0", "0", "0.0",
@@ -237,9 +239,8 @@ def test_tokens_and_costs_that_are_no_amounts_are_not_counted(tmp_path: Path) ->
     """NaN, the infinities, negative numbers and numbers past MAX_AMOUNT (a predictions file may hold any of
     them) are no amounts: not counted, and every report stays strict JSON."""
     odd = tmp_path / "odd.jsonl"
-    odd.write_text('{"id": "%s/0", "answer": 286.0, "tokens": {"input": NaN, "output": -5}, "cost": Infinity}\n'
-                   '{"id": "%s/1", "answer": 185.0, "tokens": {"input": 1e999, "output": 1e16}, "cost": -1}\n'
-                   % (R1, R1))
+    odd.write_text('{"id": "' + R1 + '/0", "answer": 286.0, "tokens": {"input": NaN, "output": -5}, "cost": Infinity}\n'
+                   '{"id": "' + R1 + '/1", "answer": 185.0, "tokens": {"input": 1e999, "output": 1e16}, "cost": -1}\n')
     done = reproduce("score", odd, "--config", "raster_only", "--template", "R1", "--data", BENCHMARK,
                      "--json-out", tmp_path / "s.json")
     assert done.returncode == 0, done.stderr

@@ -30,16 +30,21 @@ def native_module(name: str) -> Any:
         return None
 
 
-def lines_note() -> str | None:
-    """One line for stderr when GeoJSON lines are encoded in Python: why, and how to get the native encoder;
-    None when it encodes them."""
-    if native_module("_lines") is not None:
+def fallback_note(name: str, what: str, instead: str, packages: str) -> str | None:
+    """One line for stderr when the native module `name` (`what`) does not do the work: why, what the Python path
+    costs (`instead`), and how to get the module; None when it does the work."""
+    if native_module(name) is not None:
         return None
     why = (f"{NATIVE_READER_ENV}=0 is set" if os.environ.get(NATIVE_READER_ENV) == "0"
-           else "the native GeoJSON lines encoder was not built when this package was installed")
-    return (f"ingest osm: {why}; encoding GeoJSON lines in Python: the same rows, more CPU. For the native "
-            f"encoder: apt-get install {NATIVE_LINES_PACKAGES}, then install this package again (make venv, or "
-            "pip install .)")
+           else f"the native {what} was not built when this package was installed")
+    return (f"ingest osm: {why}; {instead}. For the native {what.rsplit(' ', 1)[-1]}: apt-get install {packages}, "
+            "then install this package again (make venv, or pip install .)")
+
+
+def lines_note() -> str | None:
+    """One line for stderr when GeoJSON lines are encoded in Python; None when the native encoder encodes them."""
+    return fallback_note("_lines", "GeoJSON lines encoder", "encoding GeoJSON lines in Python: the same rows, more "
+                         "CPU", NATIVE_LINES_PACKAGES)
 
 
 def layer_spec(layer: Layer, staged_as: str) -> dict[str, Any]:

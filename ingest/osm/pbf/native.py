@@ -10,14 +10,13 @@ CPU; the native reader classifies and packs the rows in C++."""
 from __future__ import annotations
 
 import functools
-import os
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ingest.osm.batches import Batch
-from ingest.osm.native import NATIVE_READER_ENV, layer_spec, limits, native_module
+from ingest.osm.native import fallback_note, layer_spec, limits, native_module
 from ingest.osm.pbf.plans import ReadPlan
 from ingest.osm.pbf.sources import KINDS, LISTED_BROKEN, PbfReport, source_name, unreadable
 from ingest.osm.rules import (
@@ -40,15 +39,9 @@ def native_reader() -> Any:
 
 
 def reader_note() -> str | None:
-    """One line for stderr when a direct load reads with pyosmium: why, what it costs, how to get the native
-    reader; None when the native reader reads."""
-    if native_reader() is not None:
-        return None
-    why = (f"{NATIVE_READER_ENV}=0 is set" if os.environ.get(NATIVE_READER_ENV) == "0"
-           else "the native PBF reader was not built when this package was installed")
-    return (f"ingest osm: {why}; reading with pyosmium: the same rows, about 3 to 9 times the native reader's "
-            f"reading CPU. For the native reader: apt-get install {NATIVE_READER_PACKAGES}, then "
-            "install this package again (make venv, or pip install .)")
+    """One line for stderr when a direct load reads with pyosmium; None when the native reader reads."""
+    return fallback_note("pbf._osmread", "PBF reader", "reading with pyosmium: the same rows, about 3 to 9 times the "
+                         "native reader's reading CPU", NATIVE_READER_PACKAGES)
 
 
 def read_natively(plan: ReadPlan, send: Callable[[str, str, tuple], None]) -> PbfReport:
