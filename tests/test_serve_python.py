@@ -23,7 +23,7 @@ from mcp.client.stdio import StdioServerParameters
 from test_python_sandbox import image  # noqa: F401 - the fixture: the sandbox image, built where missing
 
 from reproduce import configs, dataset
-from reproduce.serve import python_sandbox
+from reproduce.serve import python_sandbox, sandbox_sources
 from reproduce.serve.tools import ServeRequest, ToolRefused, open_tools
 from testkit import code_agent
 from testkit.cli import reproduce
@@ -182,6 +182,25 @@ def test_without_the_image_python_is_refused_in_one_line(demo, demo_export: Path
     with pytest.raises(Exception, match=r"^--tools python: the image gsqa-refdb-sandbox-not-built is missing: run "
                                         r"`make sandbox-image`$"):
         open_tools(request(demo, demo_export, None))
+
+
+@pytest.mark.parametrize("label", ["an-older-checkout", ""])
+def test_an_image_of_other_sandbox_sources_is_refused_in_one_line(demo, demo_export: Path, image: str,  # noqa: F811
+                                                                   monkeypatch, label: str) -> None:
+    """An image whose runner is not this checkout's would make every call `lost`: serve names the fix instead.
+    The stale image is this checkout's with the label `make sandbox-image` sets changed (or emptied)."""
+    stale = "gsqa-refdb-sandbox-stale-test"
+    built = subprocess.run(["docker", "build", "--quiet", "--tag", stale, "-"], capture_output=True, text=True,
+                           input=f"FROM {image}\nLABEL {sandbox_sources.KEY}={label}\n", timeout=300)
+    assert built.returncode == 0, built.stderr
+    monkeypatch.setattr(python_sandbox, "IMAGE", stale)
+    try:
+        with pytest.raises(Exception, match=r"^--tools python: the image gsqa-refdb-sandbox-stale-test was built from "
+                                            r"other sandbox sources than this checkout's \(Dockerfile.sandbox, "
+                                            r"docker/sandbox/\): run `make sandbox-image`$"):
+            open_tools(request(demo, demo_export, None))
+    finally:
+        subprocess.run(["docker", "image", "rm", "--force", stale], capture_output=True, timeout=60)
 
 
 def wait_for_a_running_call(pid: int) -> None:

@@ -1,21 +1,20 @@
 """The container a code agent's Python runs in (`reproduce serve --tools python`; docs/SANDBOX.md "Code agents").
 
-One container per episode, from `make sandbox-image`'s image, started at the episode's first call and removed
-when it ends, when its episode's time is surely up (`lifetime` after it started, whether or not a call comes),
-or at once, under the calls running, when the server is told to stop (`abort_all`, from the signal's
-thread); at most MAX_CONTAINERS run at once, and a new episode's first call past them is refused in one line
-(waiting would spend its episode's time and hold the call's connection). No network, a read-only root, every
-capability dropped, no-new-privileges, a non-root user, CPU, memory (no swap), process and scratch limits,
-the export mounted read-only at /data, no logs kept by the
-engine, never the Docker socket. Each call runs the code in a new process through the episode's runner, the
-image's /opt/sandbox/run_call.py, which `docker exec` starts once with the container (before any code runs)
-and which stays, reading one request per call on its stdin and writing the reply on its stdout, so a call
-pays neither the docker CLI nor the engine's exec nor a Python start; the runner bounds the call's output and
-kills what it leaves behind. The call's process is forked by the container's init (docker/sandbox/init.py),
-which has imported the libraries agents use after the episode's first call, so later calls do not pay their
-import. If a call outlives its timeout by more than GRACE_SECONDS, or its runner gives no reply, the container
-is killed and the next call starts a new one; a runner found gone after a call it answered (its clean-up done)
-is started again.
+One container per episode, from `make sandbox-image`'s image (of this checkout's sandbox sources: `unavailable`),
+started at the episode's first call and removed when it ends, when its episode's time is surely up (`lifetime`
+after it started, whether or not a call comes), or at once, under the calls running, when the server is told to
+stop (`abort_all`, from the signal's thread); at most MAX_CONTAINERS run at once, and a new episode's first call
+past them is refused in one line (waiting would spend its episode's time and hold the call's connection). No
+network, a read-only root, every capability dropped, no-new-privileges, a non-root user, CPU, memory (no swap),
+process and scratch limits, the export mounted read-only at /data, no logs kept by the engine, never the Docker
+socket. Each call runs the code in a new process through the episode's runner, the image's
+/opt/sandbox/run_call.py, which `docker exec` starts once with the container (before any code runs) and which
+stays, reading one request per call on its stdin and writing the reply on its stdout, so a call pays neither the
+docker CLI nor the engine's exec nor a Python start; the runner bounds the call's output and kills what it leaves
+behind. The call's process is forked by the container's init (docker/sandbox/init.py), which has imported the
+libraries agents use after the episode's first call, so later calls do not pay their import. If a call outlives
+its timeout by more than GRACE_SECONDS, or its runner gives no reply, the container is killed and the next call
+starts a new one; a runner found gone after a call it answered (its clean-up done) is started again.
 
 Containers carry a label naming the serve process that started them (host, pid, start time), so that the
 next serve on this host removes those of a serve that was killed (`reap_orphans`).
@@ -42,6 +41,8 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from reproduce.serve import sandbox_sources
 
 IMAGE = "gsqa-refdb-sandbox"  # `make sandbox-image` (Makefile's SANDBOX_IMAGE)
 LABEL = "gsqa-refdb.serve"
@@ -106,13 +107,17 @@ def unavailable() -> str | None:
     """Why `--tools python` cannot run here, in one line; None when it can."""
     if shutil.which("docker") is None:
         return "the docker CLI is not installed: install Docker Engine (docker.io), then `make sandbox-image`"
-    probe = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", IMAGE], capture_output=True,
-                           text=True, timeout=30)
-    if probe.returncode == 0:
-        return None
+    probe = subprocess.run(["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", IMAGE],
+                           capture_output=True, text=True, timeout=30)
     if "No such image" in probe.stderr or "No such object" in probe.stderr:
         return f"the image {IMAGE} is missing: run `make sandbox-image`"
-    return f"the Docker engine does not answer ({_first_line(probe.stderr)}): start it, or run serve without python"
+    if probe.returncode != 0:
+        return f"the Docker engine does not answer ({_first_line(probe.stderr)}): start it, or run serve without python"
+    wanted = sandbox_sources.digest()
+    if wanted is not None and (json.loads(probe.stdout) or {}).get(sandbox_sources.KEY) != wanted:
+        return (f"the image {IMAGE} was built from other sandbox sources than this checkout's (Dockerfile.sandbox, "
+                "docker/sandbox/): run `make sandbox-image`")
+    return None
 
 
 def docker_run_options(limits: Limits, export: Path) -> list[str]:
