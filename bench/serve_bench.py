@@ -264,7 +264,7 @@ async def overhead(dsn: str, data: Path, folder: Path, server: HttpServer, work:
                            trajectory=folder / "in-process.jsonl")
     with psycopg.connect(login_dsn(dsn, MODEL), autocommit=True, application_name=DIRECT_APPLICATION) as conn, \
             open_tools(request) as tools, open(folder / "stdio.log", "w") as errlog:
-        async with mcp.Client(mcp_server(tools)) as local, mcp.Client(server.url) as remote, \
+        async with mcp.Client(mcp_server(tools)) as local, server.client() as remote, \
                 stdio_client_of(dsn, data, folder, connections, errlog) as stdio:
             clients = {"c": local, "d": remote, "e": stdio}
             paths = {"a": direct_calls(conn), "b": tool_calls(tools)} | {
@@ -384,8 +384,9 @@ class Throughput:
     server_peak_mb: float
 
 
-async def one_client(url: str, work: Work, barrier: asyncio.Barrier, times: list[tuple[float, float]]) -> None:
-    async with mcp.Client(url) as client:
+async def one_client(server: HttpServer, work: Work, barrier: asyncio.Barrier, times: list[tuple[float, float]]
+                     ) -> None:
+    async with server.client() as client:
         await barrier.wait()
         start = time.perf_counter()
         await mcp_calls(client)(work)
@@ -400,7 +401,7 @@ async def throughput_run(server: HttpServer, work: list[Work]) -> Throughput:
     barrier = asyncio.Barrier(len(work))
     async with asyncio.TaskGroup() as group:
         for client_work in work:
-            group.create_task(one_client(server.url, client_work, barrier, times))
+            group.create_task(one_client(server, client_work, barrier, times))
     wall = max(end for _, end in times) - min(start for start, _ in times)
     return Throughput(sum(map(len, work)), wall, cpu_seconds() - cpu, cpu_seconds(pid) - server_cpu, peak_mb(pid))
 

@@ -81,7 +81,7 @@ def check(dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
     else:
         typer.echo(f"PostGIS {result.postgis_version}")
         for name, rows in result.row_estimates.items():
-            typer.echo(f"  {name:<8} {_describe_rows(rows, result.counted[name])}")
+            typer.echo(f"  {name:<8} {readiness.rows_text(rows, result.counted[name])}")
         for found in result.audits.values():
             if found.settings:
                 settings = ", ".join(f"{name} {value}" for name, value in found.settings.items() if name != "user")
@@ -92,15 +92,6 @@ def check(dsn: DsnOption = None, reader_dsn: ReaderDsnOption = None,
             typer.echo(f"note: {note}")
     if result.problems:
         raise typer.Exit(EXIT_SOME_FAILED)
-
-
-def _describe_rows(rows: int | None, how: str) -> str:
-    if rows is None:
-        return "missing"
-    if rows == 0:
-        return "empty"
-    return {"exact": f"{rows:,} rows", "estimate": f"~{rows:,} rows (planner estimate)",
-            "more than": f"more than {rows:,} rows (not analyzed)"}[how]
 
 
 # The choices come from the registry, so the help and the error for an unknown name list the real names.
@@ -412,6 +403,9 @@ def serve(
                                            "many.")] = "stdio",
     host: Annotated[str, typer.Option("--host", help="Where --transport http listens.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Where --transport http listens.")] = 8765,
+    tokens: Annotated[Path | None, typer.Option("--tokens", metavar="FILE", dir_okay=False, show_default=False,
+                                                help="The agents of --transport http: NAME TOKEN lines, the file "
+                                                "private (chmod 600); else one token, printed.")] = None,
     connections: Annotated[int, typer.Option("--connections", metavar="N", min=1, help="Database connections the "
                                              "calls share on each server (a call waits for a free one)."
                                              )] = ServeRequest.connections,
@@ -454,7 +448,9 @@ def serve(
     question_id, the question and the answer it expects): neither counts as a call. Every reply is one
     compact JSON text (no structured content besides, which the SDK would send as a second copy). All agents
     of one server share its questions, so one server is one run (one --model and --method); start another
-    server (or --port) for another run.
+    server (or --port) for another run. Over HTTP each request must carry "Authorization: Bearer TOKEN" (else
+    HTTP 401): a token of --tokens FILE (one agent per line: its calls are told apart as `agent`, and its
+    sessions share one share of the connections and containers), else the one the server prints at start.
 
     --tools python (with --export DIR, an `ingest export` folder of this database, and `make sandbox-image`)
     serves run_python(question_id, code) for code-writing agents, instead of query or beside it (--tools
@@ -503,9 +499,9 @@ def serve(
         except ModuleNotFoundError as missing:
             raise GsqaError(str(missing)) from None
         files.check_writable([trajectory])
-        tools = protocol.start(request, transport, host, port, kept_by)
+        tools, known = protocol.start(request, transport, host, port, kept_by, tokens)
     with tools:
-        protocol.serve(tools, transport, host, port)
+        protocol.serve(tools, transport, host, port, known)
 
 
 @app.command()

@@ -124,3 +124,13 @@ def _row_estimate(conn: psycopg.Connection, qualified_name: str) -> tuple[int | 
     counted = conn.execute(sql.SQL("SELECT count(*) FROM (SELECT FROM {} LIMIT %s) s").format(table),
                            [EXACT_COUNT_LIMIT + 1]).fetchone()[0]
     return (counted, "exact") if counted <= EXACT_COUNT_LIMIT else (EXACT_COUNT_LIMIT, "more than")
+
+
+def rows_text(rows: int | None, how: str) -> str:
+    """A table's rows as `reproduce check` says them (`how`: Readiness.counted's)."""
+    if rows is None:
+        return "missing"
+    if rows == 0:
+        return "empty"
+    return {"exact": f"{rows:,} rows", "estimate": f"~{rows:,} rows (planner estimate)",
+            "more than": f"more than {rows:,} rows (not analyzed)"}[how]

@@ -399,6 +399,23 @@ def test_a_new_episode_past_the_cap_is_refused_in_one_line_until_one_ends(image:
         containers.close()
 
 
+def test_an_agent_past_its_share_is_refused_while_another_starts_its_own(image: str, export: Path) -> None:
+    """An agent of --tokens takes at most its share of the containers, however many sessions it opens: the
+    share is counted by the agent's name (the calls' owner)."""
+    containers = python_sandbox.Containers(export, LIMITS, cap=3, share=1)
+    try:
+        assert containers.run("q1", "print(1)", 10, "alice").stdout == "1\n"
+        with pytest.raises(python_sandbox.SandboxUnavailable, match=r"^refused: 1 episodes' containers of agent "
+                           r"alice run already \(its share\); call again when one of their episodes has ended$"):
+            containers.run("q2", "print(2)", 10, "alice")
+        assert containers.run("q1", "print(3)", 10, "bob").stdout == "3\n"  # an episode's container, whoever calls
+        assert containers.run("q2", "print(4)", 10, "bob").stdout == "4\n"
+        containers.end("q1")
+        assert containers.run("q3", "print(5)", 10, "alice").stdout == "5\n"
+    finally:
+        containers.close()
+
+
 def test_abort_removes_the_containers_under_the_calls_running_and_starts_no_more(image: str, export: Path) -> None:
     containers = python_sandbox.Containers(export, LIMITS)
     try:

@@ -29,7 +29,7 @@ from reproduce.serve.pool import APPLICATION_NAME
 from reproduce.serve.protocol import mcp_server
 from reproduce.serve.tools import ServeRequest, open_tools
 from testkit.cli import reproduce
-from testkit.serve import BIN, http_server
+from testkit.serve import BIN, HttpServer, http_server
 
 R1 = "raster_only/elevation+poi"
 
@@ -120,19 +120,19 @@ def test_eight_agents_at_once_over_http_each_see_only_their_own_questions(demo, 
             seen.append(sandbox_connections(demo[0]))
             time.sleep(0.02)
 
-    async def agent(url: str, numbers: range) -> list:
-        async with Client(url) as client:
-            return [await answer_with_gold(client, f"{R1}/{n}", gold[f"{R1}/{n}"].sql) for n in numbers]
+    async def agent(server: HttpServer, k: int) -> list:
+        async with server.client(f"agent-{k}") as client:
+            return [await answer_with_gold(client, f"{R1}/{n}", gold[f"{R1}/{n}"].sql) for n in range(k, 20, 8)]
 
-    async def agents(url: str) -> list:
-        return await asyncio.gather(*(agent(url, range(k, 20, 8)) for k in range(8)))
+    async def agents(server: HttpServer) -> list:
+        return await asyncio.gather(*(agent(server, k) for k in range(8)))
 
-    with http_server(serve_args(demo, path, "--connections", "3"), tmp_path / "serve.log") as server:
-        process, url = server.process, server.url
+    with http_server(serve_args(demo, path, "--connections", "3"), tmp_path / "serve.log", agents=8) as server:
+        process = server.process
         watcher = threading.Thread(target=watch)
         watcher.start()
         try:
-            answers = asyncio.run(agents(url))
+            answers = asyncio.run(agents(server))
         finally:
             stop.set()
             watcher.join()
@@ -143,6 +143,8 @@ def test_eight_agents_at_once_over_http_each_see_only_their_own_questions(demo, 
         assert rows == [gold[f"{R1}/{n}"].answers for n in range(k, 20, 8)]
     assert 1 <= max(seen) <= 3  # the pool is bounded by --connections
     episodes = trajectory.read(path).episodes
+    assert {question: {call["client"]["agent"] for call in episode.calls} for question, episode in episodes.items()
+            } == {f"{R1}/{n}": {f"agent-{n % 8}"} for n in range(20)}  # each line names the token's agent
     assert {question: (len(episode.calls), episode.stop) for question, episode in episodes.items()} == {
         f"{R1}/{n}": (3, "submitted") for n in range(20)}
     assert verdicts(demo, path, tmp_path) == {f"{R1}/{n}": "pass" for n in range(20)}
@@ -154,19 +156,19 @@ def test_kill_9_mid_episode_keeps_every_finished_call_and_the_rerun_continues(de
     path = tmp_path / "run.jsonl"
     args = serve_args(demo, path, "--max-calls", "5", "--timeout", "60")
 
-    async def calls(url: str) -> None:
-        async with Client(url) as client:
+    async def calls(server: HttpServer) -> None:
+        async with server.client() as client:
             await client.call_tool("submit_answer", {"question_id": f"{R1}/0", "answer": 1.0})
             await client.call_tool("question", {"question_id": f"{R1}/1"})
             await client.call_tool("query", {"question_id": f"{R1}/1", "sql": "SELECT pg_sleep(50)"})
 
-    def until_killed(url: str) -> None:
+    def until_killed(server: HttpServer) -> None:
         with contextlib.suppress(BaseException):  # the server is killed under the third call
-            asyncio.run(calls(url))
+            asyncio.run(calls(server))
 
     with http_server(args, tmp_path / "killed.log") as server:
-        process, url = server.process, server.url
-        threading.Thread(target=until_killed, args=[url], daemon=True).start()
+        process = server.process
+        threading.Thread(target=until_killed, args=[server], daemon=True).start()
         deadline = time.monotonic() + 30
         while sandbox_sleeping(demo[0]) == 0:  # the third call is on the server
             assert time.monotonic() < deadline
@@ -181,15 +183,15 @@ def test_kill_9_mid_episode_keeps_every_finished_call_and_the_rerun_continues(de
     assert [(line["type"], line.get("tool")) for line in kept] == [
         ("run", None), ("call", "submit_answer"), ("stop", None), ("call", "question")]
 
-    async def again(url: str) -> tuple:
-        async with Client(url) as client:
+    async def again(server: HttpServer) -> tuple:
+        async with server.client() as client:
             done = await client.call_tool("question", {"question_id": f"{R1}/0"})
             going = await client.call_tool("question", {"question_id": f"{R1}/1"})
             return done, json.loads(going.content[0].text)
 
     with http_server(args, tmp_path / "again.log") as server:
-        process, url = server.process, server.url
-        done, going = asyncio.run(again(url))
+        process = server.process
+        done, going = asyncio.run(again(server))
         process.send_signal(signal.SIGINT)  # Ctrl-C
         assert process.wait(timeout=30) == 0
     assert done.is_error and "the answer was submitted; the episode is over" in done.content[0].text
@@ -252,12 +254,12 @@ def test_a_reply_past_what_a_client_reads_is_cut_to_its_first_rows_and_says_so(d
     wide = "SELECT g AS n, repeat('a', 1999) AS x, repeat('b', 1999) AS y, repeat('c', 1999) AS z " \
            "FROM generate_series(1, 100) g"
 
-    async def ask(url: str) -> Any:
-        async with Client(url) as client:
+    async def ask(server: HttpServer) -> Any:
+        async with server.client() as client:
             return await client.call_tool("query", {"question_id": f"{R1}/0", "sql": wide})
 
     with http_server(serve_args(demo, tmp_path / "run.jsonl"), tmp_path / "serve.log") as server:
-        result = asyncio.run(ask(server.url))
+        result = asyncio.run(ask(server))
         server.process.send_signal(signal.SIGTERM)
         assert server.process.wait(timeout=30) == 0
     assert not result.is_error and len(result.content) == 1 and result.structured_content is None
@@ -332,15 +334,15 @@ def test_over_stdio_each_call_line_keeps_its_client_its_usage_and_what_the_agent
 def test_eight_named_agents_over_http_are_told_apart_on_every_line(demo, gold, tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
 
-    async def agent(url: str, k: int) -> list:
-        async with Client(url, client_info=Implementation(name=f"agent-{k}", version="1")) as client:
+    async def agent(server: HttpServer, k: int) -> list:
+        async with server.client(client_info=Implementation(name=f"agent-{k}", version="1")) as client:
             return await calls_with_usage(client, f"{R1}/{k}", gold[f"{R1}/{k}"].sql)
 
-    async def agents(url: str) -> list:
-        return await asyncio.gather(*(agent(url, k) for k in range(8)))
+    async def agents(server: HttpServer) -> list:
+        return await asyncio.gather(*(agent(server, k) for k in range(8)))
 
     with http_server(serve_args(demo, path, "--connections", "2"), tmp_path / "serve.log") as server:
-        got = asyncio.run(agents(server.url))
+        got = asyncio.run(agents(server))
         server.process.send_signal(signal.SIGTERM)
         assert server.process.wait(timeout=30) == 0
     found = trajectory.read(path)
@@ -355,16 +357,16 @@ def test_eight_named_agents_over_http_are_told_apart_on_every_line(demo, gold, t
 def test_session_based_http_clients_are_told_apart_by_their_mcp_session(demo, tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
 
-    async def agent(url: str, n: int) -> None:
-        async with Client(url, mode="legacy") as client:  # the initialize handshake: the server gives a session
+    async def agent(server: HttpServer, n: int) -> None:
+        async with server.client(mode="legacy") as client:  # the initialize handshake: the server gives a session
             for _ in range(2):
                 await client.call_tool("question", {"question_id": f"{R1}/{n}"})
 
-    async def agents(url: str) -> None:
-        await asyncio.gather(agent(url, 0), agent(url, 1))
+    async def agents(server: HttpServer) -> None:
+        await asyncio.gather(agent(server, 0), agent(server, 1))
 
     with http_server(serve_args(demo, path), tmp_path / "serve.log") as server:
-        asyncio.run(agents(server.url))
+        asyncio.run(agents(server))
         server.process.send_signal(signal.SIGTERM)
         assert server.process.wait(timeout=30) == 0
     episodes = trajectory.read(path).episodes

@@ -27,7 +27,7 @@ from reproduce.serve import python_sandbox, sandbox_sources
 from reproduce.serve.tools import ServeRequest, ToolRefused, open_tools
 from testkit import code_agent
 from testkit.cli import reproduce
-from testkit.serve import BIN, http_server
+from testkit.serve import BIN, HttpServer, http_server
 
 pytestmark = pytest.mark.docker
 R1 = "raster_only/elevation+poi"
@@ -103,9 +103,9 @@ def test_a_code_agent_over_http_and_over_stdio(demo, demo_export: Path, records,
                                                                                   ["stdout"])})
         assert not submitted.is_error, submitted.content[0].text
 
-    async def agents(url: str) -> None:
+    async def agents(server: HttpServer) -> None:
         async def agent(questions: list[str]) -> None:
-            async with Client(url) as client:
+            async with server.client() as client:
                 assert {tool.name for tool in (await client.list_tools()).tools} == {
                     "question", "schema", "run_python", "submit_answer"}
                 for question in questions:
@@ -114,7 +114,7 @@ def test_a_code_agent_over_http_and_over_stdio(demo, demo_export: Path, records,
         await asyncio.gather(*(agent(ids[k::4]) for k in range(4)))
 
     with http_server([*args, "--trajectory", str(tmp_path / "http.jsonl")], tmp_path / "serve.log") as server:
-        asyncio.run(agents(server.url))
+        asyncio.run(agents(server))
     assert paper_verdicts(demo, tmp_path / "http.jsonl", tmp_path) == dict.fromkeys(records, "pass")
 
     async def over_stdio() -> None:
@@ -238,16 +238,16 @@ def test_sigterm_to_an_http_serve_with_a_call_running_removes_its_container_and_
     args = ["serve", "--config", "raster_only", "--data", str(demo[1]), "--dsn", demo[0], "--tools", "python",
             "--export", str(demo_export), "--trajectory", str(tmp_path / "run.jsonl")]
 
-    async def call(url: str) -> None:
-        async with Client(url) as client:
+    async def call(server: HttpServer) -> None:
+        async with server.client() as client:
             await client.call_tool("run_python", {"question_id": f"{R1}/0", "code": SLEEP})
 
-    def caller(url: str) -> None:
+    def caller(server: HttpServer) -> None:
         with contextlib.suppress(Exception):  # the server goes while the call runs: that is the test
-            asyncio.run(call(url))
+            asyncio.run(call(server))
 
     with http_server(args, tmp_path / "serve.log") as server:
-        threading.Thread(target=caller, args=(server.url,), daemon=True).start()
+        threading.Thread(target=caller, args=(server,), daemon=True).start()
         wait_for_a_running_call(server.process.pid)
         server.process.terminate()
         assert server.process.wait(timeout=30) == 0, server.log.read_text()

@@ -6,8 +6,9 @@ finished call on disk.
 Lines, each with a `type`:
 - `run`: written when a server starts on the file: the format, model, method, budgets, dataset checksum and
   start time. A rerun on the same file appends another one (and must agree on what the run depends on).
-- `call`: question_id (null for schema), the client it came from (client: id, transport, and the name and
-  version the client gave: reproduce/serve/callers.py; left out for a plain Python caller), tool, arguments,
+- `call`: question_id (null for schema), the client it came from (client: id, transport, the agent whose
+  token it sent over HTTP, and the name and version the client gave: reproduce/serve/callers.py; left out for
+  a plain Python caller), tool, arguments,
   outcome (ok, rows, error, timeout, refused; for run_python also killed and lost), `"charged": false` for a
   call not charged to its episode (the server's own failure, or the episode was over), the server a query ran
   on (server: host:port/database), rows, the result as the agent got it (result: the reply, bounded as sent,

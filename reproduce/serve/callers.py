@@ -1,10 +1,11 @@
 """Who made an MCP call, and the model's usage it attached: read from the request the SDK hands a tool (its
 Context), for the call's trajectory line (calls.Caller).
 
-The client (`client`): `id` tells clients apart: the Mcp-Session-Id of a session-based HTTP client, else its
-TCP peer (HOST:PORT; a stateless client of protocol 2026-07-28 has no session), `stdio:PID` for the one client
-of a stdio server, `in-process` for an in-process client; with the transport, and the name and version the
-client gave (clientInfo: a harness running several agents should name each, e.g. "agent-3").
+The client (`client`): `id` tells clients apart: the Mcp-Session-Id of a session-based HTTP client, else its TCP
+peer (HOST:PORT; a stateless client of protocol 2026-07-28 has no session), `stdio:PID` for the one client of a
+stdio server, `in-process` for an in-process client; with the transport, over HTTP the agent whose bearer token
+the request carried (`agent`: access.py), and the name and version the client gave (clientInfo: a harness running
+several agents should name each, e.g. "agent-3").
 
 The usage (`usage`): the call's `_meta` may carry {"usage": {"input_tokens": N, "output_tokens": N, "cost": X}}
 (the model's tokens and cost for the turn that made the call; any of the three). Tokens must be integers >= 0,
@@ -18,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from reproduce.predictions.trajectory import is_amount
+from reproduce.serve.access import agent_of
 from reproduce.serve.calls import Caller
 
 USAGE_KEYS = {"input_tokens": "an integer >= 0", "output_tokens": "an integer >= 0", "cost": "a number >= 0"}
@@ -37,10 +39,15 @@ def client_of(context: Any, transport: str) -> dict[str, Any]:
         headers = context.headers or {}
         peer = getattr(context.request_context.request, "client", None)
         ident = headers.get(SESSION_HEADER) or (f"{peer[0]}:{peer[1]}" if peer else "http")
+        if agent := agent_of(context.request_context.request):
+            return {"id": ident, "transport": transport, "agent": agent, **_given(info)}
     else:
         ident = f"stdio:{os.getpid()}" if transport == "stdio" else transport
-    given = {"name": info.name, "version": info.version} if info is not None else {}
-    return {"id": ident, "transport": transport, **given}
+    return {"id": ident, "transport": transport, **_given(info)}
+
+
+def _given(info: Any) -> dict[str, Any]:
+    return {"name": info.name, "version": info.version} if info is not None else {}
 
 
 def usage_of(usage: Any) -> tuple[dict[str, Any] | None, str]:

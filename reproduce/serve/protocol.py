@@ -6,12 +6,14 @@ text (replies.reply_text, at most gate.MAX_REPLY_BYTES for a query), a refusal t
 result (is_error, the one line as its text), the open question ids as the resource gsqa://questions, each
 table's schema as gsqa://schema/{name}, and the agent instructions as the prompt gsqa_agent. Each tool call
 reads its client and the usage in its `_meta` from the SDK's Context (callers.py) for its trajectory line.
-Transports: stdio, or streamable HTTP at http://HOST:PORT/mcp for many agents at once.
+Transports: stdio, or streamable HTTP at http://HOST:PORT/mcp for many agents at once, each request with a
+bearer token of the server's agents (access.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import json
@@ -21,6 +23,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 try:
@@ -32,6 +35,7 @@ except ModuleNotFoundError as missing:
                               name=missing.name) from None
 
 from gsqa_core.errors import GsqaError
+from reproduce.serve import access as agents
 from reproduce.serve import python_sandbox
 from reproduce.serve.callers import caller_of
 from reproduce.serve.calls import CALLER, ToolRefused
@@ -47,11 +51,13 @@ RECORDS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempote
                           open_world_hint=False)
 
 
-def mcp_server(tools: Tools, name: str = "gsqa-refdb", transport: str = "in-process") -> MCPServer:
+def mcp_server(tools: Tools, name: str = "gsqa-refdb", transport: str = "in-process",
+               access: tuple[str, dict[str, str]] | None = None) -> MCPServer:
     """An MCP server whose tools are `tools`' methods, served over `transport` (what its call lines say of
-    their clients)."""
+    their clients); with `access` (its URL, {token: agent}), to the bearers of those tokens only."""
     served = tools.request.served
-    server = MCPServer(name, instructions=agent_instructions(served), log_level="WARNING")
+    auth = {"auth": agents.auth_settings(access[0]), "token_verifier": agents.Tokens(access[1])} if access else {}
+    server = MCPServer(name, instructions=agent_instructions(served), log_level="WARNING", **auth)
     kinds = [(tools.query, READS)] * ("sql" in served) + [(tools.run_python, RUNS)] * ("python" in served)
     for method, hints in ((tools.question, READS), (tools.schema, READS), *kinds, (tools.submit_answer, RECORDS)):
         server.add_tool(_refusals_as_tool_errors(method, transport), name=method.__name__, annotations=hints,
@@ -104,30 +110,43 @@ def refuse_taken_address(host: str, port: int) -> None:
                         "--port") from None
 
 
-def start(request: ServeRequest, transport: str, host: str, port: int, kept_by: str | None) -> Tools:
-    """The tools of `reproduce serve`, opened (GsqaError when nothing can start), and its start lines on stderr:
-    a warning when nothing keeps the calls, then what is served where."""
-    if transport == "http":
-        refuse_taken_address(host, port)
+def start(request: ServeRequest, transport: str, host: str, port: int, kept_by: str | None,
+          tokens: Path | None = None) -> tuple[Tools, dict[str, str] | None]:
+    """The tools of `reproduce serve` and the tokens of its agents over HTTP (--tokens, else a new one),
+    opened (GsqaError when nothing can start), and its start lines on stderr: a warning when nothing keeps the
+    calls, then what is served where (and the new token)."""
+    if transport != "http":
+        if tokens is not None:
+            raise GsqaError("--tokens is for --transport http (a stdio server's one client started it)")
+        return _opened(request, "stdio", kept_by, ""), None
+    refuse_taken_address(host, port)
+    known = agents.read_tokens(tokens) if tokens is not None else agents.new_token()
+    request = dataclasses.replace(request, agents=len(known))
+    told = (f" (the tokens of {len(known)} agent{'s' * (len(known) > 1)} in {tokens})" if tokens is not None
+            else f" (send the header \"Authorization: Bearer {next(iter(known))}\")")
+    return _opened(request, f"http://{host}:{port}/mcp", kept_by, told), known
+
+
+def _opened(request: ServeRequest, where: str, kept_by: str | None, told: str) -> Tools:
     tools = open_tools(request)
     if request.trajectory is None and kept_by is None:
         print("warning: no --trajectory: the calls are not kept, so this run cannot be scored or continued",
               file=sys.stderr)
     kept = (f", calls kept in {request.trajectory}" if request.trajectory else
             f", calls kept by {kept_by}" if kept_by else "")
-    where = "stdio" if transport == "stdio" else f"http://{host}:{port}/mcp"
     print(f"reproduce serve: {len(tools.question_ids()):,} of {len(tools.records):,} questions open, on "
-          f"{where}{kept}", file=sys.stderr, flush=True)
+          f"{where}{told}{kept}", file=sys.stderr, flush=True)
     return tools
 
 
-def serve(tools: Tools, transport: str, host: str, port: int) -> None:
+def serve(tools: Tools, transport: str, host: str, port: int, tokens: dict[str, str] | None = None) -> None:
     """Serve until the client ends stdio, or until Ctrl-C or SIGTERM: the usual ways to stop a server, not
     failures. Either signal first removes the sandbox containers, so that the calls running in them end at
     once; then the HTTP server finishes the calls under way, and re-raises the signal it caught, which ends
     here; over stdio the tools are closed and the process ends (the SDK's read of stdin, under way in a
     thread, cannot be cancelled: it would hold the process until the client wrote again)."""
-    server = mcp_server(tools, transport=transport)
+    url = f"http://{host}:{port}/mcp"
+    server = mcp_server(tools, transport=transport, access=(url, tokens) if tokens is not None else None)
     signal.signal(signal.SIGTERM, _as_interrupt)
     with _stopped_by_signals(tools if transport == "stdio" else None), contextlib.suppress(KeyboardInterrupt):
         if transport == "stdio":

@@ -282,11 +282,13 @@ class Containers:
     """The episodes' containers: one per question, started at its first call, removed when its episode ends
     (`end`), `lifetime` seconds after it started (a timer: by then its episode's time is up, counted from a
     call no later than the container's first), or when the server stops (`close`, after the calls under way;
-    `abort`, under them). At most `cap` at once. The containers a killed server left are removed first."""
+    `abort`, under them). At most `cap` at once, and at most `share` started by one agent (the calls' `owner`:
+    an agent of --tokens, whichever its session). The containers a killed server left are removed first."""
 
     def __init__(self, export: Path, limits: Limits = Limits(), lifetime: float | None = None,
-                 cap: int = MAX_CONTAINERS) -> None:
-        self.export, self.limits, self.lifetime, self.cap = export, limits, lifetime, cap
+                 cap: int = MAX_CONTAINERS, share: int = MAX_CONTAINERS) -> None:
+        self.export, self.limits, self.lifetime, self.cap, self.share = export, limits, lifetime, cap, share
+        self._owners: dict[str, str | None] = {}  # question -> the agent whose call started its container
         self._lock = threading.Condition()  # notified when a container is added or the whole closes
         self._running: dict[str, PythonSandbox] = {}
         self._expires: dict[str, float] = {}  # question -> time.monotonic() its container is removed at
@@ -296,7 +298,8 @@ class Containers:
         if lifetime is not None:
             threading.Thread(target=self._remove_expired, name="sandbox-lifetimes", daemon=True).start()
 
-    def run(self, question: str, code: str, timeout: float | Callable[[], float]) -> PythonRun:
+    def run(self, question: str, code: str, timeout: float | Callable[[], float], owner: str | None = None
+            ) -> PythonRun:
         with self._lock:
             if self._stopping:
                 raise SandboxUnavailable(ENDED)
@@ -305,7 +308,11 @@ class Containers:
                 if len(self._running) >= self.cap:
                     raise SandboxUnavailable(f"refused: {self.cap} episodes' containers run already (the server's "
                                              "cap); call again when one of their episodes has ended")
+                if owner is not None and list(self._owners.values()).count(owner) >= self.share:
+                    raise SandboxUnavailable(f"refused: {self.share} episodes' containers of agent {owner} run "
+                                             "already (its share); call again when one of their episodes has ended")
                 sandbox = self._running[question] = PythonSandbox(self.export, self.limits)
+                self._owners[question] = owner
                 if self.lifetime is not None:
                     self._expires[question] = time.monotonic() + self.lifetime
                     self._lock.notify_all()
@@ -315,12 +322,13 @@ class Containers:
         with self._lock:
             sandbox = self._running.pop(question, None)
             self._expires.pop(question, None)
+            self._owners.pop(question, None)
         if sandbox is not None:
             sandbox.close()
 
     def close(self) -> None:
         with self._lock:
-            running, self._running, self._expires = list(self._running.values()), {}, {}
+            running, self._running, self._expires, self._owners = list(self._running.values()), {}, {}, {}
             self._stopping = True
             self._lock.notify_all()
         for sandbox in running:

@@ -70,6 +70,7 @@ class ServeRequest(session.Request):
     method: str = "agent"
     tools: str = "sql"  # the kinds of tool served, comma-separated (TOOL_KINDS)
     export: Path | None = None  # the `ingest export` folder run_python reads at /data
+    agents: int = 1  # named by --tokens (access.py): each takes an equal share of the sandbox containers
 
     @property
     def served(self) -> frozenset[str]:
@@ -104,7 +105,8 @@ class Tools:
         self._writer = trajectory.Writer(request.trajectory) if request.trajectory else None
         self._describe = functools.partial(describe.describe, prepared.target.admin, prepared.logins[MODEL])
         self._describing, self._schema = threading.Lock(), None
-        self._containers = (python_sandbox.Containers(request.export, lifetime=request.max_seconds)
+        self._containers = (python_sandbox.Containers(request.export, lifetime=request.max_seconds,
+                                                      share=max(1, python_sandbox.MAX_CONTAINERS // request.agents))
                             if "python" in request.served else None)
 
     def __enter__(self) -> Tools:
@@ -185,9 +187,10 @@ class Tools:
 
     @staticmethod
     def _owner(call: Call) -> Any:
-        """Whose share of the pool a call takes: its client's, else its question's."""
+        """Whose share of the pool a call takes: its agent's (whichever its session), else its client's, else its
+        question's."""
         client = call.caller.client
-        return json.dumps(client, sort_keys=True) if client else call.question
+        return client.get("agent") or json.dumps(client, sort_keys=True) if client else call.question
 
     def _clocks(self) -> str:
         tool = self.budget.get("tool_seconds")
@@ -202,7 +205,7 @@ class Tools:
             if min(call.seconds_left(), call.tool_seconds_left()) < MIN_TIMEOUT_S:
                 raise call.refused(f"refused: no time left in the episode's budget ({self._clocks()})")
             try:
-                run = self._containers.run(call.question, code, call.timeout)
+                run = self._containers.run(call.question, code, call.timeout, (call.caller.client or {}).get("agent"))
             except python_sandbox.SandboxUnavailable as unavailable:  # the server's failure, not charged
                 call.uncharge()
                 raise call.refused(str(unavailable)) from None
