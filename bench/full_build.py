@@ -2,7 +2,7 @@
 `reproduce verify --config all` on what it built; and the projection to the full size from two scales.
 
     .venv/bin/python bench/full_build.py [--scale 0.1] [--project 0.05,0.1] [--dsn SERVER_DSN]
-                                         [--data-dir DIR] [--keep] [--json]
+                                         [--sides anchors,ingest] [--data-dir DIR] [--keep] [--json]
 
 Sources (written once per scale under --data-dir/source-<scale>, in the published layout of ingest/fetch.py):
   dem/tile_list.txt, dem/tiles/ASTGTMV003_*_dem.tif   scale x 1,182 ASTER-like tiles (3601x3601 Int16), cells
@@ -38,7 +38,8 @@ growth of index builds is measured, not assumed: the exponent is printed (above 
 its input, as GiST builds that outgrow memory do); start-up costs flatten small scales, so use scales whose
 stages take tens of seconds. The WAL's peak is bounded by the server's max_wal_size and checkpoints, so its
 projection holds only below that bound; the WAL directory is the whole server's (other databases' writes
-count). The machine's load is not controlled: note it with the figures.
+count). The machine's load is not controlled: note it with the figures. --sides ingest runs ours only (the
+anchors take about 10 times as long: their ratio changes only when either side does).
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ TABLES = {"pois": "pois", "roads": "roads", "parks": "parks", "lakes": "lakes", 
 ANCHOR_STAGES = ("dem", "osm", "index", "analyze")
 COMPARED = {"dem": (("dem",), ("dem",)), "osm, indexes, ANALYZE": (("osm", "index", "analyze"), ("osm",))}
 SLOWEST = 10
+SIDES = ("anchors", "ingest")
 
 
 def make_source(data_dir: Path, scale: float, jobs: int) -> tuple[Path, dict]:
@@ -264,14 +266,15 @@ def one_scale(args: argparse.Namespace, scale: float, with_verify: bool) -> dict
     result = {"scale": scale, "synthetic": synthetic,
               "source_mb": {part: round(sum(p.stat().st_size for p in (source / part).rglob("*") if p.is_file())
                                         / 2**20, 1) for part in ("dem", "osm")}}
-    result["anchors"] = [usage.__dict__ for usage in build_anchors(source, args.dsn, names["anchors"])]
-    result["ingest"] = [usage.__dict__ for usage in build_ingest(source, args.dsn, names["ingest"])]
-    result["tables_mb"] = {side: table_sizes(args.dsn, name) for side, name in names.items()}
+    builds = {"anchors": build_anchors, "ingest": build_ingest}
+    for side in args.sides:
+        result[side] = [usage.__dict__ for usage in builds[side](source, args.dsn, names[side])]
+    result["tables_mb"] = {side: table_sizes(args.dsn, names[side]) for side in args.sides}
     if with_verify:
         result["verify"] = verify(args.dsn, names["ingest"], args.benchmark_data)
     if not args.keep:
-        for name in names.values():
-            drop_database(args.dsn, name)
+        for side in args.sides:
+            drop_database(args.dsn, names[side])
         shutil.rmtree(source)
     return result
 
@@ -279,7 +282,9 @@ def one_scale(args: argparse.Namespace, scale: float, with_verify: bool) -> dict
 def project(small: dict, large: dict) -> dict:
     """Each stage's wall and each side's peak disk at scale 1.0, by the power law through the two scales."""
     out: dict = {}
-    for side in ("anchors", "ingest"):
+    for side in SIDES:
+        if side not in large:
+            continue
         stages = {}
         for low, high in zip(small[side], large[side], strict=True):
             wall, exponent = power_law((small["scale"], low["wall_s"]), (large["scale"], high["wall_s"]))
@@ -302,8 +307,13 @@ def main() -> None:
     parser.add_argument("--benchmark-data", type=Path, default=ROOT / "tests" / "data" / "benchmark")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes writing the sources")
     parser.add_argument("--keep", action="store_true", help="keep the sources and both databases")
+    parser.add_argument("--sides", default=",".join(SIDES), help="what builds: anchors, ingest or both")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    given = set(args.sides.split(","))
+    if given - set(SIDES):
+        parser.error("--sides takes anchors, ingest or both, comma-separated")
+    args.sides = [side for side in SIDES if side in given]
     scales = sorted(float(value) for value in args.project.split(",")) if args.project else [args.scale]
     if len(scales) not in (1, 2) or any(not 0 < scale <= 1 for scale in scales):
         parser.error("--scale and --project take scales in (0, 1], --project exactly two")
@@ -332,15 +342,17 @@ def print_scale(result: dict) -> None:
     header = ("side", "stage", "wall s", "client CPU s", "server CPU s", "max RSS MB", "PSS MB", "disk peak MB",
               "sources", "database", "WAL")
     print(f"  {header[0]:<8}{header[1]:<10}" + "".join(f"{title:>13}" for title in header[2:]))
-    for side in ("anchors", "ingest"):
-        for usage in result[side]:
+    for side in SIDES:
+        for usage in result.get(side, []):
             disk = usage["peak_disk_mb"]
             values = (usage["wall_s"], usage["client_cpu_s"], usage["server_cpu_s"], usage["peak_client_rss_mb"],
                       usage["peak_client_pss_mb"], disk.get("total", ""), disk.get("sources", ""),
                       disk.get("database", ""), disk.get("wal", ""))
             print(f"  {side:<8}{usage['name']:<10}" + "".join(f"{value:>13}" for value in values))
-    walls = {side: {usage["name"]: usage["wall_s"] for usage in result[side]} for side in ("anchors", "ingest")}
+    walls = {side: {usage["name"]: usage["wall_s"] for usage in result[side]} for side in SIDES if side in result}
     for label, (anchor_stages, ingest_stages) in {**COMPARED, "total": (("total",), ("total",))}.items():
+        if len(walls) < len(SIDES):
+            break
         anchor, ours = sum(walls["anchors"][s] for s in anchor_stages), sum(walls["ingest"][s] for s in ingest_stages)
         print(f"  ratio anchors / ingest, {label}: {anchor / ours:.2f}x ({anchor:.1f} s / {ours:.1f} s)")
     print("  tables MB: " + "; ".join(f"{side}: " + ", ".join(f"{table} {mb:,.0f}" for table, mb in tables.items())
