@@ -160,7 +160,7 @@ base-image:
 # The image is named in reproduce/serve/python_sandbox.py (IMAGE) too; a test holds the two equal.
 sandbox-image: ca-certificates
 	@docker image inspect $(BASE_IMAGE) >/dev/null 2>&1 || docker pull $(BASE_IMAGE) >/dev/null 2>&1 || bash docker/base-image.sh $(BASE_IMAGE)
-	label=$$(python3 reproduce/serve/sandbox_sources.py) && docker build --file Dockerfile.sandbox --label "$$label" --tag $(SANDBOX_IMAGE) .
+	tag=$$(python3 reproduce/serve/sandbox_sources.py) && docker build --file Dockerfile.sandbox --tag $(SANDBOX_IMAGE) --tag "$(SANDBOX_IMAGE):$$tag" .
 
 ca-certificates:
 	@for cert in $(wildcard $(EXTRA_CA_DIR)/*.crt); do cmp -s "$$cert" docker/ca-certificates/$$(basename "$$cert") || cp "$$cert" docker/ca-certificates/; done

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from bench.serve_bench import BIN, create_database, drop_database, run, spread
 from reproduce.serve import python_sandbox
-from reproduce.serve.python_sandbox import IMAGE, Limits, PythonSandbox
+from reproduce.serve.python_sandbox import IMAGE, Limits, PythonSandbox, checked_image
 
 WORK = {
     "print(1)": "print(1)",
@@ -93,10 +93,10 @@ def episode_costs(export: Path, calls: int) -> dict[str, tuple[float, float]]:
 
 def anchor_costs(export: Path, calls: int) -> dict[str, tuple[float, float]]:
     """A container per call, the same confinement and image."""
-    options = python_sandbox.docker_run_options(Limits(), export)
+    options = [*python_sandbox.docker_run_options(Limits(), export), checked_image()]
 
     def once(code: str) -> None:
-        done = subprocess.run(["docker", "run", "--rm", *options, IMAGE, "python3", "-c", code], capture_output=True,
+        done = subprocess.run(["docker", "run", "--rm", *options, "python3", "-c", code], capture_output=True,
                               text=True, timeout=TIMEOUT)
         if done.returncode:
             raise SystemExit(f"the anchor's call failed: {done.stderr[-500:]}")
@@ -165,7 +165,8 @@ def main() -> None:
             export = folder / "export"
             run([str(BIN / "ingest"), "export", str(export), "--dsn", dsn])
         load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
-        print(f"image: {IMAGE}; cores: {os.cpu_count()}; load average before: {load}; export: {export}")
+        print(f"image: {IMAGE} ({checked_image()[:19]}); cores: {os.cpu_count()}; load average before: {load}; "
+              f"export: {export}")
         within = bench(export, args.runs, args.calls)
     finally:
         if args.export is None:

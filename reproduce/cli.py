@@ -404,8 +404,9 @@ def serve(
     host: Annotated[str, typer.Option("--host", help="Where --transport http listens.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Where --transport http listens.")] = 8765,
     tokens: Annotated[Path | None, typer.Option("--tokens", metavar="FILE", dir_okay=False, show_default=False,
-                                                help="The agents of --transport http: NAME TOKEN lines, the file "
-                                                "private (chmod 600); else one token, printed.")] = None,
+                                                help="The agents of --transport http: NAME TOKEN lines (a token: "
+                                                "secrets.token_urlsafe(32)), the file private (chmod 600); else "
+                                                "one token in a new private file the start line names.")] = None,
     connections: Annotated[int, typer.Option("--connections", metavar="N", min=1, help="Database connections the "
                                              "calls share on each server (a call waits for a free one)."
                                              )] = ServeRequest.connections,
@@ -450,7 +451,7 @@ def serve(
     of one server share its questions, so one server is one run (one --model and --method); start another
     server (or --port) for another run. Over HTTP each request must carry "Authorization: Bearer TOKEN" (else
     HTTP 401): a token of --tokens FILE (one agent per line: its calls are told apart as `agent`, and its
-    sessions share one share of the connections and containers), else the one the server prints at start.
+    sessions share one share of the connections and containers), else of the file the start line names.
 
     --tools python (with --export DIR, an `ingest export` folder of this database, and `make sandbox-image`)
     serves run_python(question_id, code) for code-writing agents, instead of query or beside it (--tools

@@ -23,7 +23,7 @@ from mcp.client.stdio import StdioServerParameters
 from test_python_sandbox import image  # noqa: F401 - the fixture: the sandbox image, built where missing
 
 from reproduce import configs, dataset
-from reproduce.serve import python_sandbox, sandbox_sources
+from reproduce.serve import python_sandbox
 from reproduce.serve.tools import ServeRequest, ToolRefused, open_tools
 from testkit import code_agent
 from testkit.cli import reproduce
@@ -184,14 +184,12 @@ def test_without_the_image_python_is_refused_in_one_line(demo, demo_export: Path
         open_tools(request(demo, demo_export, None))
 
 
-@pytest.mark.parametrize("label", ["an-older-checkout", ""])
 def test_an_image_of_other_sandbox_sources_is_refused_in_one_line(demo, demo_export: Path, image: str,  # noqa: F811
-                                                                   monkeypatch, label: str) -> None:
+                                                                   monkeypatch) -> None:
     """An image whose runner is not this checkout's would make every call `lost`: serve names the fix instead.
-    The stale image is this checkout's with the label `make sandbox-image` sets changed (or emptied)."""
+    The stale image: this checkout's under another name, without the tag of this checkout's sources."""
     stale = "gsqa-refdb-sandbox-stale-test"
-    built = subprocess.run(["docker", "build", "--quiet", "--tag", stale, "-"], capture_output=True, text=True,
-                           input=f"FROM {image}\nLABEL {sandbox_sources.KEY}={label}\n", timeout=300)
+    built = subprocess.run(["docker", "tag", image, stale], capture_output=True, text=True, timeout=60)
     assert built.returncode == 0, built.stderr
     monkeypatch.setattr(python_sandbox, "IMAGE", stale)
     try:

@@ -484,18 +484,20 @@ def test_the_server_s_error_comes_with_its_sqlstate_position_and_hint_and_a_nul_
         "(SELECT, WITH, VALUES, TABLE)")
 
 
-def test_an_agents_sessions_take_one_share_of_the_pool_and_clients_without_an_agent_one_each() -> None:
-    """The pool's owner of a call (Tools._owner): its agent of --tokens whichever its session, else its client."""
+def test_an_agents_sessions_take_one_share_of_the_pool_and_other_clients_one_each() -> None:
+    """The pool's owner of a call (tools.pool_owner): its agent of several of --tokens whichever its session,
+    else its client (the one agent of a server, its token printed at start, is all its clients)."""
     from types import SimpleNamespace
 
     from reproduce.serve.calls import Caller
-    from reproduce.serve.tools import Tools
+    from reproduce.serve.tools import pool_owner
 
-    def owner(question: str, client: dict | None) -> object:
-        return Tools._owner(SimpleNamespace(caller=Caller(client=client), question=question))
+    def owner(question: str, client: dict | None, agents: int = 2) -> object:
+        return pool_owner(SimpleNamespace(caller=Caller(client=client), question=question), agents)
 
     alice = [{"id": session, "transport": "http", "agent": "alice"} for session in ("s1", "s2")]
     plain = [{"id": session, "transport": "http"} for session in ("s3", "s4")]
     assert owner("q1", alice[0]) == owner("q2", alice[1]) == "alice"
+    assert owner("q1", alice[0], agents=1) != owner("q1", alice[1], agents=1)
     assert owner("q1", plain[0]) != owner("q1", plain[1])
     assert owner("q1", None) == "q1"  # a plain Python caller: the question's own

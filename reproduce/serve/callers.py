@@ -18,6 +18,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
 from reproduce.predictions.trajectory import is_amount
 from reproduce.serve.access import agent_of
 from reproduce.serve.calls import Caller
@@ -38,7 +40,10 @@ def client_of(context: Any, transport: str) -> dict[str, Any]:
     if transport == "http":
         headers = context.headers or {}
         peer = getattr(context.request_context.request, "client", None)
-        ident = headers.get(SESSION_HEADER) or (f"{peer[0]}:{peer[1]}" if peer else "http")
+        # The header names a session only where the SDK checked it (a session of this agent): on a request of a
+        # protocol without sessions it is whatever the client wrote.
+        session = headers.get(SESSION_HEADER) if context.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS else None
+        ident = session or (f"{peer[0]}:{peer[1]}" if peer else "http")
         if agent := agent_of(context.request_context.request):
             return {"id": ident, "transport": transport, "agent": agent, **_given(info)}
     else:

@@ -112,22 +112,25 @@ def refuse_taken_address(host: str, port: int) -> None:
 
 def start(request: ServeRequest, transport: str, host: str, port: int, kept_by: str | None,
           tokens: Path | None = None) -> tuple[Tools, dict[str, str] | None]:
-    """The tools of `reproduce serve` and the tokens of its agents over HTTP (--tokens, else a new one),
-    opened (GsqaError when nothing can start), and its start lines on stderr: a warning when nothing keeps the
-    calls, then what is served where (and the new token)."""
+    """The tools of `reproduce serve` and the tokens of its agents over HTTP (--tokens, else a new one in a new
+    file), opened (GsqaError when nothing can start), and its start lines on stderr: a warning when nothing
+    keeps the calls, what is served where, and over HTTP which file holds the tokens."""
     if transport != "http":
         if tokens is not None:
             raise GsqaError("--tokens is for --transport http (a stdio server's one client started it)")
-        return _opened(request, "stdio", kept_by, ""), None
+        return _opened(request, "stdio", kept_by), None
     refuse_taken_address(host, port)
-    known = agents.read_tokens(tokens) if tokens is not None else agents.new_token()
-    request = dataclasses.replace(request, agents=len(known))
-    told = (f" (the tokens of {len(known)} agent{'s' * (len(known) > 1)} in {tokens})" if tokens is not None
-            else f" (send the header \"Authorization: Bearer {next(iter(known))}\")")
-    return _opened(request, f"http://{host}:{port}/mcp", kept_by, told), known
+    known = agents.read_tokens(tokens) if tokens is not None else None
+    tools = _opened(dataclasses.replace(request, agents=len(known) if known else 1), f"http://{host}:{port}/mcp",
+                    kept_by)
+    if known is None:  # made once the tools are open: a start that fails leaves no file
+        known, tokens = agents.new_token()
+    print(f"reproduce serve: each request must carry \"Authorization: Bearer TOKEN\" with a token of {tokens} "
+          "(NAME TOKEN lines)", file=sys.stderr, flush=True)
+    return tools, known
 
 
-def _opened(request: ServeRequest, where: str, kept_by: str | None, told: str) -> Tools:
+def _opened(request: ServeRequest, where: str, kept_by: str | None) -> Tools:
     tools = open_tools(request)
     if request.trajectory is None and kept_by is None:
         print("warning: no --trajectory: the calls are not kept, so this run cannot be scored or continued",
@@ -135,7 +138,7 @@ def _opened(request: ServeRequest, where: str, kept_by: str | None, told: str) -
     kept = (f", calls kept in {request.trajectory}" if request.trajectory else
             f", calls kept by {kept_by}" if kept_by else "")
     print(f"reproduce serve: {len(tools.question_ids()):,} of {len(tools.records):,} questions open, on "
-          f"{where}{told}{kept}", file=sys.stderr, flush=True)
+          f"{where}{kept}", file=sys.stderr, flush=True)
     return tools
 
 

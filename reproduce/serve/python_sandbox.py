@@ -1,6 +1,6 @@
 """The container a code agent's Python runs in (`reproduce serve --tools python`; docs/SANDBOX.md "Code agents").
 
-One container per episode, from `make sandbox-image`'s image (of this checkout's sandbox sources: `unavailable`),
+One container per episode, from `make sandbox-image`'s image (of this checkout's sandbox sources: `checked_image`),
 started at the episode's first call and removed when it ends, when its episode's time is surely up (`lifetime`
 after it started, whether or not a call comes), or at once, under the calls running, when the server is told to
 stop (`abort_all`, from the signal's thread); at most MAX_CONTAINERS run at once, and a new episode's first call
@@ -105,19 +105,40 @@ ENDED = "refused: the episode's container was removed (its time is up, or the se
 
 def unavailable() -> str | None:
     """Why `--tools python` cannot run here, in one line; None when it can."""
-    if shutil.which("docker") is None:
-        return "the docker CLI is not installed: install Docker Engine (docker.io), then `make sandbox-image`"
-    probe = subprocess.run(["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", IMAGE],
-                           capture_output=True, text=True, timeout=30)
-    if "No such image" in probe.stderr or "No such object" in probe.stderr:
-        return f"the image {IMAGE} is missing: run `make sandbox-image`"
-    if probe.returncode != 0:
-        return f"the Docker engine does not answer ({_first_line(probe.stderr)}): start it, or run serve without python"
-    wanted = sandbox_sources.digest()
-    if wanted is not None and (json.loads(probe.stdout) or {}).get(sandbox_sources.KEY) != wanted:
-        return (f"the image {IMAGE} was built from other sandbox sources than this checkout's (Dockerfile.sandbox, "
-                "docker/sandbox/): run `make sandbox-image`")
+    try:
+        checked_image()
+    except SandboxUnavailable as why:
+        return str(why)
     return None
+
+
+def checked_image() -> str:
+    """The id of this checkout's sandbox image (IMAGE tagged with its sources: sandbox_sources.py), or
+    SandboxUnavailable, one line saying what to do. Containers start from the id: the tag may be built again
+    while the server runs."""
+    if shutil.which("docker") is None:
+        raise SandboxUnavailable("the docker CLI is not installed: install Docker Engine (docker.io), then "
+                                 "`make sandbox-image`")
+    sources = sandbox_sources.tag()
+    probe = _image_id(f"{IMAGE}:{sources}" if sources else IMAGE)
+    if probe.returncode == 0:
+        return probe.stdout.strip()
+    if not _missing(probe):
+        raise SandboxUnavailable(f"the Docker engine does not answer ({_first_line(probe.stderr)}): start it, or run "
+                                 "serve without python")
+    if sources and _image_id(IMAGE).returncode == 0:
+        raise SandboxUnavailable(f"the image {IMAGE} was built from other sandbox sources than this checkout's "
+                                 "(Dockerfile.sandbox, docker/sandbox/): run `make sandbox-image`")
+    raise SandboxUnavailable(f"the image {IMAGE} is missing: run `make sandbox-image`")
+
+
+def _image_id(name: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", name], capture_output=True, text=True,
+                          timeout=30)
+
+
+def _missing(probe: subprocess.CompletedProcess) -> bool:
+    return "No such image" in probe.stderr or "No such object" in probe.stderr
 
 
 def docker_run_options(limits: Limits, export: Path) -> list[str]:
@@ -150,8 +171,9 @@ def unreadable_export(export: Path) -> str | None:
 class PythonSandbox:
     """One episode's container: started at the first call, removed by close()."""
 
-    def __init__(self, export: Path, limits: Limits = Limits(), name: str | None = None) -> None:
-        self.export, self.limits = export, limits
+    def __init__(self, export: Path, limits: Limits = Limits(), name: str | None = None, image: str | None = None
+                 ) -> None:
+        self.export, self.limits, self.image = export, limits, image or checked_image()
         self.name = name or f"gsqa-python-{uuid.uuid4().hex[:12]}"
         self.started = False
         self._runner: Runner | None = None  # while started
@@ -202,7 +224,7 @@ class PythonSandbox:
         if self.ended.is_set():
             raise SandboxUnavailable(ENDED)
         argv = ["docker", "run", "--detach", "--name", self.name, "--label", f"{LABEL}={owner_label()}",
-                *docker_run_options(self.limits, self.export), IMAGE]
+                *docker_run_options(self.limits, self.export), self.image]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=START_TIMEOUT)
         if done.returncode != 0:
             subprocess.run(["docker", "rm", "--force", self.name], capture_output=True, timeout=START_TIMEOUT)
@@ -286,8 +308,9 @@ class Containers:
     an agent of --tokens, whichever its session). The containers a killed server left are removed first."""
 
     def __init__(self, export: Path, limits: Limits = Limits(), lifetime: float | None = None,
-                 cap: int = MAX_CONTAINERS, share: int = MAX_CONTAINERS) -> None:
+                 cap: int = MAX_CONTAINERS, share: int = MAX_CONTAINERS, image: str | None = None) -> None:
         self.export, self.limits, self.lifetime, self.cap, self.share = export, limits, lifetime, cap, share
+        self.image = image or checked_image()
         self._owners: dict[str, str | None] = {}  # question -> the agent whose call started its container
         self._lock = threading.Condition()  # notified when a container is added or the whole closes
         self._running: dict[str, PythonSandbox] = {}
@@ -311,7 +334,7 @@ class Containers:
                 if owner is not None and list(self._owners.values()).count(owner) >= self.share:
                     raise SandboxUnavailable(f"refused: {self.share} episodes' containers of agent {owner} run "
                                              "already (its share); call again when one of their episodes has ended")
-                sandbox = self._running[question] = PythonSandbox(self.export, self.limits)
+                sandbox = self._running[question] = PythonSandbox(self.export, self.limits, image=self.image)
                 self._owners[question] = owner
                 if self.lifetime is not None:
                     self._expires[question] = time.monotonic() + self.lifetime

@@ -90,7 +90,7 @@ class Tools:
     """The four tools over the selected questions; open with open_tools, close when done (or `with`)."""
 
     def __init__(self, request: ServeRequest, records: list[Record], prepared: session.Prepared,
-                 done: trajectory.Trajectory | None) -> None:
+                 done: trajectory.Trajectory | None, image: str | None = None) -> None:
         self.request, self.budget = request, request.budget
         self.records = {record.id: record for record in records}
         self._servers = _pools(request, prepared)
@@ -105,9 +105,9 @@ class Tools:
         self._writer = trajectory.Writer(request.trajectory) if request.trajectory else None
         self._describe = functools.partial(describe.describe, prepared.target.admin, prepared.logins[MODEL])
         self._describing, self._schema = threading.Lock(), None
-        self._containers = (python_sandbox.Containers(request.export, lifetime=request.max_seconds,
+        self._containers = (python_sandbox.Containers(request.export, lifetime=request.max_seconds, image=image,
                                                       share=max(1, python_sandbox.MAX_CONTAINERS // request.agents))
-                            if "python" in request.served else None)
+                            if image is not None else None)
 
     def __enter__(self) -> Tools:
         return self
@@ -150,7 +150,8 @@ class Tools:
             for _ in self._servers:  # the episode's server, then the next if it cannot be reached
                 name, pool = self._servers[call.episode.server]
                 try:
-                    with pool.connection(wait=call.seconds_left(), owner=self._owner(call)) as sandbox:
+                    owner = pool_owner(call, self.request.agents)
+                    with pool.connection(wait=call.seconds_left(), owner=owner) as sandbox:
                         if sandbox is None or min(call.seconds_left(), call.tool_seconds_left()) < MIN_TIMEOUT_S:
                             raise call.refused(f"refused: no time left in the episode's budget ({self._clocks()}; "
                                                "the calls before waited for a connection)")
@@ -185,13 +186,6 @@ class Tools:
                                f"({len(outcome.rows):,} rows read); select fewer rows or shorter values")
         return call.finish(reply, "rows", rows=len(outcome.rows), truncated=outcome.truncated)
 
-    @staticmethod
-    def _owner(call: Call) -> Any:
-        """Whose share of the pool a call takes: its agent's (whichever its session), else its client's, else its
-        question's."""
-        client = call.caller.client
-        return client.get("agent") or json.dumps(client, sort_keys=True) if client else call.question
-
     def _clocks(self) -> str:
         tool = self.budget.get("tool_seconds")
         return f"{self.budget['seconds']:g} s" + (f", {tool:g} tool s" if tool is not None else "")
@@ -205,7 +199,7 @@ class Tools:
             if min(call.seconds_left(), call.tool_seconds_left()) < MIN_TIMEOUT_S:
                 raise call.refused(f"refused: no time left in the episode's budget ({self._clocks()})")
             try:
-                run = self._containers.run(call.question, code, call.timeout, (call.caller.client or {}).get("agent"))
+                run = self._containers.run(call.question, code, call.timeout, agent_of(call, self.request.agents))
             except python_sandbox.SandboxUnavailable as unavailable:  # the server's failure, not charged
                 call.uncharge()
                 raise call.refused(str(unavailable)) from None
@@ -400,19 +394,31 @@ def _pools(request: ServeRequest, prepared: session.Prepared) -> list[tuple[str,
             for server in prepared.servers(MODEL)]
 
 
+def agent_of(call: Call, agents: int) -> str | None:
+    """The agent of --tokens that made the call, where the server has several (one agent's share is all)."""
+    return (call.caller.client or {}).get("agent") if agents > 1 else None
+
+
+def pool_owner(call: Call, agents: int) -> Any:
+    """Whose share of the pool a call takes: its agent's of several (whichever its session), else its client's,
+    else its question's."""
+    client = call.caller.client
+    return agent_of(call, agents) or (json.dumps(client, sort_keys=True) if client else call.question)
+
+
 def open_tools(request: ServeRequest) -> Tools:
     """The tools over the request's selection, the database preflighted for gsqa_model; a trajectory file
     given that already holds episodes continues them (and must be of the same model, method, budgets and
     dataset). GsqaError, one line, if nothing can be served."""
     if request.max_calls < 1 or not (request.max_seconds > 0) or request.connections < 1:
         raise GsqaError("the budgets must be positive: --max-calls, --max-seconds and --connections")
-    _check_python(request)
+    image = _check_python(request)
     data = session.load_selected(request)
     if not data.records:
         raise GsqaError(f"no question selected in {data.source} (config {request.config})")
     done = _continued(request, data.checksum)
     prepared = session.prepare(request, data.records, [MODEL], "reproduce serve")
-    tools = Tools(request, data.records, prepared, done)
+    tools = Tools(request, data.records, prepared, done, image)
     tools.write("run", **_depends_on(request, data.checksum), config=request.config, templates=request.templates,
                  ids=request.ids, questions=len(data.records), database=prepared.target.described,
                  tool_version=package_version("gsqa-refdb"), pid=os.getpid(),
@@ -420,20 +426,23 @@ def open_tools(request: ServeRequest) -> Tools:
     return tools
 
 
-def _check_python(request: ServeRequest) -> None:
-    """The --tools asked for, and for python an export and a sandbox that can run (GsqaError, one line)."""
+def _check_python(request: ServeRequest) -> str | None:
+    """The --tools asked for, and for python an export and a sandbox that can run (GsqaError, one line): the
+    sandbox image's id (None without python)."""
     if not request.served or request.served - set(TOOL_KINDS):
         raise GsqaError(f"--tools {request.tools}: expected {', '.join(TOOL_KINDS)} or both, comma-separated")
     if "python" not in request.served:
         if request.export is not None:
             raise GsqaError("--export is for --tools python (run_python reads it)")
-        return
+        return None
     if request.export is None:
         raise GsqaError("--tools python needs --export DIR, an `ingest export` folder of this database")
     if why := python_sandbox.unreadable_export(request.export):
         raise GsqaError(f"--export {why}")
-    if why := python_sandbox.unavailable():
-        raise GsqaError(f"--tools python: {why}")
+    try:
+        return python_sandbox.checked_image()
+    except python_sandbox.SandboxUnavailable as why:
+        raise GsqaError(f"--tools python: {why}") from None
 
 
 def _depends_on(request: ServeRequest, checksum: str) -> dict[str, Any]:
