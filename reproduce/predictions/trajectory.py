@@ -8,7 +8,8 @@ Lines, each with a `type`:
   start time. A rerun on the same file appends another one (and must agree on what the run depends on).
 - `call`: question_id (null for schema), the client it came from (client: id, transport, and the name and
   version the client gave: reproduce/serve/callers.py; left out for a plain Python caller), tool, arguments,
-  outcome (ok, rows, error, timeout, refused; for run_python also killed and lost), `"charged": false` for a
+  outcome (ok, rows, error, timeout, refused; for run_python also killed and lost), a refused call's reason as
+  a code (refused: reproduce/refusals.py's REFUSALS; lines written before it have none), `"charged": false` for a
   call not charged to its episode (the server's own failure, or the episode was over), the server a query ran
   on (server: host:port/database), rows, the result as the agent got it (result: the reply, bounded as sent,
   or a refusal's one line) and its sha256, the model's usage the client attached in the call's MCP `_meta`
@@ -49,7 +50,7 @@ DEPENDS_ON = ("model", "method", "budget", "dataset")  # what a rerun on the sam
 LINES: dict[str, tuple[str, ...]] = {
     "run": ("format", "type", *DEPENDS_ON, "config", "templates", "ids", "questions", "database", "tool_version",
             "pid", "started_at"),
-    "call": ("type", "question_id", "client", "tool", "arguments", "outcome", "charged", "server", "rows",
+    "call": ("type", "question_id", "client", "tool", "arguments", "outcome", "refused", "charged", "server", "rows",
              "truncated", "result", "result_sha256", "error", "exit", "stdout", "stderr", "peak_kb", "usage",
              "usage_ignored", "seconds", "call", "elapsed", "budget_left", "at"),
     "stop": ("type", "question_id", "reason", "why", "calls", "elapsed"),

@@ -5,8 +5,10 @@ written once when it ends with the reply as the agent got it (`result`).
 Charged: every call on an open episode, refused or not. Not charged (the line says `"charged": false`): a call
 the server could not serve for a failure of its own (the database or the sandbox cannot be reached), and a
 call on an episode that is over (its refusal says so). Calls not charged are bounded
-too: past as many of them as the episode may charge (--max-calls), a refused one has no line (an agent calling on
-after its episode ended cannot grow the trajectory without end)."""
+too: past as many of them as the episode may charge (--max-calls), a refused one is not kept (`Call.kept`: it has
+no line, so that an agent calling on after its episode ended cannot grow the trajectory without end).
+
+A refused call's line says why as a code (`refused`: reproduce/refusals.py, which words each refusal)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from gsqa_core.errors import GsqaError
 from reproduce import gate
 from reproduce.predictions import trajectory
+from reproduce.refusals import code_of
 from reproduce.runner import MIN_TIMEOUT_S
 from reproduce.serve import python_sandbox
 
@@ -81,8 +84,10 @@ class Call:
         self.charged = True
         self.began = time.perf_counter()
         self.outcome = self.error = ""
+        self.reason = ""  # a refusal's code (reproduce/refusals.py), "" unless refused
         self.members: dict[str, Any] = {}  # rows, truncated; run_python's exit, output, peak memory
-        self.written = False  # True once its line is written, or when it is to have none
+        self.kept = True  # False: a call not charged past the bound on them (the module's doc) has no line
+        self.written = False  # True once its line is written
 
     def timeout(self) -> float:
         """A statement's or program's limit now: --timeout, or the episode's time left (either clock) if less."""
@@ -111,8 +116,10 @@ class Call:
             self.charged = False
 
     def refused(self, why: str) -> ToolRefused:
-        """The refusal to raise; the call's line says `refused` (or `error`/`timeout` once set)."""
-        self.outcome = self.outcome or ("refused" if why.startswith("refused: ") else "error")
+        """The refusal to raise for `why` (a refusals.Refusal, with its code, or an error's line); the call's
+        line says `refused` with the code (or `error`, or `timeout` once set)."""
+        self.reason = code_of(why)
+        self.outcome = self.outcome or ("refused" if self.reason else "error")
         self.error = why  # the trajectory keeps the budget apart
         left = self.budget_left
         tool = f", {left['tool_seconds']:g} tool s" if "tool_seconds" in left else ""
@@ -144,14 +151,15 @@ class Call:
     def write(self, result: Any) -> None:
         """Write the call's line (once), `result` the reply or the refusal's text as sent: a member that does
         not apply is left out."""
-        if self.written:
+        if self.written or not self.kept:
             return
         self.written = True
         seconds = time.perf_counter() - self.began
         if self.episode is not None and self.charged:
             self.episode.tool_seconds += seconds
         caller = self.caller
-        optional = {"client": caller.client, "charged": None if self.charged else False,
+        optional = {"client": caller.client, "refused": self.reason or None,
+                    "charged": None if self.charged else False,
                     "server": self.members.get("server"), "rows": self.members.get("rows"),
                     "truncated": self.members.get("truncated") or None,
                     "result": result, "result_sha256": trajectory.digest(result), "error": self.error or None,

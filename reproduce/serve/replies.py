@@ -22,6 +22,7 @@ import json
 import math
 from typing import Any
 
+from reproduce.refusals import code_of
 from reproduce.runner import capped, json_value
 from reproduce.session import REPORTED_CHARACTERS, REPORTED_DEPTH
 
@@ -99,7 +100,7 @@ def server_error(error: Any, message: str, statement: str, sent: str) -> str:
     a refusal as the gate words it, else the server's message), then its SQLSTATE, the character of the
     statement where it was found and the server's hint, where the server gave them."""
     diag = error.diag if error.diag and error.sqlstate else None
-    if message.startswith("refused: ") or diag is None:
+    if code_of(message) or diag is None:
         return message
     details = [f"SQLSTATE {error.sqlstate}"]
     if (at := _position(diag.statement_position, statement, sent)) is not None:
