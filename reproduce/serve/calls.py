@@ -26,6 +26,7 @@ from reproduce.predictions import trajectory
 from reproduce.refusals import code_of
 from reproduce.runner import MIN_TIMEOUT_S
 from reproduce.serve import python_sandbox
+from reproduce.serve.replies import Reply, reply_text, sent
 
 if TYPE_CHECKING:
     from reproduce.serve.tools import Tools
@@ -126,10 +127,13 @@ class Call:
         tail = f" [budget left: {left['calls']} calls, {left['seconds']:g} s{tool}]" if left else ""
         return ToolRefused(why + tail)
 
-    def finish(self, reply: Any, outcome: str = "ok", **members: Any) -> Any:
-        """The reply, the call's line written with it as the result the agent gets."""
+    def finish(self, reply: Any, outcome: str = "ok", **members: Any) -> Reply | str:
+        """The reply (a dict as a Reply: with its text made once, for the line and the agent), the call's line
+        written with it as the result the agent gets."""
         self.outcome = outcome
         self.members |= members
+        if not isinstance(reply, str):
+            reply = reply if isinstance(reply, Reply) else sent(reply)
         self.write(reply)
         return reply
 
@@ -148,9 +152,9 @@ class Call:
             reply["note"] = why[run.outcome]
         return self.finish(reply, run.outcome, peak_kb=run.peak_kb, **output)
 
-    def write(self, result: Any) -> None:
-        """Write the call's line (once), `result` the reply or the refusal's text as sent: a member that does
-        not apply is left out."""
+    def write(self, result: Reply | str) -> None:
+        """Write the call's line (once), `result` the reply or the refusal's text as sent (a reply's text goes
+        into the line as it was made, not encoded again): a member that does not apply is left out."""
         if self.written or not self.kept:
             return
         self.written = True
@@ -162,13 +166,15 @@ class Call:
                     "charged": None if self.charged else False,
                     "server": self.members.get("server"), "rows": self.members.get("rows"),
                     "truncated": self.members.get("truncated") or None,
-                    "result": result, "result_sha256": trajectory.digest(result), "error": self.error or None,
+                    "result": result, "result_sha256": trajectory.digest(reply_text(result)),
+                    "error": self.error or None,
                     **{name: self.members.get(name) for name in ("exit", "stdout", "stderr", "peak_kb")},
                     "usage": caller.usage, "usage_ignored": caller.usage_ignored or None}
         if self.episode is not None:
             optional |= {"call": self.number, "elapsed": round(self.episode.elapsed(), 3),
                          "budget_left": self.budget_left}
-        self.tools.write("call", question_id=self.question, tool=self.tool, arguments=self.arguments,
+        encoded = {"result": result.text} if isinstance(result, Reply) else None
+        self.tools.write("call", encoded, question_id=self.question, tool=self.tool, arguments=self.arguments,
                          outcome=self.outcome or "error", seconds=round(seconds, 4),
                          at=datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
                          **{name: value for name, value in optional.items() if value is not None})

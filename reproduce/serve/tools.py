@@ -385,10 +385,11 @@ class Tools:
         if self._containers:
             self._containers.end(question)
 
-    def write(self, kind: str, **members: Any) -> None:
-        """A line of the trajectory (trajectory.LINES declares its members)."""
+    def write(self, kind: str, encoded: dict[str, str] | None = None, **members: Any) -> None:
+        """A line of the trajectory (trajectory.LINES declares its members; `encoded`: members given as their
+        JSON text, trajectory.Writer.write)."""
         if self._writer:
-            self._writer.write(trajectory.line_of(kind, **members))
+            self._writer.write(trajectory.line_of(kind, **members), encoded)
 
 
 def _sandbox_refusal(why: str) -> str:
