@@ -23,8 +23,9 @@ from mcp.client.stdio import StdioServerParameters
 from test_python_sandbox import image  # noqa: F401 - the fixture: the sandbox image, built where missing
 
 from reproduce import configs, dataset
+from reproduce.refusals import code_of
 from reproduce.serve import python_sandbox
-from reproduce.serve.tools import ServeRequest, ToolRefused, open_tools
+from reproduce.serve.tools import ServeRequest, ToolRefused, _sandbox_refusal, open_tools
 from testkit import code_agent
 from testkit.cli import reproduce
 from testkit.serve import BIN, http_server
@@ -149,9 +150,21 @@ def test_run_python_is_charged_like_any_call_and_its_failures_say_why(
             tools.run_python(question, "print(1)")
     assert owned_by(os.getpid()) == []
     calls = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [(line.get("tool"), line.get("outcome")) for line in calls if line["type"] == "call"] == [
-        ("run_python", "timeout"), ("run_python", "error"), ("run_python", "refused"), ("query", "rows"),
-        ("run_python", "refused")]
+    assert [(line.get("tool"), line.get("outcome"), line.get("refused")) for line in calls
+            if line["type"] == "call"] == [
+        ("run_python", "timeout", None), ("run_python", "error", None), ("run_python", "refused", "no_argument"),
+        ("query", "rows", None), ("run_python", "refused", "over_budget")]
+
+
+def test_the_sandbox_s_refusals_carry_their_codes_and_its_failures_none() -> None:
+    """python_sandbox words its refusals (the episode's container removed, the cap on containers reached):
+    run_python's line keeps their codes; a sandbox that failed is an error, without one."""
+    busy = ("refused: 8 episodes' containers run already (the server's cap); call again when one of their episodes "
+            "has ended")
+    failed = "the sandbox container did not start: x"
+    found = [_sandbox_refusal(why) for why in (python_sandbox.ENDED, busy, failed)]
+    assert [(str(why), code_of(why)) for why in found] == [
+        (python_sandbox.ENDED, "sandbox_ended"), (busy, "sandbox_busy"), (failed, "")]
 
 
 def test_question_tells_a_code_agent_its_places_as_wkt_and_the_prompt_its_files(demo, demo_export: Path,
