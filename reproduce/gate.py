@@ -1,6 +1,6 @@
 """What a sandboxed statement is refused for, said in one line: every door that runs SQL we did not write (the
 runner under verify, score and serve, `reproduce.baseline.engine()`) asks here first, and words the server's
-refusals here too.
+refusals here too (each reason's code and line: reproduce/refusals.py).
 
 The statement is read by PostgreSQL 15's own parser (libpg_query, through pglast), so the gate sees what the
 server will see: where a `--` comment ends (a carriage return ends it too), nested block comments, dollar
@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import psycopg
 from pglast import parser
+
+from reproduce.refusals import refused
 
 # How a query may begin, as the refusals say it: one SELECT (a VALUES, TABLE or WITH is one too).
 QUERIES = ("SELECT", "WITH", "VALUES", "TABLE")
@@ -105,23 +107,22 @@ def read(statement: str, placeholders: bool = False) -> Reading:
     """Read one statement as the server will. With `placeholders`, the text is a psycopg query with parameters
     (`%(name)s`, `%s`, `%%`), read as psycopg will send it."""
     if len(statement) > MAX_READ_CHARACTERS:
-        return Reading(f"refused: the SQL has {len(statement):,} characters, more than the {MAX_READ_CHARACTERS:,} "
-                       f"read here (the longest gold SQL has 421,331); {_ONLY}")
+        return Reading(refused("too_long_to_read", size=len(statement), limit=MAX_READ_CHARACTERS, only=_ONLY))
     if placeholders:
         statement = _PLACEHOLDER.sub(lambda found: "%" if found.group(0) == "%%" else "$1", statement)
     if "\0" in statement:
-        return Reading(f"refused: the SQL holds a NUL character, where the server would stop reading it; {_ONLY}")
+        return Reading(refused("nul_byte", only=_ONLY))
     try:
         tree = _parse(statement)
     except parser.ParseError:
         return Reading(None)  # the server, with the same grammar, answers with its syntax error and position
     except UnicodeEncodeError:
-        return Reading(f"refused: the SQL is not valid Unicode text (a lone surrogate); {_ONLY}")
+        return Reading(refused("not_unicode", only=_ONLY))
     nodes = _statement_nodes(tree)
-    refused = _refusal(statement, tree, nodes)
-    if refused or nodes != ["SelectStmt"]:
+    why = _refusal(statement, tree, nodes)
+    if why or nodes != ["SelectStmt"]:
         savepoint = nodes == ["TransactionStmt"] and any(f'"kind":"{kind}"' in tree for kind in SAVEPOINT_KINDS)
-        return Reading(refused, savepoint=savepoint)
+        return Reading(why, savepoint=savepoint)
     begin, end = _span(statement, tree)
     return Reading(None, reads_rows=True, body=statement[begin:end], around=(statement[:begin], statement[end:]))
 
@@ -134,13 +135,13 @@ def refusal(statement: str) -> str | None:
 
 def _refusal(statement: str, tree: str, nodes: list[str]) -> str | None:
     if not nodes:
-        return f"refused: no statement (only white space or comments); {_ONLY}"
+        return refused("no_statement", only=_ONLY)
     if len(nodes) > 1:
-        return f"refused: several statements in one; {_ONLY}, one statement at a time"
+        return refused("several_statements", only=_ONLY)
     if nodes[0] != "SelectStmt":
         word = _WRITES.get(nodes[0]) or first_keyword(statement)  # `WITH x AS (...) DELETE` is a DELETE
-        return f"refused: `{word}` {_WHY.get(word, 'is not a query')}; {_ONLY}"
-    return next((f"refused: {why}; {_ONLY}" for key, why in _INSIDE if key in tree), None)
+        return refused("not_a_query", word=word, why=_WHY.get(word, "is not a query"), only=_ONLY)
+    return next((refused("query_writes", why=why, only=_ONLY) for key, why in _INSIDE if key in tree), None)
 
 
 def _parse(statement: str) -> str:
@@ -205,14 +206,14 @@ def first_keyword(statement: str) -> str:
 def server_refusal(error: psycopg.Error) -> str | None:
     """The server's refusal of a sandboxed statement in one line, or None for an error of the SQL itself."""
     if isinstance(error, psycopg.ProgrammingError) and "didn't produce a result" in str(error):  # the driver's
-        return f"refused: the statement returns no rows; {_ONLY}"
+        return refused("no_rows", only=_ONLY)
     primary = " ".join((error.diag.message_primary or "").split()) if error.diag else ""
     if error.sqlstate == "42601" and primary == _SEVERAL:
-        return f"refused: several statements in one; {_ONLY}, one statement at a time"
+        return refused("several_statements", only=_ONLY)
     if error.sqlstate == "42501":  # insufficient_privilege
-        return f"refused: {primary} (the sandbox role may only read the reference tables)"
+        return refused("privilege", message=primary)
     if error.sqlstate == "25006":  # read_only_sql_transaction
-        return f"refused: {primary} (the sandbox only reads)"
+        return refused("read_only", message=primary)
     if error.sqlstate == "53200":  # out_of_memory: past the memory a backend of the server may take
-        return f"refused: {primary} (a statement may use only a bounded share of the server's memory)"
+        return refused("memory", message=primary)
     return None

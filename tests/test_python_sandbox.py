@@ -389,8 +389,9 @@ def test_a_new_episode_past_the_cap_is_refused_in_one_line_until_one_ends(image:
     try:
         first = container_of(containers, "q1")
         with pytest.raises(python_sandbox.SandboxUnavailable, match=r"^refused: 1 episodes' containers run already "
-                           r"\(the server's cap\); call again when one of their episodes has ended$"):
+                           r"\(the server's cap\); call again when one of their episodes has ended$") as refused:
             containers.run("q2", "print(1)", 10)
+        assert refused.value.args[0].code == "sandbox_busy"
         assert containers.run("q1", "print(1)", 10).stdout == "1\n"  # an episode that has one goes on
         containers.end("q1")
         assert gone(first)  # end() returns once it is removed
@@ -406,8 +407,10 @@ def test_an_agent_past_its_share_is_refused_while_another_starts_its_own(image: 
     try:
         assert containers.run("q1", "print(1)", 10, "alice").stdout == "1\n"
         with pytest.raises(python_sandbox.SandboxUnavailable, match=r"^refused: 1 episodes' containers of agent "
-                           r"alice run already \(its share\); call again when one of their episodes has ended$"):
+                           r"alice run already \(its share\); call again when one of their episodes has ended$"
+                           ) as refused:
             containers.run("q2", "print(2)", 10, "alice")
+        assert refused.value.args[0].code == "sandbox_share"  # run_python's line keeps it (refusals.py)
         assert containers.run("q1", "print(3)", 10, "bob").stdout == "3\n"  # an episode's container, whoever calls
         assert containers.run("q2", "print(4)", 10, "bob").stdout == "4\n"
         containers.end("q1")

@@ -1,5 +1,6 @@
 """What each run used (reproduce/reports/usage.py), per run and line of the table, in every report: an agent's
-tool calls from a trajectory written by the real writer (calls, clients, refusals by reason, budget stops, tool
+tool calls from a trajectory written by the real writer (calls, clients, refusals by their lines' codes, an old
+line without one as unknown, budget stops, tool
 seconds, run_python calls, their failures and seconds, the usage its client attached), the tokens and cost of
 JSON Lines predictions and of an Inspect log; a value nothing gives is unknown, never 0, and a report whose runs
 give none of it has no such section."""
@@ -39,8 +40,9 @@ def episode(question: str | None, *calls: tuple[str, str, str, float, dict]) -> 
             for n, (client, tool, outcome, seconds, more) in enumerate(calls, start=1)]
 
 
-def refused(why: str, **more: object) -> dict:
-    return {"error": f"refused: {why}", **more}
+def refused(code: str | None, why: str, **more: object) -> dict:
+    """A refused call's members; a code of None: a line written before lines kept it."""
+    return {"error": f"refused: {why}", **({"refused": code} if code else {}), **more}
 
 
 def usage(**given: float) -> dict:
@@ -54,8 +56,8 @@ def write_trajectory(path: Path) -> Path:
              *episode(None, ("a", "schema", "ok", 0.5, usage(input_tokens=9999))),  # no question: not counted
              *episode(f"{R1}/0", ("a", "question", "ok", 0.25, usage(input_tokens=100, output_tokens=10, cost=0.01)),
                       ("a", "query", "rows", 0.5, {"rows": 1, **usage(input_tokens=200, output_tokens=20, cost=0.02)}),
-                      ("a", "query", "refused", 0.125, {**refused(f"several statements in one; {ONLY}, one "
-                                                                  "statement at a time"),
+                      ("a", "query", "refused", 0.125, {**refused("several_statements", f"several statements in one; "
+                                                                  f"{ONLY}, one statement at a time"),
                                                         **usage(input_tokens=50, output_tokens=5)}),
                       ("a", "submit_answer", "ok", 0.125, {"rows": 1, "arguments": {"answer": 286.0}})),
              trajectory.line_of("stop", question_id=f"{R1}/0", reason="submitted", why="submit_answer", calls=4,
@@ -66,23 +68,27 @@ def write_trajectory(path: Path) -> Path:
                       ("b", "run_python", "timeout", 3.0, {}),
                       ("b", "run_python", "lost", 10.0, {}),
                       ("b", "run_python", "error", 0.0, {"error": "the call failed: OSError: boom"}),  # no exit: ours
-                      ("b", "run_python", "refused", 0.0, refused("the code is 200,001 characters; at most 100,000"))),
+                      ("b", "run_python", "refused", 0.0, refused("too_long", "the code is 200,001 characters; at most "
+                                                                          "100,000"))),
              trajectory.line_of("stop", question_id=f"{R1}/1", reason="budget", why="all 6 calls used", calls=6,
                                 elapsed=17.0),
              *episode(f"{R1}/1", ("b", "submit_answer", "refused", 0.0, refused(
-                 f"{R1}/1: the episode's budget is spent (all 6 calls used); it is over", charged=False))),
-             *episode(f"{R1}/2", ("a", "query", "refused", 0.25, refused(f"`DELETE` is not a query; {ONLY}")),
+                 "over_budget", f"{R1}/1: the episode's budget is spent (all 6 calls used); it is over",
+                 charged=False))),
+             # the first: a line from before lines kept a refusal's code
+             *episode(f"{R1}/2", ("a", "query", "refused", 0.25, refused(None, f"`DELETE` is not a query; {ONLY}")),
                       ("c", "submit_answer", "refused", 0.125, {
-                          **refused("the answer is null (expected rows, a value or a list of values)"),
+                          **refused("answer_unreadable",
+                                    "the answer is null (expected rows, a value or a list of values)"),
                           **usage(output_tokens=7, input_tokens=True, cost=-1)}),  # no numbers: not counted
                       ("c", "query", "error", 0.375, {"error": 'relation "x" does not exist'}),
-                      ("a", "query", "refused", 0.25, refused("permission denied for table load_log (the sandbox role "
-                                                              "may only read the reference tables)"))),
+                      ("a", "query", "refused", 0.25, refused("privilege", "permission denied for table load_log (the "
+                                                              "sandbox role may only read the reference tables)"))),
              *episode(f"{R2}/0", ("a", "submit_answer", "ok", 0.25, {
                           "rows": 1, "arguments": {"answer": "Nowhere"},
                           **usage(input_tokens=1000, output_tokens=100, cost=0.5)}),
-                      ("a", "submit_answer", "refused", 0.0, refused(f"{R2}/0: the answer was submitted; the episode "
-                                                                     "is over", charged=False))),
+                      ("a", "submit_answer", "refused", 0.0, refused("over_submitted", f"{R2}/0: the answer was "
+                                                                     "submitted; the episode is over", charged=False))),
              trajectory.line_of("stop", question_id=f"{R2}/0", reason="submitted", why="submit_answer", calls=2,
                                 elapsed=2.0)]
     writer = trajectory.Writer(path)
@@ -98,16 +104,17 @@ def write_jsonl(path: Path, lines: list[dict]) -> Path:
 
 
 # Every column of the agent's run per line; those a run without calls or usage does not give are None.
-AGENT_R1 = {"calls": 16, "not_charged": 1, "clients": 3, "refused": 6, "refused_budget": 1, "refused_over": 0,
-            "refused_not_served": 0, "refused_argument": 1, "refused_not_a_query": 2, "refused_sandbox": 1,
-            "refused_answer": 1, "refused_other": 0, "query_errors": 1, "budget_stops": 1, "tool_seconds": 19.0,
-            "python_calls": 7,
+REASONS_R1 = {"refused_over_budget": 1, "refused_too_long": 1, "refused_answer_unreadable": 1,
+              "refused_several_statements": 1, "refused_privilege": 1, "refused_unknown": 1}
+AGENT_R1 = {"calls": 16, "not_charged": 1, "clients": 3, "refused": 6,
+            **{column.name: REASONS_R1.get(column.name, 0) for column in COLUMNS if column.name.startswith("refused_")},
+            "query_errors": 1, "budget_stops": 1, "tool_seconds": 19.0, "python_calls": 7,
             "python_nonzero_exit": 1, "python_killed": 1, "python_timeout": 1, "python_lost": 1,
             "python_seconds": 17.0, "input_tokens": 350, "output_tokens": 42, "cost": 0.03}
-AGENT_R2 = {**dict.fromkeys(AGENT_R1, 0), "calls": 2, "not_charged": 1, "clients": 1, "refused": 1, "refused_over": 1,
-            "tool_seconds": 0.25, "input_tokens": 1000, "output_tokens": 100, "cost": 0.5}
-AGENT_ALL = {**AGENT_R1, "calls": 18, "not_charged": 2, "refused": 7, "refused_over": 1, "tool_seconds": 19.25,
-             "input_tokens": 1350, "output_tokens": 142, "cost": 0.53}
+AGENT_R2 = {**dict.fromkeys(AGENT_R1, 0), "calls": 2, "not_charged": 1, "clients": 1, "refused": 1,
+            "refused_over_submitted": 1, "tool_seconds": 0.25, "input_tokens": 1000, "output_tokens": 100, "cost": 0.5}
+AGENT_ALL = {**AGENT_R1, "calls": 18, "not_charged": 2, "refused": 7, "refused_over_submitted": 1,
+             "tool_seconds": 19.25, "input_tokens": 1350, "output_tokens": 142, "cost": 0.53}
 NO_CALLS = dict.fromkeys(AGENT_R1)
 TOKENS_R1 = {**NO_CALLS, "input_tokens": 70, "output_tokens": 7, "cost": 0.003}
 
@@ -168,17 +175,17 @@ def test_the_csv_report_has_every_known_value(scored: tuple[str, Path]) -> None:
 
 
 # The console and HTML show the columns some line has; a sparse one (refusal reasons, python) only where not 0.
-SHOWN = ["calls", "not charged", "clients", "refused", "refused budget", "refused over", "refused argument",
-         "refused not a query", "refused sandbox", "refused answer", "query errors", "budget stops", "tool s", "python",
-         "python nonzero exit", "python killed", "python timeout", "python lost", "python s", "input tokens",
-         "output tokens", "cost $"]
-CONSOLE_AGENT = ["16", "1", "3", "6", "1", "0", "1", "2", "1", "1", "1", "1", "19.0", "7", "1", "1", "1", "1",
+SHOWN = ["calls", "not charged", "clients", "refused", "refused over submitted", "refused over budget",
+         "refused too long", "refused answer unreadable", "refused several statements", "refused privilege",
+         "refused unknown", "query errors", "budget stops", "tool s", "python", "python nonzero exit", "python killed",
+         "python timeout", "python lost", "python s", "input tokens", "output tokens", "cost $"]
+CONSOLE_AGENT = ["16", "1", "3", "6", "0", "1", "1", "1", "1", "1", "1", "1", "1", "19.0", "7", "1", "1", "1", "1",
                  "17.0", "350", "42", "0.0300"]
-CONSOLE_R2 = ["2", "1", "1", "1", "0", "1", "0", "0", "0", "0", "0", "0", "0.2", "0", "0", "0", "0", "0", "0.0",
+CONSOLE_R2 = ["2", "1", "1", "1", "1", "0", "0", "0", "0", "0", "0", "0", "0", "0.2", "0", "0", "0", "0", "0", "0.0",
               "1,000", "100", "0.5000"]
-CONSOLE_ALL = ["18", "2", "3", "7", "1", "1", "1", "2", "1", "1", "1", "1", "19.2", "7", "1", "1", "1", "1",
+CONSOLE_ALL = ["18", "2", "3", "7", "1", "1", "1", "1", "1", "1", "1", "1", "1", "19.2", "7", "1", "1", "1", "1",
                "17.0", "1,350", "142", "0.5300"]
-CONSOLE_TOKENS = ["-"] * 19 + ["70", "7", "0.0030"]
+CONSOLE_TOKENS = ["-"] * 20 + ["70", "7", "0.0030"]
 
 
 def test_the_console_prints_the_columns_some_line_has(scored: tuple[str, Path]) -> None:
@@ -189,7 +196,7 @@ def test_the_console_prints_the_columns_some_line_has(scored: tuple[str, Path]) 
     assert [row.split() for row in rows] == [
         ["agent", "raster_only", "R1", *CONSOLE_AGENT], ["agent", "raster_only", "R2", *CONSOLE_R2],
         ["agent", "raster_only", "all", *CONSOLE_ALL], ["agent", "total", *CONSOLE_ALL],
-        ["tokens", "raster_only", "R1", *CONSOLE_TOKENS], ["tokens", "raster_only", "R2", *["-"] * 22],
+        ["tokens", "raster_only", "R1", *CONSOLE_TOKENS], ["tokens", "raster_only", "R2", *["-"] * 23],
         ["tokens", "raster_only", "all", *CONSOLE_TOKENS], ["tokens", "total", *CONSOLE_TOKENS]]
     assert "; tokens input 1,350, output 142; cost $0.5300\n" in stdout  # the agent's run line
     assert "run plain: 1 predictions from " in stdout and "plain.jsonl\n" in stdout  # nothing known: nothing said
@@ -336,7 +343,8 @@ def test_a_served_agent_s_calls_are_summed_as_its_trajectory_has_them(demo, demo
     python = [line for line in calls if line["tool"] == "run_python"]
     found = json.loads((tmp_path / "s.json").read_text())["usage"]["run"]["raster_only/R1"]
     assert {name: value for name, value in found.items() if value} == {
-        "calls": 9, "not_charged": 1, "refused": 2, "refused_not_a_query": 1, "refused_budget": 1, "budget_stops": 1,
+        "calls": 9, "not_charged": 1, "refused": 2, "refused_not_a_query": 1, "refused_over_budget": 1,
+        "budget_stops": 1,
         "tool_seconds": round(sum(line["seconds"] for line in calls), 3), "python_calls": 3,
         "python_nonzero_exit": 1, "python_killed": 1,
         "python_seconds": round(sum(line["seconds"] for line in python), 3)}

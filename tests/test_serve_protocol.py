@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -328,6 +329,11 @@ def test_over_stdio_each_call_line_keeps_its_client_its_usage_and_what_the_agent
                                          '>= 0, "output_tokens": an integer >= 0, "cost": a number >= 0})')
     assert [(seen["sent"], seen["is_error"]) for seen in trajectory.views(found)[f"{R1}/0"]] == got
     assert got[1][0].startswith("Error executing tool query: refused: several statements in one")
+    # a reply's line holds the very text the agent got (encoded once), and each result's sha256 is of that text
+    sent = [text.removeprefix(f"Error executing tool {call['tool']}: ") for (text, _), call in zip(got, calls,
+                                                                                                   strict=True)]
+    assert all(text in path.read_text() for text, (_, error) in zip(sent, got, strict=True) if not error)
+    assert [call["result_sha256"] for call in calls] == [hashlib.sha256(text.encode()).hexdigest() for text in sent]
     assert json.loads(got[2][0])["rows"] == gold[f"{R1}/0"].answers
 
 

@@ -149,9 +149,10 @@ def test_run_python_is_charged_like_any_call_and_its_failures_say_why(
             tools.run_python(question, "print(1)")
     assert owned_by(os.getpid()) == []
     calls = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [(line.get("tool"), line.get("outcome")) for line in calls if line["type"] == "call"] == [
-        ("run_python", "timeout"), ("run_python", "error"), ("run_python", "refused"), ("query", "rows"),
-        ("run_python", "refused")]
+    assert [(line.get("tool"), line.get("outcome"), line.get("refused")) for line in calls
+            if line["type"] == "call"] == [
+        ("run_python", "timeout", None), ("run_python", "error", None), ("run_python", "refused", "no_argument"),
+        ("query", "rows", None), ("run_python", "refused", "over_budget")]
 
 
 def test_question_tells_a_code_agent_its_places_as_wkt_and_the_prompt_its_files(demo, demo_export: Path,

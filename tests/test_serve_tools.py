@@ -106,8 +106,8 @@ def test_errors_are_one_line_with_the_budget_left_and_count_as_calls(demo, tmp_p
     assert str(refused.value).startswith("refused: several statements in one; only a query runs here")
     assert str(empty.value).startswith("refused: no SQL (expected one query as text) [budget left: 17 calls, ")
     calls = [line for line in lines(path) if line["type"] == "call"]
-    assert [(call["outcome"], call["call"], call["budget_left"]["calls"]) for call in calls] == [
-        ("error", 1, 19), ("refused", 2, 18), ("refused", 3, 17)]
+    assert [(call["outcome"], call.get("refused"), call["call"], call["budget_left"]["calls"]) for call in calls] == [
+        ("error", None, 1, 19), ("refused", "several_statements", 2, 18), ("refused", "no_argument", 3, 17)]
     assert calls[0]["error"] == said  # the budget is a field of its own
 
 
@@ -127,8 +127,9 @@ def test_past_max_calls_the_question_is_over_and_the_others_go_on(demo, tmp_path
     assert stop == {"type": "stop", "question_id": f"{R1}/0", "reason": "budget", "why": "all 2 calls used",
                     "calls": 2, "elapsed": stop["elapsed"]}
     assert written.index(stop) == 3  # right after the call that spent the budget: run, question, query, stop
-    assert [(line["call"], line.get("charged", True)) for line in written if line["type"] == "call"
-            and line["question_id"] == f"{R1}/0"] == [(1, True), (2, True), (3, False), (4, False)]  # 5-7: no line
+    assert [(line["call"], line.get("charged", True), line.get("refused")) for line in written
+            if line["type"] == "call" and line["question_id"] == f"{R1}/0"] == [
+        (1, True, None), (2, True, None), (3, False, "over_budget"), (4, False, "over_budget")]  # 5-7: no line
     assert trajectory.read(path).episodes[f"{R1}/0"].charged == 2
 
 
@@ -157,6 +158,8 @@ def test_submit_answer_ends_the_episode_and_bad_answers_are_refused_without_endi
                 call()
     submitted = trajectory.read(path).episodes[f"{R1}/0"]
     assert (submitted.stop, submitted.answer) == ("submitted", '[{"elevation": 12.5}]')
+    assert [call.get("refused") for call in submitted.calls] == ["answer_unreadable", None, "over_submitted",
+                                                                "over_submitted"]
 
 
 def test_an_unknown_question_is_named_and_nothing_is_written(demo, tmp_path: Path) -> None:
@@ -317,10 +320,14 @@ def test_the_html_page_words_a_refused_call_once(demo, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("answer", "why"), [
-    ("I could not find it", 'the answer\'s elevation is "I could not find it", not a number'),
+    ("I could not find it", 'the answer\'s elevation is "I could not find it", not a finite number'),
     ({"foo": 12.5}, "the answer has no column elevation or elevation_m; its columns: foo"),
     ([{"height_ft": 800}], "the answer has no column elevation or elevation_m; its columns: height_ft"),
-    ([{"elevation": 12.5}, {"elevation": True}], "row 2's elevation is true, not a number"),
+    ([{"elevation": 12.5}, {"elevation": True}], "row 2's elevation is true, not a finite number"),
+    # what reads as a number but is none the judge can compare: each named, as the value was given
+    *((value, f"the answer's elevation is {shown}, not a finite number") for value, shown in (
+        ("Infinity", '"Infinity"'), ("-Infinity", '"-Infinity"'), ("NaN", '"NaN"'), ("1e999", '"1e999"'),
+        ('[{"elevation": 1e999}]', "Infinity"), ('[{"elevation": NaN}]', "NaN"))),
 ])
 def test_an_answer_that_does_not_fit_the_question_is_refused_charged_and_the_episode_stays_open(
         demo, tmp_path: Path, answer, why: str) -> None:
@@ -335,16 +342,37 @@ def test_an_answer_that_does_not_fit_the_question_is_refused_charged_and_the_epi
                     '[{"elevation": "<metres>"}]; a single value is taken as the first column')
     assert tail.startswith("19 calls, ")
     calls = [line for line in lines(path) if line["type"] == "call"]
-    assert [(call["outcome"], call["call"], "charged" in call) for call in calls] == [("refused", 1, False),
-                                                                                     ("ok", 2, False)]
+    assert [(call["outcome"], call.get("refused"), call["call"], "charged" in call) for call in calls] == [
+        ("refused", "answer_shape", 1, False), ("ok", None, 2, False)]
+
+
+NOT_A_NAME = "not a name (text with a letter or digit, at most 255 characters)"
+
+
+@pytest.mark.parametrize(("answer", "shown"), [
+    ([{"poi_name": "  "}, {"poi_name": None}], '"  "'),
+    ("[" * 5000, f'"{"[" * 79}…'),  # no JSON: a text (the first component's, name), and no name
+    ([{"poi_name": "(-)"}], '"(-)"'),
+    ([{"poi_name": "A" * 256}], f'"{"A" * 79}…'),  # the value's JSON is cut at 80 characters
+])
+def test_a_name_has_a_letter_or_digit_and_is_not_longer_than_openstreetmap_s_names(demo, answer, shown) -> None:
+    with open_tools(request(demo, None)) as tools, pytest.raises(ToolRefused) as refused:
+        tools.submit_answer("vector/knn+name/0", answer)
+    where = "row 1's poi_name" if len(answer) == 2 else "the answer's poi_name" if isinstance(answer, list) else (
+        "the answer's name")
+    assert str(refused.value).split(" [budget left: ")[0] == (
+        f"refused: the answer does not fit the question: {where} is {shown}, {NOT_A_NAME}; expected a "
+        'JSON list of rows such as [{"name": "<a name (text)>"}]; a single value is taken as the first column')
 
 
 def test_a_set_of_names_needs_a_name_under_a_name_column_in_one_row_at_least(demo, tmp_path: Path) -> None:
     question = "vector/knn+name/0"
     with open_tools(request(demo, None)) as tools:
         with pytest.raises(ToolRefused, match=r'^refused: the answer does not fit the question: row 1\'s poi_name is '
-                                              r'"  ", not a name; expected a JSON list of rows such as '):
+                                              r'"  ", not a name \(text with a letter or digit, at most 255 '
+                                              r'characters\); expected a JSON list of rows such as '):
             tools.submit_answer(question, [{"poi_name": "  "}, {"poi_name": None}])
+        assert tools.submit_answer("vector/knn+name/2", [{"poi_name": "A" * 255}])["rows"] == 1  # the longest
         assert tools.submit_answer(question, [{"poi_name": None}, {"poi_name": "A"}])["rows"] == 2  # judged as a bag
         assert tools.submit_answer("vector/knn+name/1", ["Demo Museum 85"])["rows"] == 1  # a bare value: the name
 

@@ -9,10 +9,12 @@ Lines, each with a `type`:
 - `call`: question_id (null for schema), the client it came from (client: id, transport, the agent whose
   token it sent over HTTP, and the name and version the client gave: reproduce/serve/callers.py; left out for
   a plain Python caller), tool, arguments,
-  outcome (ok, rows, error, timeout, refused; for run_python also killed and lost), `"charged": false` for a
+  outcome (ok, rows, error, timeout, refused; for run_python also killed and lost), a refused call's reason as
+  a code (refused: reproduce/refusals.py's REFUSALS; lines written before it have none), `"charged": false` for a
   call not charged to its episode (the server's own failure, or the episode was over), the server a query ran
   on (server: host:port/database), rows, the result as the agent got it (result: the reply, bounded as sent,
-  or a refusal's one line) and its sha256, the model's usage the client attached in the call's MCP `_meta`
+  or a refusal's one line) and the sha256 of its text as sent (lines written before 2026-12-06 hashed it as
+  JSON with sorted keys), the model's usage the client attached in the call's MCP `_meta`
   (usage: input_tokens, output_tokens, cost; usage_ignored says why one was not kept), seconds, the call's
   number in its episode, the episode's elapsed seconds and its budget left after the call; for submit_answer
   the answer as submitted; for run_python the code, its exit status, its output as the agent got it (stdout,
@@ -50,7 +52,7 @@ DEPENDS_ON = ("model", "method", "budget", "dataset")  # what a rerun on the sam
 LINES: dict[str, tuple[str, ...]] = {
     "run": ("format", "type", *DEPENDS_ON, "config", "templates", "ids", "questions", "database", "tool_version",
             "pid", "started_at"),
-    "call": ("type", "question_id", "client", "tool", "arguments", "outcome", "charged", "server", "rows",
+    "call": ("type", "question_id", "client", "tool", "arguments", "outcome", "refused", "charged", "server", "rows",
              "truncated", "result", "result_sha256", "error", "exit", "stdout", "stderr", "peak_kb", "usage",
              "usage_ignored", "seconds", "call", "elapsed", "budget_left", "at"),
     "stop": ("type", "question_id", "reason", "why", "calls", "elapsed"),
@@ -126,9 +128,10 @@ def line_of(kind: str, **members: Any) -> dict[str, Any]:
     return {name: members[name] for name in declared if name in members}
 
 
-def digest(result: Any) -> str:
-    """A call's `result_sha256`: what the agent got, as canonical JSON."""
-    return hashlib.sha256(json.dumps(result, sort_keys=True, default=str).encode()).hexdigest()
+def digest(sent: str) -> str:
+    """A call's `result_sha256`: of the text the agent got (the reply's compact JSON as sent, or a text as it is:
+    `views`' `sent` without the error prefix)."""
+    return hashlib.sha256(sent.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def reported(call: dict[str, Any]) -> dict[str, Any]:
@@ -235,10 +238,10 @@ class Writer:
         self.path = path
         self._lock = threading.Lock()
 
-    def write(self, line: dict[str, Any]) -> None:
-        # ASCII: any text, lone surrogates too; strict JSON: NaN, infinities and any other value as the runner
-        # gives query rows (their text)
-        data = (json.dumps(json_value(line), allow_nan=False) + "\n").encode()
+    def write(self, line: dict[str, Any], encoded: dict[str, str] | None = None) -> None:
+        """Append the line; `encoded` gives members as their JSON text already (strict, ASCII: a call's result
+        as it was sent), put into the line as they are instead of being encoded again."""
+        data = _line_text(line, encoded or {}).encode()
         with self._lock:
             if self._fd < 0:
                 return  # a call that ended after the server closed: nothing left to keep it in
@@ -250,3 +253,20 @@ class Writer:
         with self._lock:
             os.close(self._fd)
             self._fd = -1
+
+
+def _line_text(line: dict[str, Any], encoded: dict[str, str]) -> str:
+    """The line as JSON text: ASCII (any text, lone surrogates too), strict (NaN, infinities and any other value
+    as the runner gives query rows: their text), members in the line's order, `encoded` ones as given and the
+    members between them encoded together (one json.dumps for each run of them)."""
+    parts: list[str] = []
+    plain: dict[str, Any] = {}
+    for name, value in line.items():
+        if name in encoded:
+            parts += [json.dumps(json_value(plain), allow_nan=False)[1:-1]] if plain else []
+            parts.append(f"{json.dumps(name)}: {encoded[name]}")
+            plain = {}
+        else:
+            plain[name] = value
+    parts += [json.dumps(json_value(plain), allow_nan=False)[1:-1]] if plain else []
+    return "{" + ", ".join(parts) + "}\n"

@@ -12,40 +12,25 @@ run none at all. Calls outside a question (schema) belong to no line and are not
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from reproduce.predictions.trajectory import is_amount
+from reproduce.refusals import REFUSALS, UNKNOWN
 from reproduce.reports.model import Report, by_run, lines
 from reproduce.results import Result
 
-# Why a call was refused: the first reason whose pattern finds the call's "tool: error" (the refusals' words are
-# reproduce/gate.py's and reproduce/serve/tools.py's), "other" where none does; and what each reason means.
-REFUSALS: dict[str, tuple[str, str]] = {
-    "budget": (r"budget is spent|no time left in the episode's budget", "the episode's calls or seconds were spent"),
-    "over": (r"the answer was submitted; the episode is over", "the episode's answer was submitted"),
-    "not_served": (r"is not served here", "a tool this server does not serve"),
-    "argument": (r"^\w+: refused: no (SQL|code|answer)\b|characters(?: as JSON)?; at most|characters, more than",
-                 "no SQL, code or answer, or one past its size"),
-    "not_a_query": (r"only a query runs here|returns no rows", "not one query (the gate)"),
-    "sandbox": (r"\(the sandbox|bounded share of the server's memory", "what the sandbox role may not do"),
-    "answer": (r"^submit_answer: ", "an answer that cannot be read as rows or does not fit the question"),
-    "other": (r"", "any other refusal"),
-}
+# Why a call was refused: its line's code (reproduce/refusals.py); a refused call of a trajectory written before
+# lines kept it counts as UNKNOWN (its words are not guessed at).
+REASONS: dict[str, str] = {code: reason.means for code, reason in REFUSALS.items()} | {
+    UNKNOWN: "a refused call whose line has no code (a trajectory written before lines kept it)"}
 PYTHON = "run_python"
 # A run_python call that ran and failed, by its outcome (an error is a non-zero exit).
 PYTHON_FAILURES = {"error": ("python_nonzero_exit", "a non-zero exit"),
                    "killed": ("python_killed", "killed by a signal (the memory limit, mostly)"),
                    "timeout": ("python_timeout", "stopped at its timeout"),
                    "lost": ("python_lost", "the sandbox did not answer and was replaced")}
-
-
-def refusal_reason(call: dict[str, Any]) -> str:
-    """The REFUSALS reason of a refused call."""
-    text = f"{call.get('tool', '')}: {call.get('error', '')}"
-    return next(reason for reason, (pattern, _) in REFUSALS.items() if re.search(pattern, text))
 
 
 @dataclass(frozen=True)
@@ -85,9 +70,14 @@ def _seconds(calls: list[dict[str, Any]]) -> float:
     return round(sum(float(call.get("seconds") or 0) for call in calls), 3)
 
 
+def _agent(client: Any) -> str | None:
+    return client.get("agent") if isinstance(client, dict) else None
+
+
 def _clients(used: Used) -> int | None:
-    """How many clients the calls came from; unknown where calls name none (a trajectory from before `client`)."""
-    clients = {str(call["client"]) for call in used.calls if call.get("client") is not None}
+    """How many clients the calls came from (an agent of --tokens is one, whatever its sessions and connections);
+    unknown where calls name none (a trajectory from before `client`)."""
+    clients = {_agent(client) or str(client) for call in used.calls if (client := call.get("client")) is not None}
     return None if not used.agent or (used.calls and not clients) else len(clients)
 
 
@@ -110,7 +100,7 @@ def _tenths(value: float) -> str:
 
 
 def _refused(reason: str) -> Callable[[Used], float | None]:
-    return _calls(lambda used: sum(call.get("outcome") == "refused" and refusal_reason(call) == reason
+    return _calls(lambda used: sum(call.get("outcome") == "refused" and call.get("refused", UNKNOWN) == reason
                                    for call in used.calls))
 
 
@@ -125,12 +115,13 @@ COLUMNS: tuple[Column, ...] = (
     Column("not_charged", "not charged", "calls not charged to the episode's budget (the server's own failures, "
            "calls after the episode ended)", _calls(lambda used: sum(call.get("charged") is False
                                                                       for call in used.calls)), sparse=True),
-    Column("clients", "clients", "the distinct clients they came from (not known where the calls name none)",
+    Column("clients", "clients", "the distinct clients they came from, an agent of `--tokens` as one (not known where "
+           "the calls name none)",
            _clients),
     Column("refused", "refused", "calls refused", _calls(
         lambda used: sum(call.get("outcome") == "refused" for call in used.calls))),
     *(Column(f"refused_{reason}", f"refused {reason.replace('_', ' ')}", f"calls refused: {what}", _refused(reason),
-             sparse=True) for reason, (_, what) in REFUSALS.items()),
+             sparse=True) for reason, what in REASONS.items()),
     Column("query_errors", "query errors", "query calls the server answered with an error or a timeout",
            _calls(lambda used: sum(call.get("tool") == "query" and call.get("outcome") in ("error", "timeout")
                                    for call in used.calls)), sparse=True),

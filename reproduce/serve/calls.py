@@ -5,8 +5,10 @@ written once when it ends with the reply as the agent got it (`result`).
 Charged: every call on an open episode, refused or not. Not charged (the line says `"charged": false`): a call
 the server could not serve for a failure of its own (the database or the sandbox cannot be reached), and a
 call on an episode that is over (its refusal says so). Calls not charged are bounded
-too: past as many of them as the episode may charge (--max-calls), a refused one has no line (an agent calling on
-after its episode ended cannot grow the trajectory without end)."""
+too: past as many of them as the episode may charge (--max-calls), a refused one is not kept (`Call.kept`: it has
+no line, so that an agent calling on after its episode ended cannot grow the trajectory without end).
+
+A refused call's line says why as a code (`refused`: reproduce/refusals.py, which words each refusal)."""
 
 from __future__ import annotations
 
@@ -21,8 +23,10 @@ from typing import TYPE_CHECKING, Any
 from gsqa_core.errors import GsqaError
 from reproduce import gate
 from reproduce.predictions import trajectory
+from reproduce.refusals import code_of
 from reproduce.runner import MIN_TIMEOUT_S
 from reproduce.serve import python_sandbox
+from reproduce.serve.replies import Reply, reply_text, sent
 
 if TYPE_CHECKING:
     from reproduce.serve.tools import Tools
@@ -81,8 +85,10 @@ class Call:
         self.charged = True
         self.began = time.perf_counter()
         self.outcome = self.error = ""
+        self.reason = ""  # a refusal's code (reproduce/refusals.py), "" unless refused
         self.members: dict[str, Any] = {}  # rows, truncated; run_python's exit, output, peak memory
-        self.written = False  # True once its line is written, or when it is to have none
+        self.kept = True  # False: a call not charged past the bound on them (the module's doc) has no line
+        self.written = False  # True once its line is written
 
     def timeout(self) -> float:
         """A statement's or program's limit now: --timeout, or the episode's time left (either clock) if less."""
@@ -111,18 +117,23 @@ class Call:
             self.charged = False
 
     def refused(self, why: str) -> ToolRefused:
-        """The refusal to raise; the call's line says `refused` (or `error`/`timeout` once set)."""
-        self.outcome = self.outcome or ("refused" if why.startswith("refused: ") else "error")
+        """The refusal to raise for `why` (a refusals.Refusal, with its code, or an error's line); the call's
+        line says `refused` with the code (or `error`, or `timeout` once set)."""
+        self.reason = code_of(why)
+        self.outcome = self.outcome or ("refused" if self.reason else "error")
         self.error = why  # the trajectory keeps the budget apart
         left = self.budget_left
         tool = f", {left['tool_seconds']:g} tool s" if "tool_seconds" in left else ""
         tail = f" [budget left: {left['calls']} calls, {left['seconds']:g} s{tool}]" if left else ""
         return ToolRefused(why + tail)
 
-    def finish(self, reply: Any, outcome: str = "ok", **members: Any) -> Any:
-        """The reply, the call's line written with it as the result the agent gets."""
+    def finish(self, reply: Any, outcome: str = "ok", **members: Any) -> Reply | str:
+        """The reply (a dict as a Reply: with its text made once, for the line and the agent), the call's line
+        written with it as the result the agent gets."""
         self.outcome = outcome
         self.members |= members
+        if not isinstance(reply, str):
+            reply = reply if isinstance(reply, Reply) else sent(reply)
         self.write(reply)
         return reply
 
@@ -141,26 +152,29 @@ class Call:
             reply["note"] = why[run.outcome]
         return self.finish(reply, run.outcome, peak_kb=run.peak_kb, **output)
 
-    def write(self, result: Any) -> None:
-        """Write the call's line (once), `result` the reply or the refusal's text as sent: a member that does
-        not apply is left out."""
-        if self.written:
+    def write(self, result: Reply | str) -> None:
+        """Write the call's line (once), `result` the reply or the refusal's text as sent (a reply's text goes
+        into the line as it was made, not encoded again): a member that does not apply is left out."""
+        if self.written or not self.kept:
             return
         self.written = True
         seconds = time.perf_counter() - self.began
         if self.episode is not None and self.charged:
             self.episode.tool_seconds += seconds
         caller = self.caller
-        optional = {"client": caller.client, "charged": None if self.charged else False,
+        optional = {"client": caller.client, "refused": self.reason or None,
+                    "charged": None if self.charged else False,
                     "server": self.members.get("server"), "rows": self.members.get("rows"),
                     "truncated": self.members.get("truncated") or None,
-                    "result": result, "result_sha256": trajectory.digest(result), "error": self.error or None,
+                    "result": result, "result_sha256": trajectory.digest(reply_text(result)),
+                    "error": self.error or None,
                     **{name: self.members.get(name) for name in ("exit", "stdout", "stderr", "peak_kb")},
                     "usage": caller.usage, "usage_ignored": caller.usage_ignored or None}
         if self.episode is not None:
             optional |= {"call": self.number, "elapsed": round(self.episode.elapsed(), 3),
                          "budget_left": self.budget_left}
-        self.tools.write("call", question_id=self.question, tool=self.tool, arguments=self.arguments,
+        encoded = {"result": result.text} if isinstance(result, Reply) else None
+        self.tools.write("call", encoded, question_id=self.question, tool=self.tool, arguments=self.arguments,
                          outcome=self.outcome or "error", seconds=round(seconds, 4),
                          at=datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
                          **{name: value for name, value in optional.items() if value is not None})

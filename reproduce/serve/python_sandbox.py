@@ -42,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from reproduce.refusals import coded
 from reproduce.serve import sandbox_sources
 
 IMAGE = "gsqa-refdb-sandbox"  # `make sandbox-image` (Makefile's SANDBOX_IMAGE)
@@ -97,10 +98,11 @@ class PythonRun:
 
 class SandboxUnavailable(Exception):
     """No engine, no image, a container that would not start, or none to be started now: one line saying
-    what to do."""
+    what to do (its first argument; a refusals.Refusal, with its code, where the server refuses the call)."""
 
 
-ENDED = "refused: the episode's container was removed (its time is up, or the server is stopping)"
+ENDED = coded("sandbox_ended", "refused: the episode's container was removed (its time is up, or the server is "
+              "stopping)")
 
 
 def unavailable() -> str | None:
@@ -329,11 +331,13 @@ class Containers:
             sandbox = self._running.get(question)
             if sandbox is None:
                 if len(self._running) >= self.cap:
-                    raise SandboxUnavailable(f"refused: {self.cap} episodes' containers run already (the server's "
-                                             "cap); call again when one of their episodes has ended")
+                    raise SandboxUnavailable(coded("sandbox_busy", f"refused: {self.cap} episodes' containers run "
+                                                   "already (the server's cap); call again when one of their episodes "
+                                                   "has ended"))
                 if owner is not None and list(self._owners.values()).count(owner) >= self.share:
-                    raise SandboxUnavailable(f"refused: {self.share} episodes' containers of agent {owner} run "
-                                             "already (its share); call again when one of their episodes has ended")
+                    raise SandboxUnavailable(coded("sandbox_share", f"refused: {self.share} episodes' containers of "
+                                                   f"agent {owner} run already (its share); call again when one of "
+                                                   "their episodes has ended"))
                 sandbox = self._running[question] = PythonSandbox(self.export, self.limits, image=self.image)
                 self._owners[question] = owner
                 if self.lifetime is not None:

@@ -1,6 +1,7 @@
-"""What serve's tools send back: one compact, strict JSON text per reply (reply_text), each value of a query's
-rows in a documented JSON form and cut where long (agent_value), and the reply fitted into
-gate.MAX_REPLY_BYTES (its first rows, with a note saying how to get less).
+"""What serve's tools send back: one compact, strict JSON text per reply (reply_text), made once (a Reply carries
+it to the call's trajectory line and to the MCP result), each value of a query's rows in a documented JSON form
+and cut where long (agent_value), and the reply fitted into gate.MAX_REPLY_BYTES (its first rows, with a note
+saying how to get less; each row encoded once, and none past the limit).
 
 The forms (the judge's rows are the runner's json_value, untouched: this is what an agent reads):
 - numeric: a JSON number when the number reads back exactly as one and is within ±2**53 (what every JSON reader
@@ -18,10 +19,12 @@ object past MAX_ITEMS members (the marker under the key "…"), nesting past REP
 from __future__ import annotations
 
 import decimal
+import itertools
 import json
 import math
 from typing import Any
 
+from reproduce.refusals import code_of
 from reproduce.runner import capped, json_value
 from reproduce.session import REPORTED_CHARACTERS, REPORTED_DEPTH
 
@@ -99,7 +102,7 @@ def server_error(error: Any, message: str, statement: str, sent: str) -> str:
     a refusal as the gate words it, else the server's message), then its SQLSTATE, the character of the
     statement where it was found and the server's hint, where the server gave them."""
     diag = error.diag if error.diag and error.sqlstate else None
-    if message.startswith("refused: ") or diag is None:
+    if code_of(message) or diag is None:
         return message
     details = [f"SQLSTATE {error.sqlstate}"]
     if (at := _position(diag.statement_position, statement, sent)) is not None:
@@ -124,27 +127,75 @@ def _position(position: str | None, statement: str, sent: str) -> int | None:
     return at + 1 if 0 <= at < len(statement) else None
 
 
+class Reply(dict):
+    """A tool's reply (a dict, as plain Python callers use it) and `text`, the reply as the agent receives it
+    (reply_text), made once where the reply is made: the call's trajectory line and the MCP result reuse it."""
+
+    text: str
+
+
+def sent(reply: dict[str, Any], text: str | None = None) -> Reply:
+    """The reply with its text (`text` when it was made already)."""
+    made = Reply(reply)
+    made.text = reply_text(reply) if text is None else text
+    return made
+
+
 def reply_text(reply: Any) -> str:
-    """A tool's reply as an agent receives it: compact, strict JSON (a string as it is)."""
-    return reply if isinstance(reply, str) else json.dumps(reply, separators=(",", ":"), default=str,
-                                                           allow_nan=False)
-
-
-def fitted(reply: dict[str, Any], limit: int) -> dict[str, Any]:
-    """The query's reply with as many of its first rows as fit in `limit` bytes of reply_text, and a note
-    saying how to get less when it had to leave rows out."""
-    rows = reply["rows"]
-    if len(reply_text(reply).encode()) <= limit:
+    """A tool's reply as an agent receives it: compact, strict, ASCII JSON (a string as it is; a Reply's text as
+    it was made). ASCII: its characters are its bytes."""
+    if isinstance(reply, str):
         return reply
-    low, high = 0, len(rows)  # the largest prefix that fits: rows[:low] fits, rows[:high + 1] does not
+    if isinstance(reply, Reply):
+        return reply.text
+    return json.dumps(reply, separators=(",", ":"), default=str, allow_nan=False)
+
+
+def fitted(reply: dict[str, Any], limit: int) -> Reply:
+    """The query's reply (its first member "rows") with as many of its first rows as fit in `limit` bytes of
+    reply_text, and a note saying how to get less when it had to leave rows out. Each row is encoded once, and
+    none past the limit: the reply's text is the kept rows' texts joined."""
+    texts = _row_texts(reply["rows"], limit)
+    if len(texts) == len(reply["rows"]) and len(text := _with_rows(reply, texts)) <= limit:
+        return sent(reply, text)
+    ends = list(itertools.accumulate(len(text) + 1 for text in texts))  # rows[:k]: ends[k - 1] - 1 characters
+    low, high = 0, len(texts)  # the largest prefix that fits: rows[:low] fits, rows[:high + 1] does not
     while low < high:
         middle = (low + high + 1) // 2
-        if len(reply_text({**reply, "rows": rows[:middle]}).encode()) <= limit:
+        head, tail = _around(_cut(reply, middle, limit))
+        if len(head) + ends[middle - 1] - 1 + len(tail) <= limit:
             low = middle
         else:
             high = middle - 1
-    note = (f"only the first {low:,} of the {reply['row_count']:,} rows fit in a reply of {limit:,} bytes; select "
+    cut = _cut(reply, low, limit)
+    return sent(cut, _with_rows(cut, texts[:low]))
+
+
+def _row_texts(rows: list[dict[str, Any]], limit: int) -> list[str]:
+    """The rows' texts, the first of them up to `limit` characters (the rows after them cannot fit)."""
+    texts, size = [], 0
+    for row in rows:
+        if size >= limit:
+            break
+        texts.append(reply_text(row))
+        size += len(texts[-1]) + 1
+    return texts
+
+
+def _cut(reply: dict[str, Any], kept: int, limit: int) -> dict[str, Any]:
+    note = (f"only the first {kept:,} of the {reply['row_count']:,} rows fit in a reply of {limit:,} bytes; select "
             "fewer or shorter columns (ST_AsText of a simplified geometry, substr of a long text), fewer rows, "
             "or aggregate")
-    return {**reply, "rows": rows[:low], "truncated": True, "note": note}
+    return {**reply, "rows": reply["rows"][:kept], "truncated": True, "note": note}
 
+
+def _around(reply: dict[str, Any]) -> tuple[str, str]:
+    """reply_text of the reply before and after its rows (the reply's first member)."""
+    rest = reply_text({key: value for key, value in reply.items() if key != "rows"})
+    return '{"rows":[', "]" + ("}" if rest == "{}" else "," + rest[1:])
+
+
+def _with_rows(reply: dict[str, Any], texts: list[str]) -> str:
+    """reply_text of the reply, its rows given as their texts."""
+    head, tail = _around(reply)
+    return "".join((head, ",".join(texts), tail))

@@ -42,6 +42,7 @@ from reproduce import configs, describe, gate, session
 from reproduce.dataset import Record
 from reproduce.predictions import trajectory
 from reproduce.predictions.layouts import answer_rows
+from reproduce.refusals import refused
 from reproduce.runner import MIN_TIMEOUT_S, Outcome, ServerLost
 from reproduce.serve import python_sandbox
 from reproduce.serve.answers import misfit
@@ -153,8 +154,8 @@ class Tools:
                     owner = pool_owner(call, self.request.agents)
                     with pool.connection(wait=call.seconds_left(), owner=owner) as sandbox:
                         if sandbox is None or min(call.seconds_left(), call.tool_seconds_left()) < MIN_TIMEOUT_S:
-                            raise call.refused(f"refused: no time left in the episode's budget ({self._clocks()}; "
-                                               "the calls before waited for a connection)")
+                            raise call.refused(refused("no_time_left", clocks=f"{self._clocks()}; the calls before "
+                                                       "waited for a connection"))
                         sandbox.timeout = call.timeout()
                         outcome = sandbox.run(sql)
                         call.members["server"] = name
@@ -170,8 +171,8 @@ class Tools:
         is a reply still being made at the statement's deadline (time.perf_counter()): fetching and encoding
         the rows count against the timeout."""
         if outcome.kind != "rows":
-            call.outcome = "timeout" if outcome.kind == "timeout" else (
-                "refused" if outcome.error.startswith("refused: ") else "error")
+            if outcome.kind == "timeout":
+                call.outcome = "timeout"  # else the gate's or the server's refusal, or an error (call.refused)
             raise call.refused(outcome.error)
         reply = {"rows": outcome.rows, "row_count": len(outcome.rows),
                  "truncated": outcome.truncated, "seconds": round(outcome.seconds, 3),
@@ -197,22 +198,22 @@ class Tools:
         with self._call(question_id, "run_python", {"code": code}) as call:
             self._admit(call, "python", code, "code", "a Python program as text", python_sandbox.MAX_CODE_CHARACTERS)
             if min(call.seconds_left(), call.tool_seconds_left()) < MIN_TIMEOUT_S:
-                raise call.refused(f"refused: no time left in the episode's budget ({self._clocks()})")
+                raise call.refused(refused("no_time_left", clocks=self._clocks()))
             try:
                 run = self._containers.run(call.question, code, call.timeout, agent_of(call, self.request.agents))
             except python_sandbox.SandboxUnavailable as unavailable:  # the server's failure, not charged
                 call.uncharge()
-                raise call.refused(str(unavailable)) from None
+                raise call.refused(unavailable.args[0]) from None
             return call.ran(run)
 
     def _admit(self, call: Call, kind: str, text: Any, noun: str, expected: str, limit: int) -> None:
         """What query and run_python refuse alike: a tool not served, no text, text past its limit."""
         if kind not in self.request.served:
-            raise call.refused(f"refused: {TOOL_KINDS[kind]} is not served here (reproduce serve --tools {kind})")
+            raise call.refused(refused("not_served", tool=TOOL_KINDS[kind], kind=kind))
         if not isinstance(text, str) or not text.strip():
-            raise call.refused(f"refused: no {noun} (expected {expected})")
+            raise call.refused(refused("no_argument", noun=noun, expected=expected))
         if call.oversized:
-            raise call.refused(f"refused: the {noun} is {call.oversized:,} characters; at most {limit:,}")
+            raise call.refused(refused("too_long", noun=noun, size=call.oversized, unit="", limit=limit))
 
     def submit_answer(self, question_id: str, answer: Any) -> dict[str, Any]:
         """Record the answer (rows like the stored answers, a value, or a list of values; the same as JSON
@@ -220,15 +221,15 @@ class Tools:
         saying what is expected, and the episode goes on."""
         with self._call(question_id, "submit_answer", {"answer": answer}) as call:
             if call.oversized:
-                raise call.refused(f"refused: the answer is {call.oversized:,} characters as JSON; at most "
-                                   f"{gate.MAX_ANSWER_CHARACTERS:,}")
+                raise call.refused(refused("too_long", noun="answer", size=call.oversized, unit=" as JSON",
+                                           limit=gate.MAX_ANSWER_CHARACTERS))
             template_id = self.records[call.question].template_id
             try:
                 rows = answer_rows(template_id, answer)
             except ValueError as error:
-                raise call.refused(f"refused: {error}") from None
+                raise call.refused(refused("answer_unreadable", why=error)) from None
             if why := misfit(template_id, rows):
-                raise call.refused(f"refused: {why}")
+                raise call.refused(why)
             with self._lock:  # one answer per episode, however many arrive at once
                 if not self._claim(call.episode, "submitted", f"submit_answer with {len(rows)} rows"):
                     raise call.refused(self._ended(call.question, call.episode))
@@ -312,7 +313,7 @@ class Tools:
                 if blocked:  # a call the episode cannot take is not charged to it
                     episode.free += 1
                     call.charged = False
-                    call.written = episode.free > self.budget["calls"]  # past the bound (calls.py): no line
+                    call.kept = episode.free <= self.budget["calls"]  # past the bound (calls.py): no line
                 elif episode.started is None:
                     episode.started = time.monotonic()
         try:
@@ -355,8 +356,8 @@ class Tools:
     @staticmethod
     def _ended(question: str, episode: Episode) -> str:
         if episode.stop == "submitted":
-            return f"refused: {question}: the answer was submitted; the episode is over"
-        return f"refused: {question}: the episode's budget is spent ({episode.why}); it is over"
+            return refused("over_submitted", question=question)
+        return refused("over_budget", question=question, why=episode.why)
 
     def _stop(self, question: str, reason: str, why: str, locked: bool = False) -> None:
         """End the episode (once) and write its stop line."""
@@ -381,10 +382,11 @@ class Tools:
         if self._containers:
             self._containers.end(question)
 
-    def write(self, kind: str, **members: Any) -> None:
-        """A line of the trajectory (trajectory.LINES declares its members)."""
+    def write(self, kind: str, encoded: dict[str, str] | None = None, **members: Any) -> None:
+        """A line of the trajectory (trajectory.LINES declares its members; `encoded`: members given as their
+        JSON text, trajectory.Writer.write)."""
         if self._writer:
-            self._writer.write(trajectory.line_of(kind, **members))
+            self._writer.write(trajectory.line_of(kind, **members), encoded)
 
 
 def _pools(request: ServeRequest, prepared: session.Prepared) -> list[tuple[str, Pool]]:
