@@ -17,6 +17,7 @@ With --fetched, the layers are as `ingest fetch` leaves them: its verified log (
 once, outside the timing) holds each file's sha256, which `ingest osm` then logs without reading the file again
 (as in `make db`); without it, `ingest osm` hashes every file as it loads it (a folder put in place by hand).
 ogr2ogr applies no loader-1 rule: it keeps every feature and every property (tagsMap as one JSON column).
+`ingest`'s modules are byte-compiled first, as an installed wheel has them (bench/measure.py, byte_compiled).
 The lines encoder `ingest osm` uses is in the output (native where _lines is built, unless GSQA_NATIVE_READER=0).
 For each tool: wall time, client CPU (all client processes), server CPU (all postgres processes), peak
 client memory (largest process RSS; PSS of the process tree), input MB/s, rows/s; then the medians with
@@ -38,7 +39,7 @@ from pathlib import Path
 import psycopg
 
 from bench.dem import drop_tables, init_database, prepare_database, timed
-from bench.measure import medians
+from bench.measure import byte_compiled, medians
 from gsqa_core import schema
 from ingest.fetch import STAGING, RemoteFile, VerifiedLog
 from ingest.osm.native import native_module
@@ -129,6 +130,7 @@ def main() -> None:
     mb = sum(path.stat().st_size for path in folder.rglob("*.geojson")) / 1e6
     dsn = prepare_database(args.dsn, args.database, drop=OGR_TABLES)
     subprocess.run(["cat", *map(str, folder.rglob("*.geojson"))], stdout=subprocess.DEVNULL, check=True)
+    byte_compiled()
     rounds = [one_round(folder, dsn, mb, ingest_first=bool(n % 2), indexes=args.indexes) for n in range(args.runs)]
     encoder = "native" if native_module("_lines") else "Python"  # as the `ingest` it runs finds it (same env)
     result = {"input_mb": round(mb, 1), "files": len(list(folder.rglob("*.geojson"))), "indexes": args.indexes,

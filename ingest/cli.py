@@ -256,24 +256,34 @@ def osm_command(
     """
     from ingest.fetch import parse_bbox
     from ingest.osm.load import load_osm, load_pbf
-    from ingest.osm.pbf.checks import all_pbf
-    from ingest.osm.pbf.export import export
 
     _check_compression(compression)
     wanted = [name.strip() for name in layers.split(",") if name.strip()] if layers else None
     read, loaded = None, None
     with _load_stage():
         box = parse_bbox(bbox) if bbox else None
-        if not all_pbf(sources):
+        if _geojson_layers(sources):
             loaded = load_osm(sources[0], dsn, layers=wanted, workers=workers, replace=replace,
                               compression=compression, bbox=box, index=not no_index)
         elif export_geojson is not None:
+            from ingest.osm.pbf.export import export
+
             read = export(sources, export_geojson, bbox=box)
         else:
             loaded, read = load_pbf(sources, dsn, layers=wanted, replace=replace, compression=compression,
                                     bbox=box, work=work, index=not no_index)
     _show(as_json, report.osm_json(read, loaded), report.osm_text(read, loaded, export_geojson))
     raise typer.Exit(max(1 if read and read.broken else 0, loaded.exit_code if loaded else 0))
+
+
+def _geojson_layers(sources: list[Path]) -> bool:
+    """One folder is GeoJSON layers, told without importing the PBF path (pyosmium, libosmium), so that a GeoJSON
+    load starts sooner; any other sources as the PBF checks tell them (a `.pbf` name, a PBF's first block)."""
+    if len(sources) == 1 and sources[0].is_dir() and not sources[0].name.endswith(".pbf"):
+        return True
+    from ingest.osm.pbf.checks import all_pbf
+
+    return not all_pbf(sources)
 
 
 @app.command("all")
