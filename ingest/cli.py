@@ -257,7 +257,6 @@ def osm_command(
     from ingest.fetch import parse_bbox
     from ingest.osm.load import load_osm, load_pbf
     from ingest.osm.pbf.checks import all_pbf
-    from ingest.osm.pbf.export import export
 
     _check_compression(compression)
     wanted = [name.strip() for name in layers.split(",") if name.strip()] if layers else None
@@ -268,6 +267,8 @@ def osm_command(
             loaded = load_osm(sources[0], dsn, layers=wanted, workers=workers, replace=replace,
                               compression=compression, bbox=box, index=not no_index)
         elif export_geojson is not None:
+            from ingest.osm.pbf.export import export  # (it reads with pyosmium: imported only for it)
+
             read = export(sources, export_geojson, bbox=box)
         else:
             loaded, read = load_pbf(sources, dsn, layers=wanted, replace=replace, compression=compression,

@@ -567,6 +567,7 @@ def _copy_file(conn: psycopg.Connection, plan: _Plan, file_streams: list[tuple[J
 # One statement numbers them: 1.3 s for the 114k pois rows of bench/osm_geojson.py's 1 GB (about 11 µs per
 # row; about 3 s for the reference's 268k), while the other lane loads roads.
 _NUMBER_POIS = """
+SET LOCAL work_mem = '256MB';  -- the default 4 MB sorts a city's staged pois in temporary files
 TRUNCATE {pois} RESTART IDENTITY;
 INSERT INTO {pois} (id, {columns})
     SELECT row_number() OVER (ORDER BY pass, source_name COLLATE "C", seq), {columns}
