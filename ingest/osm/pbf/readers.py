@@ -3,7 +3,7 @@ any connection, each reading its ReadPlan with the native reader (or, where it i
 and handing each source's batches to the loader's writers through a bounded queue per kind and layer.
 
 Their memory is mostly node locations: each reader that needs them keeps its own index in memory, 16 bytes per
-node, up to 1 GiB of input (plans.py), then one sparse file on disk."""
+node (the native reader's 17), up to 1 GiB of input (plans.py), then one sparse file on disk."""
 
 from __future__ import annotations
 
