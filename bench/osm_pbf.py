@@ -210,6 +210,10 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    # ingest starts as installed, from its modules' bytecode: where PYTHONDONTWRITEBYTECODE is set, an editable
+    # checkout would compile them again at every start, which no installed ingest does.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "ingest"), str(ROOT / "gsqa_core")],
+                   check=True, capture_output=True)
     inputs = [ROOT / "tests/data/osm/monaco.osm.pbf", ROOT / "tests/data/osm/manhattan-midtown.osm.pbf"]
     for name, side, buildings in (("city", args.city_side, 0), ("town", args.town_side, 6)):
         path = args.work / f"{name}-{side}.osm.pbf"

@@ -266,7 +266,7 @@ def osm_command(
             loaded = load_osm(sources[0], dsn, layers=wanted, workers=workers, replace=replace,
                               compression=compression, bbox=box, index=not no_index)
         elif export_geojson is not None:
-            from ingest.osm.pbf.export import export
+            from ingest.osm.pbf.export import export  # (it reads with pyosmium: imported only for it)
 
             read = export(sources, export_geojson, bbox=box)
         else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,8 +45,18 @@ def file_checksum(path: Path) -> str:
     """The file's sha256: the one `ingest fetch` verified as it wrote the file, while the file is as it left
     it, so that a fetched source is not read a second time; else computed."""
     stat = path.stat()
-    return verified_sha256(path, stat.st_size, stat.st_mtime_ns) or _checksum(path.resolve(), stat.st_size,
-                                                                               stat.st_mtime_ns)
+    fetched = verified_sha256(path, stat.st_size, stat.st_mtime_ns)
+    if fetched:
+        return fetched
+    key = (path.resolve(), stat.st_size, stat.st_mtime_ns)
+    with _hashing_lock:
+        lock = _hashing.setdefault(key, threading.Lock())
+    with lock:  # the writer lanes of one extract's sources ask at once: one hashes it, the others wait for it
+        return _checksum(*key)
+
+
+_hashing: dict[tuple[Path, int, int], threading.Lock] = {}  # per file: one thread hashes it at a time
+_hashing_lock = threading.Lock()
 
 
 def read_verified(path: Path) -> dict[str, tuple[int, int, str]]:

@@ -82,7 +82,7 @@ class OrderedPool:
         self._jobs = [context.Queue() for _ in range(workers)]
         self._results = [context.Queue(maxsize=queue_items) for _ in range(workers)]
         for queue in self._results:
-            _widen_pipe(queue)
+            widen_pipe(queue)
         self._processes = [
             context.Process(target=_serve, args=(work, failure, passed_on, warm_up, jobs, results), daemon=True,
                             name=f"{name}-{n}")
@@ -141,9 +141,9 @@ def stop_processes(processes: list[multiprocessing.process.BaseProcess]) -> None
         process.join()
 
 
-def _widen_pipe(queue: multiprocessing.Queue) -> None:
+def widen_pipe(queue: multiprocessing.Queue) -> None:
     """Items are about a megabyte (osm/batches.py); through the default 64 kB pipe each costs the two processes a
-    dozen switches, which slow `ingest osm` on GeoJSON noticeably."""
+    dozen switches, which slow `ingest osm` noticeably (GeoJSON parsers, PBF readers)."""
     try:
         import fcntl
 

@@ -165,6 +165,26 @@ def test_the_native_reader_is_built_where_its_build_tools_are() -> None:
     assert pbf_native.reader_note() is None
 
 
+def test_the_native_reader_reads_the_headers_and_a_load_does_not_import_pyosmium(new_database, tmp_path: Path) -> None:
+    """The checks before a load read each header's box with the native reader, as pyosmium reads it, so that
+    pyosmium is not imported on the way to a load (it reads only without the native reader)."""
+    if pbf_native.native_reader() is None:
+        missing("native PBF reader", "installed without g++ or libosmium's headers; loads read with pyosmium")
+    for path in sorted((DATA / "osm").glob("*.osm.pbf")):
+        box = osmium.io.Reader(osmium.io.File(str(path), "pbf"), osmium.osm.NOTHING).header().box()
+        expected = [box.bottom_left.lon, box.bottom_left.lat, box.top_right.lon, box.top_right.lat]
+        assert pbf_native.native_reader().header_box(str(path)) == (expected if box.valid() else None), path
+    (tmp_path / "garbage.osm.pbf").write_bytes(bytes(100))
+    with pytest.raises(RuntimeError, match="PBF error"):
+        pbf_native.native_reader().header_box(str(tmp_path / "garbage.osm.pbf"))
+    dsn = new_database("pbf_without_pyosmium", initialized=True)
+    load = ("import sys; from pathlib import Path; from ingest.osm.load import load_pbf; "
+            f"load_pbf([Path({str(DATA / 'osm' / 'manhattan-midtown.osm.pbf')!r})], {dsn!r}, "
+            "progress=False); print('osmium' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", load], capture_output=True, text=True)
+    assert result.stdout == "False\n", result.stderr
+
+
 # Run in a process of its own: the native reader leaves libosmium's thread pool behind in its process, and a
 # reader process forked later from that process (a load run in the test process) would wait on workers that fork
 # did not copy.

@@ -575,7 +575,7 @@ def _copy_file(conn: psycopg.Connection, plan: _Plan, file_streams: list[tuple[J
 # row; about 3 s for the reference's 268k), while the other lane loads roads. The sort of the staged rows fits
 # in 64 MB (the reference's take about 48 MB) instead of going to disk, as it does at the default 4 MB.
 _NUMBER_POIS = """
-SET LOCAL work_mem = '64MB';
+SET LOCAL work_mem = '256MB';  -- the default 4 MB sorts a city's staged pois in temporary files
 TRUNCATE {pois} RESTART IDENTITY;
 INSERT INTO {pois} (id, {columns})
     SELECT row_number() OVER (ORDER BY pass, source_name COLLATE "C", seq), {columns}

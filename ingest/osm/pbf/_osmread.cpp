@@ -35,7 +35,9 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <memory>
 #include <set>
+#include <tuple>
 #include <unordered_set>
 #include <string>
 #include <unordered_map>
@@ -121,11 +123,90 @@ std::vector<const OsmxRule*> matching(const std::vector<OsmxRule>& rules, const 
     return found;
 }
 
+using Locations = osmium::index::map::Map<osmium::unsigned_object_id_type, osmium::Location>;
+
+// The node locations of a reader in memory (plans.py's "flex_mem"): what libosmium's FlexMem keeps below 16 M
+// nodes, a vector of (id, location) in id order, plus a directory of where each range of ids starts in it, so
+// that a way's node finds its location within a cache line or two instead of by a binary search of the whole
+// vector (that search was half of the ways reader's CPU on bench/osm_pbf.py's dense city). The directory takes
+// 1 byte per node more (FlexMem: 16); it is built at the first lookup after the nodes are in.
+class LocationIndex final : public Locations {
+    using Id = osmium::unsigned_object_id_type;
+    struct Entry {
+        Id id;
+        osmium::Location location;
+        bool operator<(const Entry& other) const noexcept { return id < other.id; }
+    };
+    static constexpr std::size_t per_bucket = 4;  // entries per range of ids, on average: 64 bytes
+    std::vector<Entry> m_entries;
+    mutable std::vector<uint32_t> m_directory;  // range of ids -> its first entry; one more at the end
+    mutable unsigned m_shift = 0;  // an id's range: (id - first id) >> m_shift
+    mutable bool m_indexed = false;
+
+    void build_directory() const {
+        m_directory.clear();
+        m_indexed = true;
+        if (m_entries.empty() || m_entries.size() >= UINT32_MAX) return;  // (then a search of the whole vector)
+        const Id first = m_entries.front().id, span = m_entries.back().id - first;
+        m_shift = 0;
+        while (m_shift < 63 && (span >> m_shift) > m_entries.size() / per_bucket) ++m_shift;
+        const std::size_t ranges = (span >> m_shift) + 1;
+        m_directory.resize(ranges + 1);
+        std::size_t entry = 0;
+        for (std::size_t range = 0; range <= ranges; ++range) {
+            while (entry < m_entries.size() && ((m_entries[entry].id - first) >> m_shift) < range) ++entry;
+            m_directory[range] = static_cast<uint32_t>(entry);
+        }
+    }
+
+public:
+    void set(const Id id, const osmium::Location value) final {
+        m_entries.push_back({id, value});
+        m_indexed = false;
+    }
+
+    osmium::Location get_noexcept(const Id id) const noexcept final {
+        if (!m_indexed) build_directory();
+        if (m_entries.empty() || id < m_entries.front().id || id > m_entries.back().id) return osmium::Location{};
+        auto begin = m_entries.begin(), end = m_entries.end();
+        if (!m_directory.empty()) {
+            const std::size_t range = (id - m_entries.front().id) >> m_shift;
+            end = m_entries.begin() + m_directory[range + 1];
+            begin += m_directory[range];
+        }
+        const auto found = std::lower_bound(begin, end, Entry{id, osmium::Location{}});
+        return found != end && found->id == id ? found->location : osmium::Location{};
+    }
+
+    osmium::Location get(const Id id) const final {
+        const auto location = get_noexcept(id);
+        if (!location) throw osmium::not_found{id};
+        return location;
+    }
+
+    std::size_t size() const noexcept final { return m_entries.size(); }
+
+    std::size_t used_memory() const noexcept final {
+        return sizeof(LocationIndex) + m_entries.capacity() * sizeof(Entry) + m_directory.capacity() * sizeof(uint32_t);
+    }
+
+    void clear() final {
+        std::vector<Entry>().swap(m_entries);
+        std::vector<uint32_t>().swap(m_directory);
+        m_indexed = false;
+    }
+
+    void sort() final {  // (NodeLocationsForWays sorts only when the nodes came out of id order)
+        std::stable_sort(m_entries.begin(), m_entries.end());
+        m_indexed = false;
+    }
+};
+
 // A source's batches, as ingest/osm/batches.Batcher collects them.
 struct Batch {
     std::string data;
     long rows = 0, features = 0, taken = 0, skipped_count = 0;
-    py::list skipped;
+    std::vector<std::tuple<long, int64_t, std::string>> skipped;  // (feature, osm id, reason), the first ones
 };
 
 struct Sink {
@@ -218,6 +299,7 @@ public:
 
     // The area manager's first pass: relations with area keys (pyosmium._Members and the area manager).
     void relation(const osmium::Relation& relation) {
+        end_sources(m_node_sinks);  // (a reader of nodes and areas reads no ways the first time)
         if (!m_manager) return;
         const auto& tags = relation.tags();
         if (std::none_of(m_area_keys.begin(), m_area_keys.end(), [&](const std::string& key) { return tags.has_key(key.c_str()); })) return;
@@ -295,7 +377,7 @@ public:
     std::set<osmium::object_id_type> m_wanted_relations, m_built_relations;
     std::map<std::string, Sink> m_area_sinks;
     osmium::area::MultipolygonManager<osmium::area::Assembler>* m_manager = nullptr;
-    osmium::handler::NodeLocationsForWays<osmium::index::map::Map<osmium::unsigned_object_id_type, osmium::Location>>*
+    osmium::handler::NodeLocationsForWays<Locations>*
         m_locations = nullptr;
     std::vector<std::string> m_way_keys;  // rules.WAY_KEYS of the wanted layers
     std::vector<std::string> m_area_keys;  // rules.AREA_KEYS
@@ -359,7 +441,12 @@ private:
         auto text = [&](const char* key, const char* value) -> std::string_view {
             std::size_t length = code_points(value);
             if (length > m_limits.varchar) {
-                throw BadFeature{"tag " + py::repr(py::str(key)).cast<std::string>() + " is " + std::to_string(length)
+                std::string shown;
+                {
+                    py::gil_scoped_acquire acquire;  // (read_extract reads without the GIL)
+                    shown = py::repr(py::str(key)).cast<std::string>();
+                }
+                throw BadFeature{"tag " + shown + " is " + std::to_string(length)
                                  + " characters long; " + rules.table + " columns hold "
                                  + std::to_string(m_limits.varchar)};
             }
@@ -390,9 +477,9 @@ private:
             }
         } catch (const BadFeature& bad) {
             ++batch.skipped_count;
-            if (py::len(batch.skipped) < m_limits.reported) {
-                batch.skipped.append(py::make_tuple(batch.features, osm_id,
-                                                    std::string(kind) + " " + std::to_string(osm_id) + ": " + bad.reason));
+            if (batch.skipped.size() < m_limits.reported) {
+                batch.skipped.emplace_back(batch.features, osm_id,
+                                           std::string(kind) + " " + std::to_string(osm_id) + ": " + bad.reason);
             }
         }
         ++batch.features;
@@ -405,12 +492,17 @@ private:
         auto area_sink = m_area_sinks.find(layer);
         const char* kind = node_sink != m_node_sinks.end() && &node_sink->second == &sink ? "nodes"
                          : area_sink != m_area_sinks.end() && &area_sink->second == &sink ? "areas" : "ways";
-        m_emit(kind, layer, py::bytes(batch.data), batch.rows, batch.features - batch.taken, batch.skipped,
-               batch.skipped_count, done);
+        {
+            py::gil_scoped_acquire acquire;  // (read_extract reads without the GIL)
+            py::list skipped;
+            for (const auto& [feature, osm_id, reason] : batch.skipped) skipped.append(py::make_tuple(feature, osm_id, reason));
+            m_emit(kind, layer, py::bytes(batch.data), batch.rows, batch.features - batch.taken, skipped,
+                   batch.skipped_count, done);
+        }
         batch.data.clear();
         batch.rows = 0;
         batch.taken = batch.features;
-        batch.skipped = py::list();
+        batch.skipped.clear();
         batch.skipped_count = 0;
     }
 };
@@ -418,7 +510,7 @@ private:
 // The second read of the file, for the areas: the member ways (with their locations) for the area manager.
 struct MemberWays : public osmium::handler::Handler {
     const std::unordered_set<osmium::object_id_type>& members;
-    osmium::handler::NodeLocationsForWays<osmium::index::map::Map<osmium::unsigned_object_id_type, osmium::Location>>& locations;
+    osmium::handler::NodeLocationsForWays<Locations>& locations;
     osmium::area::MultipolygonManager<osmium::area::Assembler>& manager;
     void way(osmium::Way& way) {
         if (!members.count(way.id())) return;
@@ -439,10 +531,10 @@ py::dict read_extract(const std::string& path, const std::string& index_name, co
     for (const auto& [layer, spec] : specs) {
         sinks[layer.cast<std::string>()].rules = rules_from(spec.cast<py::dict>());
     }
-    using Index = osmium::index::map::Map<osmium::unsigned_object_id_type, osmium::Location>;
     const auto& factory = osmium::index::MapFactory<osmium::unsigned_object_id_type, osmium::Location>::instance();
-    std::unique_ptr<Index> index = factory.create_map(index_name);
-    osmium::handler::NodeLocationsForWays<Index> locations{*index};
+    std::unique_ptr<Locations> index = index_name == "flex_mem" ? std::make_unique<LocationIndex>()
+                                                                 : factory.create_map(index_name);
+    osmium::handler::NodeLocationsForWays<Locations> locations{*index};
     locations.ignore_errors();
     ExtractReader reader{rules, node_sinks, sinks, bbox, limits_from(limits), std::move(emit)};
     osmium::area::Assembler::config_type config;
@@ -456,23 +548,44 @@ py::dict read_extract(const std::string& path, const std::string& index_name, co
     if (located) reader.m_locations = &locations;
     auto entities = osmium::osm_entity_bits::node;
     if (!sinks.empty()) entities |= osmium::osm_entity_bits::way;
-    if (!area_specs.empty()) entities |= osmium::osm_entity_bits::way | osmium::osm_entity_bits::relation;
-    osmium::io::Reader input{osmium::io::File{path, "pbf"}, entities};
-    osmium::apply(input, reader);
-    input.close();
-    reader.end_sources(node_sinks);  // the first read is over: the nodes and ways sources end before the areas come
-    reader.end_sources(sinks);
-    if (!area_specs.empty()) {
-        manager.prepare_for_lookup();
-        manager.set_callback([&reader](osmium::memory::Buffer&& buffer) { reader.areas(std::move(buffer)); });
-        MemberWays second_read{{}, reader.m_member_ways, locations, manager};
-        osmium::io::Reader again{osmium::io::File{path, "pbf"}, osmium::osm_entity_bits::way | osmium::osm_entity_bits::relation};
-        osmium::apply(again, second_read);
-        again.close();
-        manager.flush_output();
+    // The areas' member ways come in the second read: the first reads ways only for ways' features.
+    if (!area_specs.empty()) entities |= osmium::osm_entity_bits::relation;
+    {
+        // Read without the GIL (send takes it for each batch): the queue's feeder thread in this process then
+        // hands each batch to its writer as soon as it is sent, not at the next batch.
+        py::gil_scoped_release release;
+        // No metadata (versions, timestamps, users): no rule reads it, so it is not decoded.
+        osmium::io::Reader input{osmium::io::File{path, "pbf"}, entities, osmium::io::read_meta::no};
+        osmium::apply(input, reader);
+        input.close();
+        reader.end_sources(node_sinks);  // the first read is over: the nodes and ways sources end before the areas come
+        reader.end_sources(sinks);
+        if (!area_specs.empty()) {
+            manager.prepare_for_lookup();
+            manager.set_callback([&reader](osmium::memory::Buffer&& buffer) { reader.areas(std::move(buffer)); });
+            MemberWays second_read{{}, reader.m_member_ways, locations, manager};
+            osmium::io::Reader again{osmium::io::File{path, "pbf"}, osmium::osm_entity_bits::way | osmium::osm_entity_bits::relation,
+                                     osmium::io::read_meta::no};
+            osmium::apply(again, second_read);
+            again.close();
+            manager.flush_output();
+        }
+        reader.finish();
     }
-    reader.finish();
     return reader.report();
+}
+
+// The header's bounding box (west, south, east, north), None when it has none; a RuntimeError when the header
+// cannot be read: the checks before a load (pbf/checks.py), without importing pyosmium.
+std::optional<Envelope> header_box(const std::string& path) {
+    // A pool of its own, ended here: libosmium's default pool would start threads in the loader, which the
+    // reader processes forked after the checks would believe they have, and wait for forever.
+    osmium::thread::Pool pool{1};
+    osmium::io::Reader input{osmium::io::File{path, "pbf"}, osmium::osm_entity_bits::nothing, pool};
+    const osmium::Box box = input.header().box();
+    input.close();
+    if (!box.valid()) return std::nullopt;
+    return Envelope{box.bottom_left().lon(), box.bottom_left().lat(), box.top_right().lon(), box.top_right().lat()};
 }
 
 }  // namespace
@@ -482,4 +595,5 @@ PYBIND11_MODULE(_osmread, module) {
                    "binary COPY batches, straight from libosmium";
     py::class_<Seen>(module, "Seen").def(py::init<>());
     module.def("read_extract", &read_extract);
+    module.def("header_box", &header_box);
 }

@@ -10,7 +10,8 @@ from ingest.osm.pbf.sources import source_name
 from ingest.osm.rules import KIND_LAYERS
 
 # Input bytes above which node locations go to one file, not RAM. Below it two readers keep an index each:
-# flex_mem takes about 16 bytes per node, so 1 GiB of PBF (about 130 M nodes) costs 2 x 2 GB.
+# flex_mem takes about 16 bytes per node (the native reader's index 17), so 1 GiB of PBF (about 130 M nodes) costs
+# 2 x 2 GB.
 IN_MEMORY_LIMIT = 1024**3
 
 
@@ -28,10 +29,12 @@ def location_index(paths: list[Path], work: Path, reader: str) -> str:
 # The reader processes: name -> the layers each produces per kind, about equal work on real and on synthetic
 # data. Ways and relation areas both need node locations, so each of the two keeps an index of its own (one
 # reader for both, the other reading only nodes, read less in all but left that one idle: town 0.75x of
-# osm2pgsql against 0.84x); the lakes' ways go to the second for balance. Each reader produces its sources in
-# name order (an extract's nodes, then its ways, then its areas), as the writers take them.
-READERS = {"ways": {"ways": ("roads", "parks", "postal_codes")},
-           "nodes+areas": {"nodes": ("pois", "parks"), "ways": ("lakes",), "areas": ("lakes", "parks", "postal_codes")}}
+# osm2pgsql against 0.84x). Every way feature goes to the first, so that the second decodes the ways once (its
+# second read, for the areas' member ways), not twice (decoding ways leads the profile of a town's reading).
+# Each reader produces its sources in name order (an extract's nodes, then its ways, then its areas), as the
+# writers take them.
+READERS = {"ways": {"ways": KIND_LAYERS["ways"]},
+           "nodes+areas": {"nodes": KIND_LAYERS["nodes"], "areas": KIND_LAYERS["areas"]}}
 # With node locations on disk (large inputs: a file of 16 bytes per node, about 24 GB for the US), one reader
 # takes every kind that needs them: one such file instead of two, sorted and searched once, next to the page
 # cache PostgreSQL needs; the other reader is lighter then.

@@ -3,7 +3,7 @@ any connection, each reading its ReadPlan with the native reader (or, where it i
 and handing each source's batches to the loader's writers through a bounded queue per kind and layer.
 
 Their memory is mostly node locations: each reader that needs them keeps its own index in memory, 16 bytes per
-node, up to 1 GiB of input (plans.py), then one sparse file on disk."""
+node (the native reader's 17), up to 1 GiB of input (plans.py), then one sparse file on disk."""
 
 from __future__ import annotations
 
@@ -18,11 +18,10 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ingest.ordered_pool import JobStream, die_with_parent, stop_processes
+from ingest.ordered_pool import JobStream, die_with_parent, stop_processes, widen_pipe
 from ingest.osm.batches import SourceError
 from ingest.osm.pbf.native import native_reader, read_natively
 from ingest.osm.pbf.plans import READERS, READERS_ON_DISK, ReadPlan, file_reads
-from ingest.osm.pbf.pyosmium import copy_rows, run_reader
 from ingest.osm.pbf.sources import KINDS, PbfReport, kind_of
 from ingest.osm.rules import KIND_LAYERS
 
@@ -39,6 +38,8 @@ class Readers:
         context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
         self.queues = {(kind, layer): context.Queue(maxsize=READY_BATCHES_PER_SOURCE)
                        for kind in KINDS for layer in KIND_LAYERS[kind]}
+        for queue in self.queues.values():
+            widen_pipe(queue)
         self.plans = [context.Queue() for _ in range(max(len(READERS), len(READERS_ON_DISK)))]
         self.reports: Any = context.Queue()
         self.processes = [context.Process(target=_serve_reader, daemon=True, name=f"ingest-osm-reader-{number}",
@@ -93,6 +94,8 @@ def _serve_reader(plans: Any, queues: dict[tuple[str, str], Any], reports: Any) 
         if native_reader() is not None:
             report = read_natively(plan, send)
         else:
+            from ingest.osm.pbf.pyosmium import copy_rows, run_reader  # (pyosmium's import: only where it reads)
+
             report, _ = run_reader(plan, lambda path, layers, features: copy_rows(path, layers, features, send),
                                    geojson=False)
     except Exception as error:  # a bug: tell the writers rather than leave them waiting
