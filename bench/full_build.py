@@ -39,7 +39,7 @@ its input, as GiST builds that outgrow memory do); start-up costs flatten small 
 stages take tens of seconds. The WAL's peak is bounded by the server's max_wal_size and checkpoints, so its
 projection holds only below that bound; the WAL directory is the whole server's (other databases' writes
 count). The machine's load is not controlled: note it with the figures. --sides ingest runs ours only (the
-anchors take about 10 times as long: their ratio changes only when either side does).
+anchors take about 10 times as long: their ratio changes only when either side does); --no-verify builds only.
 """
 
 from __future__ import annotations
@@ -308,6 +308,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes writing the sources")
     parser.add_argument("--keep", action="store_true", help="keep the sources and both databases")
     parser.add_argument("--sides", default=",".join(SIDES), help="what builds: anchors, ingest or both")
+    parser.add_argument("--no-verify", dest="verify", action="store_false", help="build only")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     given = set(args.sides.split(","))
@@ -317,7 +318,7 @@ def main() -> None:
     scales = sorted(float(value) for value in args.project.split(",")) if args.project else [args.scale]
     if len(scales) not in (1, 2) or any(not 0 < scale <= 1 for scale in scales):
         parser.error("--scale and --project take scales in (0, 1], --project exactly two")
-    results = {"scales": [one_scale(args, scale, scale == scales[-1]) for scale in scales]}
+    results = {"scales": [one_scale(args, scale, args.verify and scale == scales[-1]) for scale in scales]}
     if len(scales) == 2:
         results["projection"] = project(*results["scales"])
     if args.json:
