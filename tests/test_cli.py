@@ -137,7 +137,7 @@ def test_help_shows_placeholders_and_value_names_as_written() -> None:
     ("show", "RunRequest", {"config", "templates", "ids", "workers", "max_rows", "replicas", "resume", "force",
                             "progress"}),
     ("score", "ScoreRequest", {"progress"}),
-    ("serve", "ServeRequest", set()),
+    ("serve", "ServeRequest", {"agents"}),  # the agents of --tokens, counted where the file is read (protocol.start)
 ])
 def test_each_command_fills_its_request_from_its_options_by_name(command: str, kind: str, own: set[str]) -> None:
     import dataclasses
