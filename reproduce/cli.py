@@ -432,10 +432,11 @@ def serve(
     like the stored answers, a value, or a list of values: recorded, never judged here; it ends the
     question's episode); SQL past ${sql_limit} characters and answers past ${answer_limit} characters of JSON
     are refused, and so is an answer that does not fit the question's components (a row must name each by
-    one of its column names, with a value of its kind: a number, a name, a WKT geometry, yes or no; the
-    refusal names what is expected; charged, the episode stays open). Each selected question is an episode
-    with its own budget: --max-calls calls (refused ones too; not charged: a call the server could not serve
-    for its own failure, the database or sandbox unreachable, and calls after the episode ended), --max-seconds
+    one of its column names, with a value of its kind: a finite number, a name (a letter or digit, at most 255
+    characters), a WKT geometry with a finite point, yes or no; the refusal names what is expected; charged,
+    the episode stays open). Each selected question is an episode with its own budget: --max-calls calls
+    (refused ones too; not charged: a call the server could not serve for its own failure or limit, the
+    database or sandbox unreachable, the containers taken, and calls after the episode ended), --max-seconds
     of wall-clock from its first call (the agent's own time between calls included) and, if given,
     --max-tool-seconds of time its calls take in the server (each statement's timeout is the smaller of
     --timeout and the time left on either clock; waiting for a free connection spends both); past any, or

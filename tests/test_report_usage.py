@@ -348,3 +348,11 @@ def test_a_served_agent_s_calls_are_summed_as_its_trajectory_has_them(demo, demo
         "tool_seconds": round(sum(line["seconds"] for line in calls), 3), "python_calls": 3,
         "python_nonzero_exit": 1, "python_killed": 1,
         "python_seconds": round(sum(line["seconds"] for line in python), 3)}
+
+
+def test_a_refused_line_without_a_known_code_is_counted_as_unknown_so_every_refusal_has_a_column() -> None:
+    from reproduce.reports.usage import _reason
+
+    assert [_reason({"refused": code}) for code in ("nul_byte", "made_up_code", None, 7)] == [
+        "nul_byte", "unknown", "unknown", "unknown"]
+    assert _reason({}) == "unknown"

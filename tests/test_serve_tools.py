@@ -529,3 +529,35 @@ def test_an_agents_sessions_take_one_share_of_the_pool_and_other_clients_one_eac
     assert owner("q1", alice[0], agents=1) != owner("q1", alice[1], agents=1)
     assert owner("q1", plain[0]) != owner("q1", plain[1])
     assert owner("q1", None) == "q1"  # a plain Python caller: the question's own
+
+
+@pytest.mark.parametrize("location", ["POINT (inf inf)", "POINT (1e999 1e999)", "LINESTRING (0 0, nan nan)",
+                                      "POINT EMPTY", "not WKT"])
+def test_a_location_is_a_geometry_with_a_point_the_judge_can_measure_and_score_never_fails_on_one(
+        demo, tmp_path: Path, location: str) -> None:
+    """A location without a finite point was accepted and then failed `reproduce score` (math domain error):
+    serve refuses it; a predictions file that holds one is scored wrong, not a traceback."""
+    data = Path(__file__).parent / "data" / "benchmark"  # the demo data has no location question
+    with open_tools(ServeRequest(config="all", templates=["V13"], data=data, dsn=demo[0])) as tools, \
+            pytest.raises(ToolRefused) as refused:
+        question = tools.question_ids()[0]
+        tools.submit_answer(question, [{"geometry": location}])
+    assert "not a geometry as WKT (not empty, finite coordinates)" in str(refused.value)
+    predictions = tmp_path / "predictions.jsonl"
+    predictions.write_text(json.dumps({"id": question, "answer": [{"geometry": location}]}) + "\n")
+    scored = reproduce("score", predictions, "--config", "all", "--template", "V13", "--data", data,
+                       "--json-out", tmp_path / "scores.json")
+    assert scored.returncode == 0, scored.stderr
+    [result] = [found for found in json.loads((tmp_path / "scores.json").read_text())["results"]
+                if found["id"] == question]
+    assert result["paper"] == "fail"
+
+
+def test_a_client_s_name_and_version_are_cut_on_its_lines() -> None:
+    """They are on every call's line: a client's 2,000,000-character name would fill the trajectory."""
+    from types import SimpleNamespace
+
+    from reproduce.serve.callers import MAX_GIVEN, _given
+
+    given = _given(SimpleNamespace(name="n" * 2_000_000, version="1.0"))
+    assert given == {"name": "n" * MAX_GIVEN + "…(cut)", "version": "1.0"}

@@ -10,6 +10,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
+import numpy
 import shapely
 from shapely.geometry.base import BaseGeometry
 
@@ -60,9 +61,16 @@ def shown(value: Any) -> Any:
 
 
 def point_of(value: Any) -> tuple[float, float] | None:
-    """(lon, lat) of a geometry value (its centroid unless a point), None if it is not one."""
+    """(lon, lat) of a geometry value (its centroid unless a point), None if it is not one or has no such point
+    (empty, or a coordinate that is not finite: an answer may say anything)."""
     geometry = as_geometry(value)
-    return None if geometry is None or geometry.is_empty else _point(geometry)
+    if geometry is None or geometry.is_empty or not numpy.isfinite(shapely.get_coordinates(geometry)).all():
+        return None
+    try:
+        point = _point(geometry)
+    except shapely.errors.GEOSException:
+        return None
+    return point if all(map(math.isfinite, point)) else None
 
 
 def _point(geometry: BaseGeometry) -> tuple[float, float]:

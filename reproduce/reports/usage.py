@@ -21,10 +21,12 @@ from reproduce.refusals import REFUSALS, UNKNOWN
 from reproduce.reports.model import Report, by_run, lines
 from reproduce.results import Result
 
-# Why a call was refused: its line's code (reproduce/refusals.py); a refused call of a trajectory written before
-# lines kept it counts as UNKNOWN (its words are not guessed at).
+# Why a call was refused: its line's code (reproduce/refusals.py); a refused call whose line has no code (a
+# trajectory written before lines kept it) or one not known here (of another version) counts as UNKNOWN: its
+# words are not guessed at, and every refused call is in one reason's column.
 REASONS: dict[str, str] = {code: reason.means for code, reason in REFUSALS.items()} | {
-    UNKNOWN: "a refused call whose line has no code (a trajectory written before lines kept it)"}
+    UNKNOWN: "a refused call whose line has no code (a trajectory written before lines kept it) or a code of "
+             "another version"}
 PYTHON = "run_python"
 # A run_python call that ran and failed, by its outcome (an error is a non-zero exit).
 PYTHON_FAILURES = {"error": ("python_nonzero_exit", "a non-zero exit"),
@@ -100,8 +102,12 @@ def _tenths(value: float) -> str:
 
 
 def _refused(reason: str) -> Callable[[Used], float | None]:
-    return _calls(lambda used: sum(call.get("outcome") == "refused" and call.get("refused", UNKNOWN) == reason
-                                   for call in used.calls))
+    return _calls(lambda used: sum(call.get("outcome") == "refused" and _reason(call) == reason for call in used.calls))
+
+
+def _reason(call: dict[str, Any]) -> str:
+    code = call.get("refused")
+    return code if isinstance(code, str) and code in REASONS else UNKNOWN
 
 
 def _python_failed(outcome: str) -> Callable[[Used], float | None]:
@@ -112,8 +118,8 @@ def _python_failed(outcome: str) -> Callable[[Used], float | None]:
 
 COLUMNS: tuple[Column, ...] = (
     Column("calls", "calls", "the agent's tool calls on the line's questions", _calls(lambda used: len(used.calls))),
-    Column("not_charged", "not charged", "calls not charged to the episode's budget (the server's own failures, "
-           "calls after the episode ended)", _calls(lambda used: sum(call.get("charged") is False
+    Column("not_charged", "not charged", "calls not charged to the episode's budget (the server's own failures "
+           "and limits, calls after the episode ended)", _calls(lambda used: sum(call.get("charged") is False
                                                                       for call in used.calls)), sparse=True),
     Column("clients", "clients", "the distinct clients they came from, an agent of `--tokens` as one (not known where "
            "the calls name none)",

@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from reproduce.judging import tolerances
-from reproduce.judging.values import as_geometry, as_number
+from reproduce.judging.values import as_number, point_of
 from reproduce.refusals import Refusal, refused
 from reproduce.serve.prompts import expected_answer
 
@@ -42,13 +42,13 @@ def _is_number(value: Any) -> bool:
 
 
 def _is_geometry(value: Any) -> bool:
-    return as_geometry(value) is not None
+    return point_of(value) is not None  # what the judge measures a location by
 
 
 # What each metric reads, by its name (any metric not named here reads a number): (test, what it is called).
 KINDS = {tolerances.NAME.name: (_is_name, f"a name (text with a letter or digit, at most {MAX_NAME_CHARACTERS} "
                                           "characters)"),
-         tolerances.LOCATION.name: (_is_geometry, "a geometry as WKT"),
+         tolerances.LOCATION.name: (_is_geometry, "a geometry as WKT (not empty, finite coordinates)"),
          tolerances.YES_NO.name: (_is_yes_no, '"yes" or "no"')}
 NUMBER = (_is_number, "a finite number")
 

@@ -26,6 +26,7 @@ from reproduce.serve.calls import Caller
 
 USAGE_KEYS = {"input_tokens": "an integer >= 0", "output_tokens": "an integer >= 0", "cost": "a number >= 0"}
 SESSION_HEADER = "mcp-session-id"
+MAX_GIVEN = 200  # characters of a client's name or version kept
 
 
 def caller_of(context: Any, transport: str) -> Caller:
@@ -52,7 +53,11 @@ def client_of(context: Any, transport: str) -> dict[str, Any]:
 
 
 def _given(info: Any) -> dict[str, Any]:
-    return {"name": info.name, "version": info.version} if info is not None else {}
+    """The name and version the client gave, each cut at MAX_GIVEN characters: they are on every call's line."""
+    if info is None:
+        return {}
+    return {key: value if len(value) <= MAX_GIVEN else value[:MAX_GIVEN] + "…(cut)"
+            for key, value in (("name", str(info.name)), ("version", str(info.version)))}
 
 
 def usage_of(usage: Any) -> tuple[dict[str, Any] | None, str]:

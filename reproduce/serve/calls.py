@@ -3,10 +3,11 @@ tool seconds), who made it (Caller: the MCP client and the model's usage it atta
 written once when it ends with the reply as the agent got it (`result`).
 
 Charged: every call on an open episode, refused or not. Not charged (the line says `"charged": false`): a call
-the server could not serve for a failure of its own (the database or the sandbox cannot be reached), and a
-call on an episode that is over (its refusal says so). Calls not charged are bounded
-too: past as many of them as the episode may charge (--max-calls), a refused one is not kept (`Call.kept`: it has
-no line, so that an agent calling on after its episode ended cannot grow the trajectory without end).
+the server could not serve for a failure or a limit of its own (the database or the sandbox cannot be reached,
+the cap or the agent's share of the sandbox containers reached), and a call on an episode that is over (its
+refusal says so). Calls not charged are bounded too: past as many of them as the episode may charge
+(--max-calls), one is not kept (`Call.kept`: it has no line, so that an agent calling on after its episode
+ended, or while the containers are taken, cannot grow the trajectory without end).
 
 A refused call's line says why as a code (`refused`: reproduce/refusals.py, which words each refusal)."""
 
@@ -113,7 +114,7 @@ class Call:
     def uncharge(self) -> None:
         """The call is not charged to its episode (the server's own failure)."""
         if self.episode is not None and self.charged:
-            self.tools.uncharge(self.episode)
+            self.kept = self.tools.uncharge(self.episode)
             self.charged = False
 
     def refused(self, why: str) -> ToolRefused:

@@ -311,9 +311,8 @@ class Tools:
                 episode.made += 1
                 call.number = episode.made
                 if blocked:  # a call the episode cannot take is not charged to it
-                    episode.free += 1
                     call.charged = False
-                    call.kept = episode.free <= self.budget["calls"]  # past the bound (calls.py): no line
+                    call.kept = self._free(episode)
                 elif episode.started is None:
                     episode.started = time.monotonic()
         try:
@@ -348,10 +347,16 @@ class Tools:
             self._stop(question, "budget", why, locked=True)
         return self._ended(question, episode) if episode.stop else ""
 
-    def uncharge(self, episode: Episode) -> None:
-        """A call made is not charged to its episode after all."""
+    def uncharge(self, episode: Episode) -> bool:
+        """A call made is not charged to its episode after all; whether it is kept (below)."""
         with self._lock:
-            episode.free += 1
+            return self._free(episode)
+
+    def _free(self, episode: Episode) -> bool:
+        """One more call of the episode not charged (the caller holds the lock); whether it is within the bound on
+        them (calls.py): past it, a call has no line."""
+        episode.free += 1
+        return episode.free <= self.budget["calls"]
 
     @staticmethod
     def _ended(question: str, episode: Episode) -> str:
