@@ -323,6 +323,7 @@ def test_the_html_page_words_a_refused_call_once(demo, tmp_path: Path) -> None:
     ("I could not find it", 'the answer\'s elevation is "I could not find it", not a finite number'),
     ({"foo": 12.5}, "the answer has no column elevation or elevation_m; its columns: foo"),
     ([{"height_ft": 800}], "the answer has no column elevation or elevation_m; its columns: height_ft"),
+    ([{1: 2}], "the answer has no column elevation or elevation_m; its columns: 1"),  # a Python caller's key
     ([{"elevation": 12.5}, {"elevation": True}], "row 2's elevation is true, not a finite number"),
     # what reads as a number but is none the judge can compare: each named, as the value was given
     *((value, f"the answer's elevation is {shown}, not a finite number") for value, shown in (

@@ -68,7 +68,7 @@ def misfit(template_id: str, rows: list[dict[str, Any]]) -> Refusal | str:
 def _component_misfit(component: tolerances.Component, row: dict[str, Any], where: str) -> str:
     column = _named(row, component.keys)
     if column is None:
-        columns = ", ".join(row) or "none"
+        columns = ", ".join(map(str, row)) or "none"
         return f"{where} has no column {_names(component)}; its columns: {_shorten(columns)}"
     test, kind = KINDS.get(component.metric.name, NUMBER)
     if not test(row[column]):
@@ -81,7 +81,8 @@ def _named(row: dict[str, Any], keys: tuple[str, ...]) -> str | None:
     for key in keys:
         if key in row:
             return key
-    return next((column for key in keys for column in row if key in column), None)
+    # a column name that is not text (a Python caller's) is no name of the judge's
+    return next((column for key in keys for column in row if isinstance(column, str) and key in column), None)
 
 
 def _names(component: tolerances.Component) -> str:
