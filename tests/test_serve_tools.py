@@ -562,3 +562,23 @@ def test_a_client_s_name_and_version_are_cut_on_its_lines() -> None:
 
     given = _given(SimpleNamespace(name="n" * 2_000_000, version="1.0"))
     assert given == {"name": "n" * MAX_GIVEN + "…(cut)", "version": "1.0"}
+
+
+def deeply_nested(depth: int) -> list:
+    nested: list = []
+    for _ in range(depth):
+        nested = [nested]
+    return nested
+
+
+@pytest.mark.parametrize("answer", [deeply_nested(100_000), [{"elevation": 10 ** 5000}]])
+def test_an_answer_json_cannot_write_is_refused_as_unreadable_not_as_too_long(demo, tmp_path: Path, answer) -> None:
+    path = tmp_path / "run.jsonl"
+    with open_tools(request(demo, path)) as tools, pytest.raises(ToolRefused) as refused:
+        tools.submit_answer(f"{R1}/0", answer)
+    assert str(refused.value).split(" [budget left: ")[0] == (
+        "refused: an answer nested too deep or with an integer too long to write as JSON")
+    [call] = [line for line in lines(path) if line["type"] == "call"]
+    assert (call["refused"], call["arguments"]) == (
+        "answer_unreadable", {"answer": "(not kept: an answer nested too deep or with an integer too long to write "
+                                        "as JSON)"})

@@ -181,10 +181,14 @@ class Call:
                          **{name: value for name, value in optional.items() if value is not None})
 
 
+UNWRITABLE = "an answer nested too deep or with an integer too long to write as JSON"
+
+
 def bounded(arguments: dict[str, Any]) -> tuple[dict[str, Any], int]:
-    """The arguments as the trajectory keeps them, and the size of one past its limit (0 if none is): SQL past
-    gate.MAX_SQL_CHARACTERS, code past python_sandbox.MAX_CODE_CHARACTERS, an answer past
-    gate.MAX_ANSWER_CHARACTERS of JSON are not kept, whatever the call."""
+    """The arguments as the trajectory keeps them, and the size of one past its limit (0 if none is; -1 for an
+    answer that cannot be written as JSON): SQL past gate.MAX_SQL_CHARACTERS, code past
+    python_sandbox.MAX_CODE_CHARACTERS, an answer past gate.MAX_ANSWER_CHARACTERS of JSON are not kept, whatever
+    the call."""
     sql, answer, code = arguments.get("sql"), arguments.get("answer"), arguments.get("code")
     if isinstance(sql, str) and len(sql) > gate.MAX_SQL_CHARACTERS:
         return {"sql": f"(not kept: {len(sql):,} characters)"}, len(sql)
@@ -193,8 +197,8 @@ def bounded(arguments: dict[str, Any]) -> tuple[dict[str, Any], int]:
     if "answer" in arguments:
         try:
             size = len(json.dumps(answer, default=str))
-        except (ValueError, RecursionError):  # nested past what JSON can write: no answer anyway
-            size = gate.MAX_ANSWER_CHARACTERS + 1
+        except (ValueError, RecursionError):  # nested past what JSON writes, or an integer past Python's digits
+            return {"answer": f"(not kept: {UNWRITABLE})"}, -1
         if size > gate.MAX_ANSWER_CHARACTERS:
             return {"answer": f"(not kept: {size:,} characters)"}, size
     return arguments, 0

@@ -46,7 +46,7 @@ from reproduce.refusals import refused
 from reproduce.runner import MIN_TIMEOUT_S, Outcome, ServerLost
 from reproduce.serve import python_sandbox
 from reproduce.serve.answers import misfit
-from reproduce.serve.calls import Call, Episode, ToolRefused
+from reproduce.serve.calls import UNWRITABLE, Call, Episode, ToolRefused
 from reproduce.serve.pool import AgentConnection, Pool
 from reproduce.serve.prompts import agent_instructions, entities, expected_answer
 from reproduce.serve.replies import fitted
@@ -220,6 +220,8 @@ class Tools:
         text) and end the episode. An answer that does not fit the components question() names is refused,
         saying what is expected, and the episode goes on."""
         with self._call(question_id, "submit_answer", {"answer": answer}) as call:
+            if call.oversized < 0:
+                raise call.refused(refused("answer_unreadable", why=UNWRITABLE))
             if call.oversized:
                 raise call.refused(refused("too_long", noun="answer", size=call.oversized, unit=" as JSON",
                                            limit=gate.MAX_ANSWER_CHARACTERS))
