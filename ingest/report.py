@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     from ingest.export.verify import CheckReport
     from ingest.fetch import FetchReport
     from ingest.initdb import InitReport
-    from ingest.osm.load import OsmLoadReport
     from ingest.osm.pbf.sources import PbfReport
+    from ingest.osm.reports import OsmLoadReport
     from ingest.snapshot.create import CreateReport
     from ingest.snapshot.restore import RestoreReport
 
@@ -102,7 +102,7 @@ def pbf_text(report: PbfReport, exported_to: Path | None) -> str:
 
 
 def load_text(report: OsmLoadReport, listed: int = LISTED_SKIPS) -> str:
-    from ingest.osm.load import describe_skip
+    from ingest.osm.reports import describe_skip
 
     lines = []
     for layer in report.layers.values():

@@ -48,7 +48,7 @@ from tqdm import tqdm
 
 from gsqa_core import schema
 from gsqa_core.db import connect, identifier, relation_exists, run_together, where
-from gsqa_core.errors import EXIT_OK, EXIT_SOME_FAILED, GsqaError
+from gsqa_core.errors import GsqaError
 from ingest import indexes
 from ingest.heap import release_free_heap
 from ingest.load_state import (
@@ -68,6 +68,7 @@ from ingest.osm.batches import SourceError
 from ingest.osm.features import COPY_HEADER, COPY_TRAILER
 from ingest.osm.geojson import Job, jobs_for, layer_files, parse_job
 from ingest.osm.native import lines_note
+from ingest.osm.reports import LayerReport, OsmLoadReport
 from ingest.osm.rules import LAYER_BY_FOLDER, LAYERS, RULES_VERSION, Layer
 
 if TYPE_CHECKING:
@@ -86,50 +87,7 @@ LANES = 2
 # Batches a parser may hold ready: a whole piece of a file (RANGE_BYTES), so that while the writer drains one
 # parser's piece the other parsers finish theirs instead of waiting on a full queue.
 READY_BATCHES_PER_PARSER = 8
-_REPORTED_SKIPS = 10_000  # skipped features listed in the report (all are counted)
 _LOGGED_SKIPS = 100  # skipped features a file's load_log row lists, for the reports of later reruns
-
-
-@dataclass
-class LayerReport:
-    table: str
-    files: int = 0
-    loaded: list[str] = field(default_factory=list)
-    unchanged: list[str] = field(default_factory=list)
-    failed: dict[str, str] = field(default_factory=dict)
-    rows_written: int = 0
-    features_read: int = 0
-    skipped: list[dict] = field(default_factory=list)
-    skipped_count: int = 0
-    ready_seconds: float | None = None  # building the index and analyzing, when this run did
-
-    def add_skipped(self, count: int, listed: list[dict]) -> None:
-        self.skipped_count += count
-        self.skipped += listed[:max(0, _REPORTED_SKIPS - len(self.skipped))]
-
-    def as_json(self) -> dict:
-        return {"table": self.table, "files": self.files, "loaded": self.loaded, "unchanged": self.unchanged,
-                "failed": self.failed, "rows_written": self.rows_written, "features_read": self.features_read,
-                "skipped_count": self.skipped_count, "skipped": self.skipped,
-                "indexed": self.ready_seconds is not None,
-                "index_seconds": None if self.ready_seconds is None else round(self.ready_seconds, 3)}
-
-
-@dataclass
-class OsmLoadReport:
-    source: str
-    layers: dict[str, LayerReport] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def exit_code(self) -> int:
-        troubled = any(layer.failed or layer.skipped_count for layer in self.layers.values())
-        return EXIT_SOME_FAILED if troubled else EXIT_OK
-
-    def as_json(self) -> dict:
-        return {"source": self.source, "layers": {name: layer.as_json() for name, layer in self.layers.items()},
-                "warnings": self.warnings, "seconds": round(self.seconds, 3)}
 
 
 # --- what to load -------------------------------------------------------------------------------------
@@ -521,11 +479,6 @@ class _Skipped:
     listed: list[dict] = field(default_factory=list)
 
 
-def describe_skip(entry: dict) -> str:
-    where = f"feature {entry['feature']}" + (f" (byte {entry['byte']})" if entry.get("byte") is not None else "")
-    return f"{entry['file']}: {where}: {entry['reason']}"
-
-
 def _make_room(conn: psycopg.Connection, plan: _Plan, name: str, first_write: bool) -> None:
     """Staging: drop this file's earlier rows. Direct: on the first write drop the rows of this file and
     every later one; then point the id sequence just past the rows that stay."""
@@ -573,9 +526,9 @@ def _copy_file(conn: psycopg.Connection, plan: _Plan, file_streams: list[tuple[J
 # Loader 1's pois ids: the pass order (tourism, amenity, leisure) spans all files, then file, then feature.
 # One statement numbers them: 1.3 s for the 114k pois rows of bench/osm_geojson.py's 1 GB (about 11 µs per
 # row; about 3 s for the reference's 268k), while the other lane loads roads. The sort of the staged rows fits
-# in 64 MB (the reference's take about 48 MB) instead of going to disk, as it does at the default 4 MB.
+# in work_mem (the reference's take about 48 MB) instead of going to disk, as it does at the default 4 MB.
 _NUMBER_POIS = """
-SET LOCAL work_mem = '256MB';  -- the default 4 MB sorts a city's staged pois in temporary files
+SET LOCAL work_mem = '256MB';
 TRUNCATE {pois} RESTART IDENTITY;
 INSERT INTO {pois} (id, {columns})
     SELECT row_number() OVER (ORDER BY pass, source_name COLLATE "C", seq), {columns}
