@@ -155,8 +155,10 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20, help="later calls per kind, episode and run")
     parser.add_argument("--runs", type=int, default=3, help="repetitions of each measurement")
     args = parser.parse_args()
-    if why := python_sandbox.unavailable():
-        raise SystemExit(f"bench/code_sandbox.py: {why}")
+    try:
+        image = checked_image()
+    except python_sandbox.SandboxUnavailable as why:
+        raise SystemExit(f"bench/code_sandbox.py: {why}") from None
     folder = Path(tempfile.mkdtemp(prefix="code-sandbox-bench-"))
     try:
         export = args.export
@@ -165,7 +167,7 @@ def main() -> None:
             export = folder / "export"
             run([str(BIN / "ingest"), "export", str(export), "--dsn", dsn])
         load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
-        print(f"image: {IMAGE} ({checked_image()[:19]}); cores: {os.cpu_count()}; load average before: {load}; "
+        print(f"image: {IMAGE} ({image[:19]}); cores: {os.cpu_count()}; load average before: {load}; "
               f"export: {export}")
         within = bench(export, args.runs, args.calls)
     finally:

@@ -57,7 +57,7 @@ REFUSALS: dict[str, Reason] = {
     "memory": Reason("{message} (a statement may use only a bounded share of the server's memory)",
                      "past the memory a statement may take (the server's)"),
 }
-UNKNOWN = "unknown"  # a refused call of a trajectory written before its line kept the code
+UNKNOWN = "unknown"  # a refused call whose line has no code (written before lines kept it) or one not above
 
 
 class Refusal(str):

@@ -32,7 +32,7 @@ def image(engine) -> str:
     base_image()
     built = subprocess.run(["make", "sandbox-image"], cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
-    assert python_sandbox.unavailable() is None
+    python_sandbox.checked_image()  # SandboxUnavailable, saying why, if this checkout's image is not there
     return IMAGE
 
 

@@ -46,6 +46,7 @@ def read_tokens(path: Path) -> dict[str, str]:
     """{token: agent name} of a --tokens file; GsqaError in one line naming the file (and line) otherwise."""
     text = _private_text(path)
     tokens: dict[str, str] = {}
+    names: set[str] = set()  # tokens' values, as a set: a file of many lines is read in linear time
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -54,9 +55,10 @@ def read_tokens(path: Path) -> dict[str, str]:
             raise GsqaError(f"--tokens {path}:{number}: expected NAME TOKEN (an agent's name, then its token: at "
                             f"least {MIN_TOKEN_CHARACTERS} of A-Z a-z 0-9 - . _ ~ + /, e.g. secrets.token_urlsafe(32))")
         name, token = fields
-        if token in tokens or name in set(tokens.values()):
+        if token in tokens or name in names:
             raise GsqaError(f"--tokens {path}:{number}: {'the token' if token in tokens else name} is given twice")
         tokens[token] = name
+        names.add(name)
     if not tokens:
         raise GsqaError(f"--tokens {path}: no NAME TOKEN line")
     return tokens

@@ -38,6 +38,7 @@ def caller_of(context: Any, transport: str) -> Caller:
 def client_of(context: Any, transport: str) -> dict[str, Any]:
     params = context.session.client_params
     info = params.client_info if params is not None else None
+    agent = None
     if transport == "http":
         headers = context.headers or {}
         peer = getattr(context.request_context.request, "client", None)
@@ -45,11 +46,10 @@ def client_of(context: Any, transport: str) -> dict[str, Any]:
         # protocol without sessions it is whatever the client wrote.
         session = headers.get(SESSION_HEADER) if context.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS else None
         ident = session or (f"{peer[0]}:{peer[1]}" if peer else "http")
-        if agent := agent_of(context.request_context.request):
-            return {"id": ident, "transport": transport, "agent": agent, **_given(info)}
+        agent = agent_of(context.request_context.request)
     else:
         ident = f"stdio:{os.getpid()}" if transport == "stdio" else transport
-    return {"id": ident, "transport": transport, **_given(info)}
+    return {"id": ident, "transport": transport, **({"agent": agent} if agent else {}), **_given(info)}
 
 
 def _given(info: Any) -> dict[str, Any]:

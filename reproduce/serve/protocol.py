@@ -99,6 +99,11 @@ def _refusals_as_tool_errors(method: Callable[..., Any], transport: str | None =
     return call
 
 
+def endpoint(host: str, port: int) -> str:
+    """Where --transport http serves MCP."""
+    return f"http://{host}:{port}/mcp"
+
+
 def refuse_taken_address(host: str, port: int) -> None:
     """GsqaError, one line, when --transport http could not listen at host:port (in use, or no such address):
     said before anything starts, not by the HTTP server after the tools are open."""
@@ -121,8 +126,7 @@ def start(request: ServeRequest, transport: str, host: str, port: int, kept_by: 
         return _opened(request, "stdio", kept_by), None
     refuse_taken_address(host, port)
     known = agents.read_tokens(tokens) if tokens is not None else None
-    tools = _opened(dataclasses.replace(request, agents=len(known) if known else 1), f"http://{host}:{port}/mcp",
-                    kept_by)
+    tools = _opened(dataclasses.replace(request, agents=len(known) if known else 1), endpoint(host, port), kept_by)
     if known is None:  # made once the tools are open: a start that fails leaves no file
         known, tokens = agents.new_token()
     print(f"reproduce serve: each request must carry \"Authorization: Bearer TOKEN\" with a token of {tokens} "
@@ -148,8 +152,8 @@ def serve(tools: Tools, transport: str, host: str, port: int, tokens: dict[str, 
     once; then the HTTP server finishes the calls under way, and re-raises the signal it caught, which ends
     here; over stdio the tools are closed and the process ends (the SDK's read of stdin, under way in a
     thread, cannot be cancelled: it would hold the process until the client wrote again)."""
-    url = f"http://{host}:{port}/mcp"
-    server = mcp_server(tools, transport=transport, access=(url, tokens) if tokens is not None else None)
+    access = (endpoint(host, port), tokens) if tokens is not None else None
+    server = mcp_server(tools, transport=transport, access=access)
     signal.signal(signal.SIGTERM, _as_interrupt)
     with _stopped_by_signals(tools if transport == "stdio" else None), contextlib.suppress(KeyboardInterrupt):
         if transport == "stdio":

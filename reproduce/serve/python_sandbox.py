@@ -105,15 +105,6 @@ ENDED = coded("sandbox_ended", "refused: the episode's container was removed (it
               "stopping)")
 
 
-def unavailable() -> str | None:
-    """Why `--tools python` cannot run here, in one line; None when it can."""
-    try:
-        checked_image()
-    except SandboxUnavailable as why:
-        return str(why)
-    return None
-
-
 def checked_image() -> str:
     """The id of this checkout's sandbox image (IMAGE tagged with its sources: sandbox_sources.py), or
     SandboxUnavailable, one line saying what to do. Containers start from the id: the tag may be built again
