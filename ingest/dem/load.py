@@ -459,10 +459,19 @@ def _vacuum_analyze(conn: psycopg.Connection, target: Target, dsn: str) -> None:
     toast = conn.execute("SELECT nspname, relname FROM pg_class JOIN pg_namespace ON pg_namespace.oid = relnamespace "
                          "WHERE pg_class.oid = (SELECT reltoastrelid FROM pg_class WHERE oid = %s::regclass)",
                          [target.qualified]).fetchone()
+    vacuum_toast = sql.SQL("VACUUM {}").format(sql.Identifier(*toast))
     with connect(dsn, autocommit=True) as toast_conn:
-        run_together([lambda: toast_conn.execute(sql.SQL("VACUUM {}").format(sql.Identifier(*toast))),
+        run_together([lambda: toast_conn.execute(vacuum_toast),
                       lambda: conn.execute(sql.SQL("VACUUM (ANALYZE, PROCESS_TOAST false) {}").format(target.ident))],
                      [toast_conn, conn], "ingest-dem-vacuum")
+    # VACUUM leaves a page it could not lock for cleanup (pinned by that ANALYZE reading a sampled tile, or by
+    # the checkpointer writing the page out) without its all-visible bit; a second VACUUM visits only such
+    # pages, and now nothing else reads them.
+    for _ in range(3):
+        if not conn.execute("SELECT relallvisible < relpages FROM pg_class WHERE oid = %s::regclass",
+                            [".".join(toast)]).fetchone()[0]:
+            break
+        conn.execute(vacuum_toast)
 
 
 def _restore_heap_order(conn: psycopg.Connection, target: Target) -> None:
