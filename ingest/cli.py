@@ -229,8 +229,9 @@ def osm_command(
     libosmium's headers are; without it, or with GSQA_NATIVE_READER=0, pyosmium reads the same rows more
     slowly and says so; --export-geojson reads with pyosmium) and stream rows straight into the tables under
     the same rules (docs/REFERENCE-DB.md); what each reader makes of each extract for each layer is one source,
-    loaded and logged like a file above, so a rerun reads only what is missing. An object in several extracts
-    is taken once; what cannot be built (ways with missing nodes, broken multipolygons) is listed by OSM type
+    loaded and logged like a file above, so a rerun loads only what is missing. An object in several extracts
+    is taken once (a rerun reads the earlier extracts again for their ids; a damaged extract fails the ones
+    after it too, unread, until it is mended); what cannot be built (ways with missing nodes, broken multipolygons) is listed by OSM type
     and id. A truncated extract is refused before anything starts. Above 1 GiB of input the node locations
     are kept in one file on disk (16 bytes per node: about 24 GB for the whole US), removed at the end.
     `--export-geojson DIR` writes the same features as osmx-style GeoJSON layers instead (loading DIR gives

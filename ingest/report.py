@@ -91,7 +91,7 @@ def osm_text(read: PbfReport | None, report: OsmLoadReport | None, exported_to: 
 
 
 def pbf_text(report: PbfReport, exported_to: Path | None) -> str:
-    layers = ", ".join(f"{layer} {count:,}" for layer, count in sorted(report.features.items()))
+    layers = ", ".join(f"{layer} {count:,}" for layer, count in sorted(report.features.items())) or "no features"
     target = f" -> {exported_to}" if exported_to else ""
     lines = [f"{len(report.sources)} extract(s){target}: {layers}; {report.duplicates:,} objects already taken "
              f"from an earlier extract; node locations: {report.location_index.split(',')[0] or 'not needed'}"]
@@ -111,7 +111,8 @@ def load_text(report: OsmLoadReport, listed: int = LISTED_SKIPS) -> str:
                      f"{len(layer.failed)} failed; skipped features: {layer.skipped_count:,}"
                      + (f"; indexed and analyzed in {layer.ready_seconds:.1f} s" if layer.ready_seconds is not None
                         else ""))
-        lines += [f"  failed: {error}" for error in layer.failed.values()]  # the message names the file
+        # The message names the file (an extract's sources fail with the same one)
+        lines += [f"  failed: {error}" for error in dict.fromkeys(layer.failed.values())]
     skipped = [entry for layer in report.layers.values() for entry in layer.skipped]
     total = sum(layer.skipped_count for layer in report.layers.values())
     if total:

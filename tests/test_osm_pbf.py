@@ -387,10 +387,7 @@ def test_kill_9_during_a_load_then_rerun_gives_the_same_tables(new_database, tmp
 def test_a_damaged_block_fails_that_extract_only(new_database, tmp_path: Path) -> None:
     initialized_dsn = new_database("pbf_damaged", initialized=True)
     good = shutil.copy(DATA / "osm" / "manhattan-midtown.osm.pbf", tmp_path)
-    data = bytearray((DATA / "osm" / "monaco.osm.pbf").read_bytes())
-    data[len(data) // 2:len(data) // 2 + 64] = bytes(64)  # inside a block: its headers still say whole
-    damaged = tmp_path / "monaco.osm.pbf"
-    damaged.write_bytes(bytes(data))
+    damaged = damaged_copy(DATA / "osm" / "monaco.osm.pbf", tmp_path / "monaco.osm.pbf")
     result = ingest("osm", str(good), str(damaged), "--dsn", initialized_dsn, "--json")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     report = json.loads(result.stdout)
@@ -404,6 +401,63 @@ def test_a_damaged_block_fails_that_extract_only(new_database, tmp_path: Path) -
             logged = conn.execute("SELECT coalesce(sum(rows_written), 0) FROM gsqa.load_log WHERE target_table = "
                                   "%s", [f"public.{table}"]).fetchone()[0]
             assert rows == logged, table
+
+
+def damaged_copy(source: Path, target: Path) -> Path:
+    data = bytearray(source.read_bytes())
+    data[len(data) // 2:len(data) // 2 + 64] = bytes(64)  # inside a block: its headers still say whole
+    target.write_bytes(bytes(data))
+    return target
+
+
+def monaco_alone(new_database, tmp_path: Path) -> str:
+    dsn = new_database("pbf_monaco", initialized=True)
+    assert ingest("osm", str(shutil.copy(DATA / "osm" / "monaco.osm.pbf", tmp_path)), "--dsn", dsn).returncode == 1
+    return dsn
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_rerun_after_a_damaged_extract_loads_each_object_once(new_database, tmp_path: Path, native: str) -> None:
+    """a.osm.pbf loads, its copy b.osm.pbf is damaged; once b is mended the rerun reads a again (its sources are
+    loaded) for the ids it claims, so b's copies are skipped as in one run: the tables of Monaco alone."""
+    one, both = monaco_alone(new_database, tmp_path), new_database("pbf_mended", initialized=True)
+    first = shutil.copy(DATA / "osm" / "monaco.osm.pbf", tmp_path / "a.osm.pbf")
+    second = damaged_copy(DATA / "osm" / "monaco.osm.pbf", tmp_path / "b.osm.pbf")
+    env = {NATIVE_READER_ENV: native}
+    damaged = ingest("osm", str(first), str(second), "--dsn", both, "--json", env=env)
+    report = json.loads(damaged.stdout)
+    assert sorted(name for layer in report["layers"].values() for name in layer["failed"]) == sorted(
+        name.replace("a.", "b.", 1) for layer in report["layers"].values() for name in layer["loaded"])
+    shutil.copy(DATA / "osm" / "monaco.osm.pbf", second)
+    mended = json.loads(ingest("osm", str(first), str(second), "--dsn", both, "--json", env=env).stdout)
+    assert mended["pbf"]["features"] == {} and mended["pbf"]["duplicates"] > 3000  # b's objects are all a's
+    assert all(name.startswith("a.") for layer in mended["layers"].values() for name in layer["unchanged"])
+    for table in TABLES:
+        assert table_rows(one, f"public.{table}") == table_rows(both, f"public.{table}"), table
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_an_extract_after_a_damaged_one_waits_for_it(new_database, tmp_path: Path, native: str) -> None:
+    """Which objects b shares with a damaged a (and so which b's load would skip) is known only once a can be
+    read: b fails too, saying why, and nothing is loaded; a rerun without a loads all of b."""
+    one, dsn = monaco_alone(new_database, tmp_path), new_database("pbf_waits", initialized=True)
+    first = damaged_copy(DATA / "osm" / "monaco.osm.pbf", tmp_path / "a.osm.pbf")
+    second = shutil.copy(DATA / "osm" / "monaco.osm.pbf", tmp_path / "b.osm.pbf")
+    result = ingest("osm", str(first), str(second), "--dsn", dsn, "--json", env={NATIVE_READER_ENV: native})
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    # one line on stderr for the damaged extract, however many of its sources fail
+    assert result.stderr.count(f"error: {first}: cannot be read to its end") == 1
+    failed = {name: error for layer in json.loads(result.stdout)["layers"].values()
+              for name, error in layer["failed"].items()}
+    waiting = f"{second}: not read: a.osm.pbf, before it in source order, could not be read to its end"
+    assert {name for name in failed if name.startswith("b.")} == {name.replace("a.", "b.", 1) for name in failed
+                                                                   if name.startswith("a.")}
+    assert all(error.startswith(waiting) for name, error in failed.items() if name.startswith("b."))
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM gsqa.load_log").fetchone()[0] == 0
+    assert ingest("osm", str(second), "--dsn", dsn).returncode == 1  # Monaco's cut relations
+    for table in TABLES:
+        assert table_rows(one, f"public.{table}") == table_rows(dsn, f"public.{table}"), table
 
 
 def test_node_locations_on_disk_for_large_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -174,7 +174,7 @@ def load_osm(source: Path, dsn: str | None = None, *, layers: list[str] | None =
     selected = select_layers(folders, layers, report)
     files = {layer.name: {path.name: path for path in layer_files(folders[layer.name])} for layer in selected}
     for layer in selected:
-        report.layers[layer.name] = LayerReport(table=layer.table.fullname, files=len(files[layer.name]))
+        report.add_layer(layer.name, layer.table.fullname, len(files[layer.name]))
         if not files[layer.name]:
             _warn(report, f"{folders[layer.name]}: no *.geojson files")
     if not any(files.values()):
@@ -220,7 +220,7 @@ def load_pbf(paths: list[Path], dsn: str | None = None, *, layers: list[str] | N
     selected = select_layers(dict.fromkeys(LAYERS, Path()), layers, report)
     files = {layer.name: layer_sources(paths, layer.folder) for layer in selected}
     for layer in selected:
-        report.layers[layer.name] = LayerReport(table=layer.table.fullname, files=len(files[layer.name]))
+        report.add_layer(layer.name, layer.table.fullname, len(files[layer.name]))
     with contextlib.ExitStack() as stack:
         readers = stack.enter_context(Readers())  # forked before any connection is open
         control = stack.enter_context(connect(dsn, autocommit=True))  # holds the locks until the end
@@ -467,7 +467,9 @@ def _write_file(conn: psycopg.Connection, plan: _Plan, name: str, file_streams: 
 
 def _fail(report: LayerReport, name: str, message: str, file_streams: list[tuple[Job, JobStream]], bar: tqdm) -> None:
     report.failed[name] = message
-    log.error("error: %s", message)
+    if message not in report.errors_said:
+        report.errors_said.add(message)
+        log.error("error: %s", message)
     _drain(file_streams, bar)
 
 

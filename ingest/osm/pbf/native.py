@@ -17,7 +17,7 @@ from typing import Any
 
 from ingest.osm.batches import Batch
 from ingest.osm.native import fallback_note, layer_spec, limits, native_module
-from ingest.osm.pbf.plans import ReadPlan
+from ingest.osm.pbf.plans import ReadPlan, after_unreadable, fail_sources, sends_to
 from ingest.osm.pbf.sources import KINDS, LISTED_BROKEN, PbfReport, source_name, unreadable
 from ingest.osm.rules import (
     AREA_RELATION_TYPES,
@@ -47,20 +47,30 @@ def reader_note() -> str | None:
 def read_natively(plan: ReadPlan, send: Callable[[str, str, tuple], None]) -> PbfReport:
     """A direct load: every extract of the plan read by the native reader, which gives the same sources, rows
     and report as the pyosmium reader (pyosmium.run_reader with copy_rows). Each source's batches go to
-    `send`, then its end; an extract that cannot be read to its end fails its open sources, and the reader goes
-    on with the next one."""
+    `send`, then its end; an extract that cannot be read to its end fails its open sources, and those of
+    every later extract (plans.after_unreadable)."""
     native = native_reader()
     report = PbfReport(sources=[str(path) for path, _ in plan.extracts], location_index=plan.index)
     seen = native.Seen() if plan.several else None
+    unreadable_extract = None
     for path, layers in plan.extracts:
-        report.merge(_read_extract(native, path, layers, plan, seen, send))
+        if unreadable_extract is not None:
+            fail_sources(send, layers, after_unreadable(path, unreadable_extract))
+            continue
+        part = _read_extract(native, path, layers, plan, seen, sends_to(send, layers))
+        if part is None:
+            unreadable_extract = path
+        else:
+            report.merge_sent(part, layers)
     if plan.index.startswith("sparse_file_array,"):
         Path(plan.index.split(",", 1)[1]).unlink(missing_ok=True)
     return report
 
 
 def _read_extract(native: Any, path: Path, layers: dict[str, set[str]], plan: ReadPlan, seen: Any,
-                  send: Callable[[str, str, tuple], None]) -> PbfReport:
+                  send: Callable[[str, str, tuple], None]) -> PbfReport | None:
+    """The extract read for plan.reads, its sources (`layers`) sent; None when it cannot be read to its end
+    (a damaged block: its open sources fail, those it ended stand)."""
     open_sources = {(kind, layer) for kind in KINDS for layer in layers.get(kind, ())}
 
     def emit(kind: str, layer: str, data: bytes, rows: int, features: int, skipped: list, skipped_count: int,
@@ -70,14 +80,14 @@ def _read_extract(native: Any, path: Path, layers: dict[str, set[str]], plan: Re
             send(kind, layer, ("done", None))
             open_sources.discard((kind, layer))
 
-    specs = [{layer: native_layer_rules(layer, path) for layer in sorted(layers.get(kind, ()))} for kind in KINDS]
+    specs = [{layer: native_layer_rules(layer, path) for layer in sorted(plan.reads.get(kind, ()))} for kind in KINDS]
     try:
         return _native_report(native.read_extract(str(path), plan.index or "flex_mem", native_classification(),
                                                   *specs, plan.bbox, limits(LISTED_BROKEN), seen, emit))
-    except RuntimeError as error:  # a damaged block: the extract's open sources fail, the others stand
+    except RuntimeError as error:
         for kind, layer in sorted(open_sources):
             send(kind, layer, ("failed", unreadable(path, error)))
-        return PbfReport(sources=[])
+        return None
 
 
 def native_layer_rules(folder: str, path: Path) -> dict[str, Any]:

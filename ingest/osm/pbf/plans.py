@@ -3,6 +3,7 @@ for large inputs), and each one's ReadPlan, with where it keeps its node locatio
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,11 +45,13 @@ READERS_ON_DISK = {"ways+areas": {"ways": KIND_LAYERS["ways"], "areas": KIND_LAY
 
 @dataclass(frozen=True)
 class ReadPlan:
-    """One reader's work: per extract (in source name order) the layers to produce per kind."""
+    """One reader's work: per extract (in source name order) the layers whose sources it sends per kind, and
+    the layers it reads every extract for (`reads`)."""
 
     name: str  # in READERS or READERS_ON_DISK
     produces: dict[str, tuple[str, ...]]  # kind -> layers, its entry there
     extracts: list[tuple[Path, dict[str, set[str]]]]
+    reads: dict[str, set[str]]  # kind -> layers: what every extract is read for (the union of the sent ones)
     index: str  # of the node locations; "" for a reader that needs none
     bbox: tuple[float, float, float, float] | None
     several: bool  # more than one extract in the run: keep ids to skip duplicates
@@ -61,22 +64,49 @@ def extract_order(paths: list[Path]) -> list[Path]:
 
 def reader_plans(paths: list[Path], wanted: dict[str, set[str]], work: Path,
                  bbox: tuple[float, float, float, float] | None) -> list[ReadPlan]:
-    """`wanted`: layer -> the source names to produce. A reader with nothing to produce is not started."""
+    """`wanted`: layer -> the source names to produce. A reader with nothing to produce is not started.
+
+    An object an earlier extract gave is skipped in a later one, so an extract before one to load is read
+    even when it has nothing to send (a rerun whose earlier extracts are loaded): for the ids it claims.
+    Every extract is read for the same layers (`reads`), so it claims what it claimed in the first run for
+    them, and sends only the sources wanted from it."""
     plans = []
     for reader, produced in (READERS_ON_DISK if locations_on_disk(paths) else READERS).items():
-        extracts = []
-        for path in extract_order(paths):
-            layers = {kind: {layer for layer in kind_layers if source_name(path, kind) in wanted.get(layer, ())}
-                      for kind, kind_layers in produced.items()}
-            if any(layers.values()):
-                extracts.append((path, layers))
-        if extracts:
-            index = location_index(paths, work, reader) if {"ways", "areas"} & set(produced) else ""
-            plans.append(ReadPlan(reader, produced, extracts, index, bbox, len(paths) > 1))
+        sent = [(path, {kind: {layer for layer in kind_layers if source_name(path, kind) in wanted.get(layer, ())}
+                        for kind, kind_layers in produced.items()}) for path in extract_order(paths)]
+        last = max((number for number, (_, layers) in enumerate(sent) if any(layers.values())), default=None)
+        if last is None:
+            continue
+        extracts = sent[:last + 1]
+        reads = {kind: set().union(*(layers[kind] for _, layers in extracts)) for kind in produced}
+        index = location_index(paths, work, reader) if {"ways", "areas"} & set(produced) else ""
+        plans.append(ReadPlan(reader, produced, extracts, reads, index, bbox, len(paths) > 1))
     return plans
 
 
 def file_reads(layers: dict[str, set[str]]) -> int:
-    """Times a reader reads an extract (`layers`: kind -> the layers it produces from it): once, twice when
-    it assembles relation areas (the second read feeds the area assembler the relations' member ways)."""
+    """Times a reader reads an extract (`layers`: kind -> the layers it reads it for): once, twice when it
+    assembles relation areas (the second read feeds the area assembler the relations' member ways)."""
     return 2 if layers.get("areas") else 1
+
+
+def sends_to(send: Callable[[str, str, tuple], None], layers: dict[str, set[str]]) -> Callable[[str, str, tuple], None]:
+    """`send` for one extract: only to the sources wanted from it (`layers`: kind -> layers)."""
+    def to_wanted(kind: str, layer: str, message: tuple) -> None:
+        if layer in layers.get(kind, ()):
+            send(kind, layer, message)
+
+    return to_wanted
+
+
+def fail_sources(send: Callable[[str, str, tuple], None], layers: dict[str, set[str]], message: str) -> None:
+    for kind, kind_layers in layers.items():
+        for layer in sorted(kind_layers):
+            send(kind, layer, ("failed", message))
+
+
+def after_unreadable(path: Path, unreadable: Path) -> str:
+    """Why an extract after one that could not be read is not read: which objects the two share (and so which
+    a load of this one skips) is known only once the earlier one is read whole."""
+    return (f"{path}: not read: {unreadable.name}, before it in source order, could not be read to its end, and "
+            f"the objects the two share are known only once it can; mend {unreadable.name} and run again")

@@ -30,7 +30,7 @@ from osmium.filter import EntityFilter, IdFilter, KeyFilter
 
 from ingest.osm.batches import Batcher
 from ingest.osm.features import envelope_overlaps, row_packer
-from ingest.osm.pbf.plans import ReadPlan
+from ingest.osm.pbf.plans import ReadPlan, after_unreadable
 from ingest.osm.pbf.sources import KINDS, PbfReport, source_name, unreadable
 from ingest.osm.rules import (
     AREA_KEYS,
@@ -260,21 +260,40 @@ def _reason(obj: Any, error: Exception) -> str:
 
 
 def run_reader(plan: ReadPlan, deliver: Callable[[Path, dict[str, set[str]], Iterator[Feature]], None],
-               geojson: bool) -> tuple[PbfReport, list[str]]:
-    """Read every extract of the plan with pyosmium; `deliver` consumes each extract's features (GeoJSON text
-    geometries or WKB) and, when osmium cannot read the extract to its end (a damaged block), ends what it
-    started and raises: the extract is listed and the reader goes on with the next one."""
+               geojson: bool, fail: Callable[[dict[str, set[str]], str], None] = lambda layers, message: None,
+               ) -> tuple[PbfReport, list[str]]:
+    """Read every extract of the plan with pyosmium (for plan.reads); `deliver` consumes each extract's
+    features of the layers wanted from it (GeoJSON text geometries or WKB) and, when osmium cannot read the
+    extract to its end (a damaged block), ends what it started and raises: the extract is listed, and every
+    later one too, unread (plans.after_unreadable; `fail` gets their layers and why)."""
     report = PbfReport(sources=[str(path) for path, _ in plan.extracts], location_index=plan.index)
     geometries, seen = Geometries(geojson), _Seen(2 if plan.several else 1)
-    failures = []
+    failures: list[str] = []
+    unreadable_extract = None
     for path, layers in plan.extracts:
+        if unreadable_extract is not None:
+            failures.append(after_unreadable(path, unreadable_extract))
+            fail(layers, failures[-1])
+            continue
+        part = PbfReport(sources=[])
         try:
-            deliver(path, layers, read_features(path, layers, plan.index, geometries, seen, report, plan.bbox))
+            deliver(path, layers, _sent(read_features(path, plan.reads, plan.index, geometries, seen, part, plan.bbox),
+                                        layers, plan.reads))
         except RuntimeError as error:
             failures.append(unreadable(path, error))
+            unreadable_extract = path
+        else:
+            report.merge_sent(part, layers)
     if plan.index.startswith("sparse_file_array,"):
         Path(plan.index.split(",", 1)[1]).unlink(missing_ok=True)
     return report, failures
+
+
+def _sent(features: Iterator[Feature], layers: dict[str, set[str]], reads: dict[str, set[str]]) -> Iterator[Feature]:
+    """The features of the layers wanted from the extract (read for more on a rerun, see plans.reader_plans)."""
+    if all(layers.get(kind, set()) == kind_layers for kind, kind_layers in reads.items()):
+        return features
+    return (feature for feature in features if feature[1] in layers.get(feature[0], ()))
 
 
 def copy_rows(path: Path, layers: dict[str, set[str]], features: Iterator[Feature],

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from ingest.ordered_pool import JobStream, die_with_parent, stop_processes, widen_pipe
 from ingest.osm.batches import SourceError
 from ingest.osm.pbf.native import native_reader, read_natively
-from ingest.osm.pbf.plans import READERS, READERS_ON_DISK, ReadPlan, file_reads
+from ingest.osm.pbf.plans import READERS, READERS_ON_DISK, ReadPlan, fail_sources, file_reads
 from ingest.osm.pbf.sources import KINDS, PbfReport, kind_of
 from ingest.osm.rules import KIND_LAYERS
 
@@ -54,7 +54,7 @@ class Readers:
     def start(self, plans: list[ReadPlan]) -> None:
         for number, queue in enumerate(self.plans):
             queue.put(plans[number] if number < len(plans) else None)
-        self.sizes = {plan.name: sum(file_reads(layers) * path.stat().st_size for path, layers in plan.extracts)
+        self.sizes = {plan.name: file_reads(plan.reads) * sum(path.stat().st_size for path, _ in plan.extracts)
                       for plan in plans}
         self.pids = {plan.name: process.pid for plan, process in zip(plans, self.processes, strict=False)}
         self.location_index = next((plan.index for plan in plans if plan.index), "")
@@ -97,7 +97,7 @@ def _serve_reader(plans: Any, queues: dict[tuple[str, str], Any], reports: Any) 
             from ingest.osm.pbf.pyosmium import copy_rows, run_reader  # (pyosmium's import: only where it reads)
 
             report, _ = run_reader(plan, lambda path, layers, features: copy_rows(path, layers, features, send),
-                                   geojson=False)
+                                   geojson=False, fail=lambda layers, message: fail_sources(send, layers, message))
     except Exception as error:  # a bug: tell the writers rather than leave them waiting
         for kind, layers in plan.produces.items():
             for layer in layers:
