@@ -231,12 +231,12 @@ def osm_command(
     the same rules (docs/REFERENCE-DB.md); what each reader makes of each extract for each layer is one source,
     loaded and logged like a file above, so a rerun loads only what is missing. An object in several extracts
     is taken once (a rerun reads the earlier extracts again for their ids; a damaged extract fails the ones
-    after it too, unread, until it is mended); what cannot be built (ways with missing nodes, broken multipolygons) is listed by OSM type
-    and id. A truncated extract is refused before anything starts. Above 1 GiB of input the node locations
-    are kept in one file on disk (16 bytes per node: about 24 GB for the whole US), removed at the end.
-    `--export-geojson DIR` writes the same features as osmx-style GeoJSON layers instead (loading DIR gives
-    the same rows). A current extract is not the benchmark's snapshot: answers drift. Progress goes to
-    stderr.
+    after it too, unread, until it is mended); what cannot be built (ways with missing nodes, broken
+    multipolygons) is listed by OSM type and id. A truncated extract is refused before anything starts. Above
+    1 GiB of input the node locations are kept in one file on disk (16 bytes per node: about 24 GB for the
+    whole US), removed at the end. `--export-geojson DIR` writes the same features as osmx-style GeoJSON
+    layers instead (loading DIR gives the same rows). A current extract is not the benchmark's snapshot:
+    answers drift. Progress goes to stderr.
 
     Each table comes out ready to query: as soon as its layer is loaded, while the other layers still load,
     its GiST index (loader 2's name) is built and the table analyzed, unless a file of the layer failed (the
