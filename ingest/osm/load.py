@@ -154,6 +154,9 @@ class _Plan:
     todo: list[str] = field(default_factory=list)
     jobs: dict[str, list[Job]] = field(default_factory=dict)  # the pieces of each file in todo
     copied: int = 0  # features sent to the server this run, for the progress bar (rolled-back files too)
+    # Once a file is written every later one follows it: direct tables (their ids), and every layer of several
+    # PBF extracts (a later source skips the objects the earlier ones claim).
+    follows: bool = True
 
     @property
     def target(self) -> str:
@@ -225,7 +228,7 @@ def load_pbf(paths: list[Path], dsn: str | None = None, *, layers: list[str] | N
         readers = stack.enter_context(Readers())  # forked before any connection is open
         control = stack.enter_context(connect(dsn, autocommit=True))  # holds the locks until the end
         plans = _prepare(control, selected, files, replace, 2, compression, bbox,
-                         {"bbox": _listed(bbox), "rules": RULES_VERSION})
+                         {"bbox": _listed(bbox), "rules": RULES_VERSION}, claims=len(paths) > 1)
         wanted = {plan.layer.folder: set(plan.todo) for plan in plans}
         readers.start(reader_plans(paths, wanted, work or paths[0].parent, bbox))
         writers = [stack.enter_context(connect(dsn, autocommit=True)) for _ in plans]
@@ -329,7 +332,7 @@ def _make_ready(conn: psycopg.Connection, plan: _Plan, report: LayerReport) -> N
 
 def _prepare(conn: psycopg.Connection, selected: list[Layer], files: dict[str, dict[str, Path]], replace: bool,
              workers: int, compression: str, bbox: tuple[float, float, float, float] | None,
-             settings: dict) -> list[_Plan]:
+             settings: dict, *, claims: bool = False) -> list[_Plan]:
     """Locks, checks and plans for every layer before anything is written."""
     require_bookkeeping(conn)
     for layer in selected:
@@ -351,7 +354,8 @@ def _prepare(conn: psycopg.Connection, selected: list[Layer], files: dict[str, d
                     if name in plan.logged and _same_settings(plan.logged[name].details, settings)}
         plan.same = unchanged({name: (path, path.stat().st_size) for name, path in same_box.items()},
                               plan.logged, workers)
-        if plan.layer.in_passes:
+        plan.follows = not plan.layer.in_passes or claims
+        if not plan.follows:
             plan.todo = [name for name in plan.files if name not in plan.same]
         else:
             plan.todo = plan_from_first_change(plan.files, plan.same)
@@ -418,7 +422,7 @@ def _load_layer(conn: psycopg.Connection, streams: Iterator[JobStream], plan: _P
                 checksum = hasher.submit(file_checksum, plan.files[name])
                 if _write_file(conn, plan, name, file_streams, checksum, report, bar, stop,
                                first_write=not rewriting):
-                    rewriting = not plan.layer.in_passes
+                    rewriting = plan.follows
             release_free_heap()  # the file's batches, loaded or not, are freed now: keep memory level (ingest/heap.py)
     report.unchanged.sort()
     for name in report.unchanged:  # what an earlier run skipped is still missing: say so again
