@@ -35,6 +35,17 @@ def wait_for(predicate: Callable[[], bool], process: subprocess.Popen, seconds: 
     return False
 
 
+def soon(predicate: Callable[[], bool], seconds: float = 30) -> bool:
+    """`predicate` holds now or within `seconds` (what the server does after a client has gone, it does
+    on its own time: a liveness bound, not a speed)."""
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def query_active(dsn: str, pattern: str) -> bool:
     """A statement LIKE `pattern` (case-insensitive) is running in the database."""
     with psycopg.connect(dsn) as conn:

@@ -439,7 +439,8 @@ def test_a_rerun_after_a_damaged_extract_loads_each_object_once(new_database, tm
 @pytest.mark.parametrize("native", ["1", "0"])
 def test_an_extract_after_a_damaged_one_waits_for_it(new_database, tmp_path: Path, native: str) -> None:
     """Which objects b shares with a damaged a (and so which b's load would skip) is known only once a can be
-    read: b fails too, saying why, and nothing is loaded; a rerun without a loads all of b."""
+    read: b fails too, saying why, and nothing is loaded; a rerun without a loads all of b; a rerun with a
+    mended loads a and b again (b's sources follow a's), each object once."""
     one, dsn = monaco_alone(new_database, tmp_path), new_database("pbf_waits", initialized=True)
     first = damaged_copy(DATA / "osm" / "monaco.osm.pbf", tmp_path / "a.osm.pbf")
     second = shutil.copy(DATA / "osm" / "monaco.osm.pbf", tmp_path / "b.osm.pbf")
@@ -458,6 +459,11 @@ def test_an_extract_after_a_damaged_one_waits_for_it(new_database, tmp_path: Pat
     assert ingest("osm", str(second), "--dsn", dsn).returncode == 1  # Monaco's cut relations
     for table in TABLES:
         assert table_rows(one, f"public.{table}") == table_rows(dsn, f"public.{table}"), table
+    shutil.copy(DATA / "osm" / "monaco.osm.pbf", first)
+    mended = ingest("osm", str(first), str(second), "--dsn", dsn, "--json", env={NATIVE_READER_ENV: native})
+    assert all(not layer["unchanged"] for layer in json.loads(mended.stdout)["layers"].values())
+    with psycopg.connect(dsn) as conn:  # a's objects now, b's copies skipped
+        assert conn.execute("SELECT count(*), count(DISTINCT osm_id) FROM pois").fetchone() == (169, 169)
 
 
 def test_node_locations_on_disk_for_large_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

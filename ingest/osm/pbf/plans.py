@@ -68,8 +68,9 @@ def reader_plans(paths: list[Path], wanted: dict[str, set[str]], work: Path,
 
     An object an earlier extract gave is skipped in a later one, so an extract before one to load is read
     even when it has nothing to send (a rerun whose earlier extracts are loaded): for the ids it claims.
-    Every extract is read for the same layers (`reads`), so it claims what it claimed in the first run for
-    them, and sends only the sources wanted from it."""
+    Every extract is read for the same layers (`reads`) and sends only the sources wanted from it: what it
+    claims is what it claimed in the first run as far as the objects of those layers go, so a rerun is that
+    run's tables while the extracts agree on the objects they share (ones of the same date do)."""
     plans = []
     for reader, produced in (READERS_ON_DISK if locations_on_disk(paths) else READERS).items():
         sent = [(path, {kind: {layer for layer in kind_layers if source_name(path, kind) in wanted.get(layer, ())}
