@@ -403,6 +403,24 @@ def test_a_damaged_block_fails_that_extract_only(new_database, tmp_path: Path) -
             assert rows == logged, table
 
 
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_some_layers_then_the_rest_claim_what_one_run_claims(new_database, tmp_path: Path, native: str) -> None:
+    """Way 21 is a closed highway (roads) in a.osm.pbf and a park in b.osm.pbf (a later download): one run
+    takes a's version and skips b's. Loading parks first, then everything, must not let b's park in because
+    the first run read no roads."""
+    first = pbf_from_opl(OPL, tmp_path / "a.osm.pbf")
+    second = pbf_from_opl(OPL.replace("w21 v1 Thighway=pedestrian", "w21 v1 Tleisure=park"), tmp_path / "b.osm.pbf")
+    whole, split = new_database("pbf_whole", initialized=True), new_database("pbf_split", initialized=True)
+    env = {NATIVE_READER_ENV: native}
+    assert ingest("osm", str(first), str(second), "--dsn", whole, env=env).returncode == 1  # way 24, relation 102
+    assert ingest("osm", str(first), str(second), "--layers", "parks", "--dsn", split, env=env).returncode == 1
+    assert ingest("osm", str(first), str(second), "--dsn", split, env=env).returncode == 1
+    for table in TABLES:
+        assert table_rows(whole, f"public.{table}") == table_rows(split, f"public.{table}"), table
+    with psycopg.connect(split) as conn:
+        assert conn.execute("SELECT count(*) FROM parks WHERE osm_id = 21").fetchone()[0] == 0
+
+
 def damaged_copy(source: Path, target: Path) -> Path:
     data = bytearray(source.read_bytes())
     data[len(data) // 2:len(data) // 2 + 64] = bytes(64)  # inside a block: its headers still say whole

@@ -51,7 +51,7 @@ class ReadPlan:
     name: str  # in READERS or READERS_ON_DISK
     produces: dict[str, tuple[str, ...]]  # kind -> layers, its entry there
     extracts: list[tuple[Path, dict[str, set[str]]]]
-    reads: dict[str, set[str]]  # kind -> layers: what every extract is read for (the union of the sent ones)
+    reads: dict[str, set[str]]  # kind -> layers every extract is read for (see reader_plans)
     index: str  # of the node locations; "" for a reader that needs none
     bbox: tuple[float, float, float, float] | None
     several: bool  # more than one extract in the run: keep ids to skip duplicates
@@ -68,9 +68,10 @@ def reader_plans(paths: list[Path], wanted: dict[str, set[str]], work: Path,
 
     An object an earlier extract gave is skipped in a later one, so an extract before one to load is read
     even when it has nothing to send (a rerun whose earlier extracts are loaded): for the ids it claims.
-    Every extract is read for the same layers (`reads`) and sends only the sources wanted from it: what it
-    claims is what it claimed in the first run as far as the objects of those layers go, so a rerun is that
-    run's tables while the extracts agree on the objects they share (ones of the same date do)."""
+    With several extracts, every extract is read for every layer of each kind read at all (`reads`) and sends
+    only the sources wanted from it: it claims what a run of all layers claims (the first extract's version
+    of a shared object decides, whatever its layer), so a rerun, or a load of some layers then the rest,
+    gives one whole run's tables even where extracts of different dates disagree on a shared object."""
     plans = []
     for reader, produced in (READERS_ON_DISK if locations_on_disk(paths) else READERS).items():
         sent = [(path, {kind: {layer for layer in kind_layers if source_name(path, kind) in wanted.get(layer, ())}
@@ -80,6 +81,8 @@ def reader_plans(paths: list[Path], wanted: dict[str, set[str]], work: Path,
             continue
         extracts = sent[:last + 1]
         reads = {kind: set().union(*(layers[kind] for _, layers in extracts)) for kind in produced}
+        if len(paths) > 1:  # a kind read at all is read for all its layers: its claims are a whole run's
+            reads = {kind: set(produced[kind]) if layers else set() for kind, layers in reads.items()}
         index = location_index(paths, work, reader) if {"ways", "areas"} & set(produced) else ""
         plans.append(ReadPlan(reader, produced, extracts, reads, index, bbox, len(paths) > 1))
     return plans
