@@ -274,7 +274,7 @@ def osm_command(
             loaded, read = load_pbf(sources, dsn, layers=wanted, replace=replace, compression=compression,
                                     bbox=box, work=work, index=not no_index)
     _show(as_json, report.osm_json(read, loaded), report.osm_text(read, loaded, export_geojson))
-    raise typer.Exit(max(1 if read and read.broken else 0, loaded.exit_code if loaded else 0))
+    raise typer.Exit(max(1 if read and (read.broken or read.failed) else 0, loaded.exit_code if loaded else 0))
 
 
 def _geojson_layers(sources: list[Path]) -> bool:

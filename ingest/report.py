@@ -98,6 +98,7 @@ def pbf_text(report: PbfReport, exported_to: Path | None) -> str:
     if report.broken:
         lines.append(f"could not be built ({', '.join(f'{kind} {n:,}' for kind, n in sorted(report.broken.items()))}):")
         lines += [f"  {line}" for line in report.broken_listed]
+    lines += [f"  failed: {error}" for error in report.failed]
     return _lines(lines)
 
 

@@ -484,6 +484,17 @@ def test_an_extract_after_a_damaged_one_waits_for_it(new_database, tmp_path: Pat
         assert conn.execute("SELECT count(*), count(DISTINCT osm_id) FROM pois").fetchone() == (169, 169)
 
 
+def test_an_export_with_a_damaged_extract_writes_the_others_and_exits_1(tmp_path: Path) -> None:
+    good = shutil.copy(DATA / "osm" / "manhattan-midtown.osm.pbf", tmp_path)
+    damaged = damaged_copy(DATA / "osm" / "monaco.osm.pbf", tmp_path / "monaco.osm.pbf")
+    result = ingest("osm", str(good), str(damaged), "--export-geojson", str(tmp_path / "layers"), "--json")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    failed = json.loads(result.stdout)["pbf"]["failed"]
+    assert len(failed) == 1 and failed[0].startswith(f"{damaged}: cannot be read to its end")
+    written = sorted(path.name for path in (tmp_path / "layers").rglob("*") if path.is_file())
+    assert written and all(name.startswith("manhattan-midtown.") for name in written)
+
+
 def test_node_locations_on_disk_for_large_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     source = pbf_from_opl(OPL, tmp_path / "cases.osm.pbf")
     monkeypatch.setattr(pbf_plans, "IN_MEMORY_LIMIT", 0)

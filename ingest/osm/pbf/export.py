@@ -24,7 +24,8 @@ from ingest.osm.pbf.sources import FOLDERS, PbfReport, layer_sources, source_nam
 def export(paths: list[Path], folder: Path, bbox: tuple[float, float, float, float] | None = None,
            progress: bool = True) -> PbfReport:
     """--export-geojson: write the osmx-style layers (`<layer>/<source name>`, one feature per line) to
-    `folder`, the readers (reader_plans) at the same time."""
+    `folder`, the readers (reader_plans) at the same time. An extract that cannot be read to its end (and the
+    ones after it) is listed in the report's `failed`; the files of the others are written."""
     started = time.monotonic()
     check_inputs(paths, bbox)
     folder.mkdir(parents=True, exist_ok=True)
@@ -39,10 +40,9 @@ def export(paths: list[Path], folder: Path, bbox: tuple[float, float, float, flo
             report.location_index = report.location_index or part.location_index
             failures += failed
             bar.update()
-    if failures:
-        raise GsqaError(failures[0])
+    report.failed = sorted(set(failures))  # (each reader fails an unreadable extract)
     report.close_relations()
-    if bbox is not None and not report.features:
+    if bbox is not None and not report.features and not failures:
         raise GsqaError(f"--bbox {','.join(map(str, bbox))} holds none of the features of the extracts "
                         f"(they cover {'; '.join(extent(path) for path in paths)})")
     report.seconds = time.monotonic() - started

@@ -48,6 +48,7 @@ class PbfReport:
     outside: int = 0  # features outside --bbox
     wanted_relations: set[int] = field(default_factory=set)  # multipolygon/boundary relations of the layers
     built_relations: set[int] = field(default_factory=set)  # ... and those osmium assembled
+    failed: list[str] = field(default_factory=list)  # --export-geojson: why extracts were not read
     seconds: float = 0.0
 
     def merge(self, other: PbfReport) -> None:
@@ -86,7 +87,7 @@ class PbfReport:
     def as_json(self) -> dict[str, Any]:
         return {"sources": self.sources, "location_index": self.location_index, "features": dict(self.features),
                 "duplicates": self.duplicates, "broken": dict(self.broken), "broken_listed": self.broken_listed,
-                "outside_bbox": self.outside, "seconds": round(self.seconds, 3)}
+                "outside_bbox": self.outside, "failed": self.failed, "seconds": round(self.seconds, 3)}
 
 
 def unreadable(path: Path, error: Exception) -> str:
