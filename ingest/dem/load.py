@@ -451,6 +451,9 @@ def finish(conn: psycopg.Connection, target: Target, dsn: str) -> None:
     _vacuum_analyze(conn, target, dsn)
 
 
+_PINNED_PAGES = 64  # (or 1 % of the pages) short of all-visible after the VACUUMs: pinned ones, vacuumed again
+
+
 def _vacuum_analyze(conn: psycopg.Connection, target: Target, dsn: str) -> None:
     """raster2pgsql -M's VACUUM ANALYZE, as two statements on two connections at once: VACUUM of the TOAST
     table, which holds the pixels, beside VACUUM ANALYZE of the table itself, whose ANALYZE reads every
@@ -465,12 +468,12 @@ def _vacuum_analyze(conn: psycopg.Connection, target: Target, dsn: str) -> None:
                       lambda: conn.execute(sql.SQL("VACUUM (ANALYZE, PROCESS_TOAST false) {}").format(target.ident))],
                      [toast_conn, conn], "ingest-dem-vacuum")
     # VACUUM leaves a page it could not lock for cleanup (pinned by that ANALYZE reading a sampled tile, or by
-    # the checkpointer writing the page out) without its all-visible bit; a second VACUUM visits only such
-    # pages, and now nothing else reads them.
-    for _ in range(3):
-        if not conn.execute("SELECT relallvisible < relpages FROM pg_class WHERE oid = %s::regclass",
-                            [".".join(toast)]).fetchone()[0]:
-            break
+    # the checkpointer writing the page out) without its all-visible bit: a few pages, which a second VACUUM
+    # visits alone, now that nothing else reads them. Many pages short means a snapshot older than the load
+    # holds them back (another session's open transaction), which a second VACUUM would not change.
+    short, pages = conn.execute("SELECT relpages - relallvisible, relpages FROM pg_class WHERE oid = %s::regclass",
+                                [".".join(toast)]).fetchone()
+    if 0 < short <= max(_PINNED_PAGES, pages // 100):
         conn.execute(vacuum_toast)
 
 
