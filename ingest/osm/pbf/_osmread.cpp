@@ -14,8 +14,10 @@
 // - a source's rows go out in ~1 MB batches through emit(kind, layer, data, rows, features, skipped,
 //   skipped_count, done); a kind's sources end as soon as the file moves on to the next kind, so that a
 //   writer waiting for a source's end never waits for the rest of the file;
-// - duplicates across the extracts of one reader (Seen), broken objects with their reasons, the features
-//   outside --bbox: in the report read_extract returns.
+// - duplicates across the extracts of one reader (Seen): an object is claimed by the layers read (every layer
+//   of its kind when there are several extracts), its features made for the layers sent (Sink::sent) only;
+// - broken objects with their reasons and the features outside --bbox, of the layers sent: in the report
+//   read_extract returns.
 // Built by hatch_build.py when the project is installed.
 
 #include "copy_rows.hpp"
@@ -213,6 +215,7 @@ struct Sink {
     Rules rules;
     Batch batch;
     bool ended = false;
+    bool sent = true;  // false: the layer is read for the objects an extract claims (Seen), its rows not wanted
 };
 
 // OSM objects already taken from an earlier extract of the same reader (pyosmium._Seen): neighbouring
@@ -261,6 +264,9 @@ public:
                                     [&](const auto& feature) { return !m_sinks.count(feature.first); }),
                      wanted.end());
         if (wanted.empty() || !first_time(m_seen ? &m_seen->ways : nullptr, way.id())) return;
+        wanted.erase(std::remove_if(wanted.begin(), wanted.end(),
+                                    [&](const auto& feature) { return !m_sinks.at(feature.first).sent; }),
+                     wanted.end());
         for (const auto& [layer, ring] : wanted) {
             auto sink = m_sinks.find(layer);
             std::string wkb;
@@ -290,6 +296,7 @@ public:
         if (wanted.empty() || !first_time(m_seen ? &m_seen->nodes : nullptr, node.id())) return;
         for (const char* layer : wanted) {
             auto sink = m_node_sinks.find(layer);
+            if (!sink->second.sent) continue;
             std::string wkb = m_factory.create_point(node);
             if (m_bbox && !overlaps(envelope_of(node.location()))) { ++m_outside; continue; }
             ++m_features[layer];
@@ -328,6 +335,7 @@ public:
             if (!first_time(m_seen ? &m_seen->relations : nullptr, osm_id)) continue;
             for (const char* layer : layers) {
                 auto sink = m_area_sinks.find(layer);
+                if (!sink->second.sent) continue;
                 std::string wkb;
                 try {
                     wkb = m_factory.create_multipolygon(area);
@@ -350,7 +358,7 @@ public:
     // reader blocks on a full queue of another layer.
     void end_sources(std::map<std::string, Sink>& sinks) {
         for (auto& [layer, sink] : sinks) {
-            if (!sink.ended) send(layer, sink, true);
+            if (!sink.ended && sink.sent) send(layer, sink, true);
             sink.ended = true;
         }
     }
@@ -525,12 +533,14 @@ py::dict read_extract(const std::string& path, const std::string& index_name, co
                       std::optional<Envelope> bbox, const py::dict& limits, Seen* seen, py::object emit) {
     const Classification rules = classification_from(classification);
     std::map<std::string, Sink> node_sinks, sinks;
-    for (const auto& [layer, spec] : node_specs) {
-        node_sinks[layer.cast<std::string>()].rules = rules_from(spec.cast<py::dict>());
-    }
-    for (const auto& [layer, spec] : specs) {
-        sinks[layer.cast<std::string>()].rules = rules_from(spec.cast<py::dict>());
-    }
+    auto sink_from = [](const py::handle& spec) {
+        Sink sink;
+        sink.rules = rules_from(spec.cast<py::dict>());
+        sink.sent = spec.cast<py::dict>()["sent"].cast<bool>();
+        return sink;
+    };
+    for (const auto& [layer, spec] : node_specs) node_sinks[layer.cast<std::string>()] = sink_from(spec);
+    for (const auto& [layer, spec] : specs) sinks[layer.cast<std::string>()] = sink_from(spec);
     const auto& factory = osmium::index::MapFactory<osmium::unsigned_object_id_type, osmium::Location>::instance();
     std::unique_ptr<Locations> index = index_name == "flex_mem" ? std::make_unique<LocationIndex>()
                                                                  : factory.create_map(index_name);
@@ -539,9 +549,7 @@ py::dict read_extract(const std::string& path, const std::string& index_name, co
     ExtractReader reader{rules, node_sinks, sinks, bbox, limits_from(limits), std::move(emit)};
     osmium::area::Assembler::config_type config;
     osmium::area::MultipolygonManager<osmium::area::Assembler> manager{config};
-    for (const auto& [layer, spec] : area_specs) {
-        reader.m_area_sinks[layer.cast<std::string>()].rules = rules_from(spec.cast<py::dict>());
-    }
+    for (const auto& [layer, spec] : area_specs) reader.m_area_sinks[layer.cast<std::string>()] = sink_from(spec);
     if (!area_specs.empty()) reader.m_manager = &manager;
     reader.m_seen = seen;
     bool located = !sinks.empty() || !area_specs.empty();  // a reader of nodes alone needs no locations

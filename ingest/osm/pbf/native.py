@@ -17,7 +17,7 @@ from typing import Any
 
 from ingest.osm.batches import Batch
 from ingest.osm.native import fallback_note, layer_spec, limits, native_module
-from ingest.osm.pbf.plans import ReadPlan, after_unreadable, fail_sources, sends_to
+from ingest.osm.pbf.plans import ReadPlan, after_unreadable, fail_sources
 from ingest.osm.pbf.sources import KINDS, LISTED_BROKEN, PbfReport, source_name, unreadable
 from ingest.osm.rules import (
     AREA_RELATION_TYPES,
@@ -57,7 +57,7 @@ def read_natively(plan: ReadPlan, send: Callable[[str, str, tuple], None]) -> Pb
         if unreadable_extract is not None:
             fail_sources(send, layers, after_unreadable(path, unreadable_extract))
             continue
-        part = _read_extract(native, path, layers, plan, seen, sends_to(send, layers))
+        part = _read_extract(native, path, layers, plan, seen, send)
         if part is None:
             unreadable_extract = path
         else:
@@ -69,8 +69,8 @@ def read_natively(plan: ReadPlan, send: Callable[[str, str, tuple], None]) -> Pb
 
 def _read_extract(native: Any, path: Path, layers: dict[str, set[str]], plan: ReadPlan, seen: Any,
                   send: Callable[[str, str, tuple], None]) -> PbfReport | None:
-    """The extract read for plan.reads, its sources (`layers`) sent; None when it cannot be read to its end
-    (a damaged block: its open sources fail, those it ended stand)."""
+    """The extract read for plan.reads (the objects it claims), the sources of `layers` sent; None when it
+    cannot be read to its end (a damaged block: its open sources fail, those it ended stand)."""
     open_sources = {(kind, layer) for kind in KINDS for layer in layers.get(kind, ())}
 
     def emit(kind: str, layer: str, data: bytes, rows: int, features: int, skipped: list, skipped_count: int,
@@ -80,7 +80,8 @@ def _read_extract(native: Any, path: Path, layers: dict[str, set[str]], plan: Re
             send(kind, layer, ("done", None))
             open_sources.discard((kind, layer))
 
-    specs = [{layer: native_layer_rules(layer, path) for layer in sorted(plan.reads.get(kind, ()))} for kind in KINDS]
+    specs = [{layer: {**native_layer_rules(layer, path), "sent": layer in layers.get(kind, ())}
+              for layer in sorted(plan.reads.get(kind, ()))} for kind in KINDS]
     try:
         return _native_report(native.read_extract(str(path), plan.index or "flex_mem", native_classification(),
                                                   *specs, plan.bbox, limits(LISTED_BROKEN), seen, emit))

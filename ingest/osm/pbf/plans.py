@@ -94,15 +94,6 @@ def file_reads(layers: dict[str, set[str]]) -> int:
     return 2 if layers.get("areas") else 1
 
 
-def sends_to(send: Callable[[str, str, tuple], None], layers: dict[str, set[str]]) -> Callable[[str, str, tuple], None]:
-    """`send` for one extract: only to the sources wanted from it (`layers`: kind -> layers)."""
-    def to_wanted(kind: str, layer: str, message: tuple) -> None:
-        if layer in layers.get(kind, ()):
-            send(kind, layer, message)
-
-    return to_wanted
-
-
 def fail_sources(send: Callable[[str, str, tuple], None], layers: dict[str, set[str]], message: str) -> None:
     for kind, kind_layers in layers.items():
         for layer in sorted(kind_layers):

@@ -192,14 +192,18 @@ Feature = tuple[str, str, int, dict[str, str], Any]  # kind, layer, OSM id, tags
 
 
 def read_features(path: Path, layers: dict[str, set[str]], index: str, geometries: Geometries, seen: _Seen,
-                  report: PbfReport, bbox: tuple[float, float, float, float] | None) -> Iterator[Feature]:
-    """The features one reader takes from one extract (`layers`: kind -> layers wanted), in the order osmium
-    hands them over: nodes, ways, then relation areas. RuntimeError when osmium cannot
-    read the extract to its end. (The loop runs once per object of a US extract that passes the C++
-    filter: no call or wrapper it can do without.)"""
+                  report: PbfReport, bbox: tuple[float, float, float, float] | None,
+                  sent: dict[str, set[str]] | None = None) -> Iterator[Feature]:
+    """The features one reader takes from one extract (`layers`: kind -> layers read, for the objects it
+    claims; `sent`: those whose features are wanted, all of them if None), in the order osmium hands them
+    over: nodes, ways, then relation areas. RuntimeError when osmium cannot read the extract to its end.
+    (The loop runs once per object of a US extract that passes the C++ filter: no call or wrapper it can do
+    without.)"""
     kind_of_class = {osmium.osm.Node: "nodes", osmium.osm.Way: "ways", osmium.osm.Area: "areas"}
     first_time = seen.first_time if seen.sets else None
     whole = {kind: set(KIND_LAYERS[kind]) <= layers.get(kind, set()) for kind in KINDS}
+    sent = layers if sent is None else sent
+    all_sent = {kind: layers.get(kind, set()) <= sent.get(kind, set()) for kind in KINDS}
     features = Counter()
     for obj in _objects(layers, path, index, report):
         data = obj._pyosmium_data
@@ -215,6 +219,8 @@ def read_features(path: Path, layers: dict[str, set[str]], index: str, geometrie
         if first_time is not None and not first_time(osm_type, osm_id):
             report.duplicates += 1
             continue
+        if not all_sent[kind]:
+            wanted = [(layer, shape) for layer, shape in wanted if layer in sent.get(kind, ())]
         for layer, shape in wanted:
             try:
                 geometry = geometries.build(obj, shape)
@@ -277,8 +283,8 @@ def run_reader(plan: ReadPlan, deliver: Callable[[Path, dict[str, set[str]], Ite
             continue
         part = PbfReport(sources=[])
         try:
-            deliver(path, layers, _sent(read_features(path, plan.reads, plan.index, geometries, seen, part, plan.bbox),
-                                        layers, plan.reads))
+            deliver(path, layers, read_features(path, plan.reads, plan.index, geometries, seen, part, plan.bbox,
+                                                sent=layers))
         except RuntimeError as error:
             failures.append(unreadable(path, error))
             unreadable_extract = path
@@ -287,13 +293,6 @@ def run_reader(plan: ReadPlan, deliver: Callable[[Path, dict[str, set[str]], Ite
     if plan.index.startswith("sparse_file_array,"):
         Path(plan.index.split(",", 1)[1]).unlink(missing_ok=True)
     return report, failures
-
-
-def _sent(features: Iterator[Feature], layers: dict[str, set[str]], reads: dict[str, set[str]]) -> Iterator[Feature]:
-    """The features of the layers wanted from the extract (read for more on a rerun, see plans.reader_plans)."""
-    if all(layers.get(kind, set()) == kind_layers for kind, kind_layers in reads.items()):
-        return features
-    return (feature for feature in features if feature[1] in layers.get(feature[0], ()))
 
 
 def copy_rows(path: Path, layers: dict[str, set[str]], features: Iterator[Feature],

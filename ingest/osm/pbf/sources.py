@@ -62,15 +62,13 @@ class PbfReport:
         self.broken_listed = (self.broken_listed + other.broken_listed)[:LISTED_BROKEN]
 
     def merge_sent(self, part: PbfReport, layers: dict[str, set[str]]) -> None:
-        """One extract's report as far as its sources are sent (`layers`: kind -> layers): the features of
-        those layers; of an extract read only for its ids, the relations it assembled (a relation cut by a
-        later extract may be whole in it)."""
-        sent = set().union(*layers.values())
-        if not sent:
+        """One extract's report (`layers`: kind -> the layers whose sources it sent); of an extract read only
+        for the objects it claims, only the relations it assembled (a relation cut by a later extract may be
+        whole in it)."""
+        if any(layers.values()):
+            self.merge(part)
+        else:
             self.built_relations |= part.built_relations
-            return
-        part.features = Counter({layer: count for layer, count in part.features.items() if layer in sent})
-        self.merge(part)
 
     def note_broken(self, osm_type: str, osm_id: int, reason: str) -> None:
         self.broken[osm_type] += 1
