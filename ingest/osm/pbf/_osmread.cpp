@@ -312,8 +312,15 @@ public:
         if (std::none_of(m_area_keys.begin(), m_area_keys.end(), [&](const std::string& key) { return tags.has_key(key.c_str()); })) return;
         const char* type = tags["type"];
         const auto& types = m_rules.area_relation_types;
-        if (type && std::find(types.begin(), types.end(), type) != types.end() && !matching(m_rules.areas, tags).empty()) {
-            m_wanted_relations.insert(relation.id());
+        const auto rules = matching(m_rules.areas, tags);
+        if (type && std::find(types.begin(), types.end(), type) != types.end() && !rules.empty()) {
+            // missed (wanted, not built) only if it is a feature of a layer sent
+            if (std::any_of(rules.begin(), rules.end(), [&](const OsmxRule* rule) {
+                    auto sink = m_area_sinks.find(rule->layer);
+                    return sink != m_area_sinks.end() && sink->second.sent;
+                })) {
+                m_wanted_relations.insert(relation.id());
+            }
             for (const auto& member : relation.members()) {
                 if (member.type() == osmium::item_type::way) m_member_ways.insert(member.ref());
             }

@@ -106,11 +106,13 @@ def _tags(data: Any) -> dict[str, str]:
     return dict(map(data.tags_next, repeat(data.tags_begin(), data.tags_size())))
 
 
-def _objects(layers: dict[str, set[str]], path: Path, index: str, report: PbfReport) -> Iterator[Any]:
-    """osmium reading one extract for one reader (`layers`: kind -> the layers it produces from this
-    extract), in the order of the file: nodes, ways, then the areas osmium assembles from multipolygon and
-    boundary relations with area tags. C++ filters let only the objects of the layers through to Python.
-    Ways and areas need node locations; a node carries its own.
+def _objects(layers: dict[str, set[str]], path: Path, index: str, report: PbfReport,
+             sent_areas: set[str]) -> Iterator[Any]:
+    """osmium reading one extract for one reader (`layers`: kind -> the layers it reads the extract for;
+    `sent_areas`: the area layers whose relations it reports when not assembled), in the order of the file:
+    nodes, ways, then the areas osmium assembles from multipolygon and boundary relations with area tags. C++
+    filters let only the objects of the layers through to Python. Ways and areas need node locations; a node
+    carries its own.
 
     The first read of the file takes the nodes (their locations), the ways, and hands the relations to the
     area manager's first pass (their member ways); for areas, a second read of the ways and relations feeds
@@ -120,7 +122,7 @@ def _objects(layers: dict[str, set[str]], path: Path, index: str, report: PbfRep
     all are held in variables until the end."""
     source = osmium.io.File(str(path), "pbf")  # the format from the content, whatever the name says
     kinds = {kind for kind, wanted in layers.items() if wanted}
-    pool, manager, members = osmium.io.ThreadPool(), AreaManager(), _Members(report)
+    pool, manager, members = osmium.io.ThreadPool(), AreaManager(), _Members(report, sent_areas)
     index_map = osmium.index.create_map(index) if "ways" in kinds or "areas" in kinds else None
     locations = [osmium.NodeLocationsForWays(index_map)] if index_map is not None else []
     for handler in locations:
@@ -159,16 +161,18 @@ def _of_relations(areas: Any) -> Iterator[Any]:
 
 
 class _Members:
-    """First pass: the relations of the layers (wanted, so that one not assembled is listed) and their ways."""
+    """First pass: the relations with area rules and their ways; those of the layers sent are wanted, so that
+    one not assembled is listed."""
 
-    def __init__(self, report: PbfReport) -> None:
-        self.report = report
+    def __init__(self, report: PbfReport, sent: set[str]) -> None:
+        self.report, self.sent = report, sent
         self.ways: set[int] = set()
 
     def relation(self, relation: Any) -> None:
         tags = _tags(relation._pyosmium_data)
-        if tags.get("type") in AREA_RELATION_TYPES and matching(AREA_RULES, tags):
-            self.report.wanted_relations.add(relation.id)
+        if tags.get("type") in AREA_RELATION_TYPES and (rules := matching(AREA_RULES, tags)):
+            if any(rule.layer in self.sent for rule in rules):
+                self.report.wanted_relations.add(relation.id)
             self.ways.update(member.ref for member in relation.members if member.type == "w")
 
 
@@ -205,7 +209,7 @@ def read_features(path: Path, layers: dict[str, set[str]], index: str, geometrie
     sent = layers if sent is None else sent
     all_sent = {kind: layers.get(kind, set()) <= sent.get(kind, set()) for kind in KINDS}
     features = Counter()
-    for obj in _objects(layers, path, index, report):
+    for obj in _objects(layers, path, index, report, sent.get("areas", set())):
         data = obj._pyosmium_data
         tags = _tags(data)
         kind = kind_of_class[type(obj)]
