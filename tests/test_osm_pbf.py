@@ -359,12 +359,18 @@ def test_every_source_has_exactly_one_reader(readers: dict) -> None:
 
 def test_node_locations_on_disk_load_the_same_rows(new_database, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """Above IN_MEMORY_LIMIT one reader keeps the node locations, in one file, removed at the end."""
-    extract = shutil.copy(DATA / "osm" / "monaco.osm.pbf", tmp_path)
+    """Above IN_MEMORY_LIMIT one reader keeps the node locations, in one file, removed at the end. Each extract
+    starts it empty, as in memory: b's ways take b's nodes (moved), not a's, nor those a killed run left."""
+    moved = OPL.replace(" x7.0", " x8.0") + "w40 v1 Thighway=service Nn4,n5\n"  # b's own way, on moved nodes
+    extracts = [pbf_from_opl(OPL, tmp_path / "a.osm.pbf"), shutil.copy(DATA / "osm" / "monaco.osm.pbf", tmp_path),
+                pbf_from_opl(moved, tmp_path / "b.osm.pbf")]
     in_memory, on_disk = new_database("pbf_in_memory", initialized=True), new_database("pbf_on_disk", initialized=True)
-    assert ingest("osm", str(extract), "--dsn", in_memory).returncode == 1  # cut relations, as above
+    assert ingest("osm", *map(str, extracts), "--dsn", in_memory).returncode == 1  # cut relations, as above
+    stale = osmium.index.create_map(f"sparse_file_array,{tmp_path / 'node-locations-ways+areas.bin'}")
+    stale.set(4, osmium.osm.Location(9.0, 45.0))  # a location a killed run left in the file
+    del stale
     monkeypatch.setattr(pbf_plans, "IN_MEMORY_LIMIT", 0)
-    _, read = load_pbf([Path(extract)], on_disk, progress=False, work=tmp_path)
+    _, read = load_pbf([Path(extract) for extract in extracts], on_disk, progress=False, work=tmp_path)
     assert read.location_index == f"sparse_file_array,{tmp_path / 'node-locations-ways+areas.bin'}"
     assert not list(tmp_path.glob("node-locations-*"))
     for table in TABLES:

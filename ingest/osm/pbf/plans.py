@@ -27,6 +27,16 @@ def location_index(paths: list[Path], work: Path, reader: str) -> str:
     return f"sparse_file_array,{work / f'node-locations-{reader}.bin'}"
 
 
+def drop_index(index: str) -> str:
+    """Removes the file of an on-disk index (`index` as location_index gives it) and returns `index`: each
+    extract starts with an empty one. libosmium's sparse_file_array takes over what its file holds, so a
+    file left by the extract before (or by a killed run) would give this extract's ways other nodes'
+    locations: an earlier extract's version of a moved node, a node missing from this extract."""
+    if index.startswith("sparse_file_array,"):
+        Path(index.split(",", 1)[1]).unlink(missing_ok=True)
+    return index
+
+
 # The reader processes: name -> the layers each produces per kind, about equal work on real and on synthetic
 # data. Ways and relation areas both need node locations, so each of the two keeps an index of its own (one
 # reader for both, the other reading only nodes, read less in all but left that one idle: town 0.75x of
