@@ -448,6 +448,18 @@ def test_some_layers_then_the_rest_claim_what_one_run_claims(new_database, tmp_p
         assert conn.execute("SELECT count(*) FROM parks WHERE osm_id = 21").fetchone()[0] == 0
 
 
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_failed_second_read_leaves_the_first_reads_sources(new_database, tmp_path: Path, native: str) -> None:
+    """Member ways out of id order fail osmium's area assembler, in the second read: the sources of nodes and
+    ways, ended with the first read, stand with both readers (pyosmium failed its nodes'); the areas' fail."""
+    source = pbf_from_opl(OPL.replace("w25", "w95"), tmp_path / "unsorted.osm.pbf")
+    result = ingest("osm", str(source), "--dsn", new_database(f"pbf_unsorted_{native}", initialized=True), "--json",
+                    env={NATIVE_READER_ENV: native})
+    parks = json.loads(result.stdout)["layers"]["parks"]
+    assert result.returncode == 1 and "Way IDs out of order" in result.stderr
+    assert (parks["loaded"], list(parks["failed"])) == (["unsorted.1-nodes.geojson", "unsorted.2-ways.geojson"],
+                                                        ["unsorted.3-areas.geojson"])
+
 def damaged_copy(source: Path, target: Path) -> Path:
     data = bytearray(source.read_bytes())
     data[len(data) // 2:len(data) // 2 + 64] = bytes(64)  # inside a block: its headers still say whole

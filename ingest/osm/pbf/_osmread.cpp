@@ -12,8 +12,8 @@
 //   wanted only): the member ways with their locations, areas assembled (the manager's second pass); an area
 //   made of a closed member way is dropped (the way is a feature of its own);
 // - a source's rows go out in ~1 MB batches through emit(kind, layer, data, rows, features, skipped,
-//   skipped_count, done); a kind's sources end as soon as the file moves on to the next kind, so that a
-//   writer waiting for a source's end never waits for the rest of the file;
+//   skipped_count, done); the nodes' and ways' sources end with the first read (the nodes' at the first
+//   way), so that a writer waiting for a source's end never waits for the second read;
 // - duplicates across the extracts of one reader (Seen): an object is claimed by the layers read (every layer
 //   of its kind when there are several extracts), its features made for the layers sent (Sink::sent) only;
 // - broken objects with their reasons and the features outside --bbox, of the layers sent: in the report
@@ -305,8 +305,9 @@ public:
     }
 
     // The area manager's first pass: relations with area keys (pyosmium._Members and the area manager).
+    // (The nodes' sources end with the first read, not at its first relation: as pyosmium.copy_rows ends them,
+    // so that both readers fail them when a relations block cannot be read.)
     void relation(const osmium::Relation& relation) {
-        end_sources(m_node_sinks);  // (a reader of nodes and areas reads no ways the first time)
         if (!m_manager) return;
         const auto& tags = relation.tags();
         if (std::none_of(m_area_keys.begin(), m_area_keys.end(), [&](const std::string& key) { return tags.has_key(key.c_str()); })) return;
@@ -360,9 +361,9 @@ public:
         }
     }
 
-    // The sources of a kind end as soon as the file moves on to the next kind (as pyosmium.copy_rows
-    // ends them): a writer waiting for a source's end must not wait for the rest of the file, while this
-    // reader blocks on a full queue of another layer.
+    // The sources of a kind end as soon as the file moves on to ways, or the first read is over (as
+    // pyosmium.copy_rows ends them): a writer waiting for a source's end must not wait for the rest of the
+    // file, while this reader blocks on a full queue of another layer.
     void end_sources(std::map<std::string, Sink>& sinks) {
         for (auto& [layer, sink] : sinks) {
             if (!sink.ended && sink.sent) send(layer, sink, true);

@@ -72,6 +72,8 @@ def _geojson_files(path: Path, layers: dict[str, set[str]], features: Iterator[F
             handles[source].write('{"type": "FeatureCollection", "features": [\n')
         separator = dict.fromkeys(targets, "")
         for kind, layer, osm_id, tags, geometry in features:
+            if not layer:  # (pyosmium.FIRST_READ_OVER)
+                continue
             handles[(kind, layer)].write(
                 f'{separator[(kind, layer)]}{{"type": "Feature", "geometry": {geometry}, "properties": '
                 f'{{"id": {osm_id}, "tagsMap": {json.dumps(tags, ensure_ascii=False)}}}}}')

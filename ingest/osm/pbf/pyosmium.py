@@ -142,6 +142,7 @@ def _objects(layers: dict[str, set[str]], path: Path, index: str, report: PbfRep
         yield from osmium.OsmFileIterator(reader, *way_keys, *locations, *relation_handlers, passing, node_keys)
     if not relation_handlers:
         return
+    yield None  # the first read is over (read_features: FIRST_READ_OVER)
     tagged = KeyFilter(*AREA_KEYS)
     built = osmium.BufferIterator(tagged)
     only_members = IdFilter(members.ways).enable_for(osmium.osm.WAY)
@@ -193,6 +194,9 @@ class _Seen:
 
 
 Feature = tuple[str, str, int, dict[str, str], Any]  # kind, layer, OSM id, tags, geometry
+# Not a feature (no layer): the first read of an extract is over, the areas come next. The sources of nodes and
+# ways end here, as the native reader ends them, so that both stand when the second read fails (unsorted ids).
+FIRST_READ_OVER: Feature = ("areas", "", 0, {}, None)
 
 
 def read_features(path: Path, layers: dict[str, set[str]], index: str, geometries: Geometries, seen: _Seen,
@@ -210,12 +214,14 @@ def read_features(path: Path, layers: dict[str, set[str]], index: str, geometrie
     all_sent = {kind: layers.get(kind, set()) <= sent.get(kind, set()) for kind in KINDS}
     features = Counter()
     for obj in _objects(layers, path, index, report, sent.get("areas", set())):
+        if obj is None:
+            yield FIRST_READ_OVER
+            continue
         data = obj._pyosmium_data
         tags = _tags(data)
         kind = kind_of_class[type(obj)]
         osm_id, osm_type, wanted = _classify(kind, data, tags)
-        if not whole[kind]:
-            wanted = [(layer, shape) for layer, shape in wanted if layer in layers.get(kind, ())]
+        wanted = wanted if whole[kind] else [(layer, shape) for layer, shape in wanted if layer in layers.get(kind, ())]
         if not wanted:
             continue
         if osm_type == "relation":
@@ -323,6 +329,8 @@ def _pack_features(features: Iterator[Feature], batchers: dict, packers: dict,
             for earlier in KINDS[:KINDS.index(kind)]:
                 _end_sources(batchers, earlier, send)
             current = kind
+        if not layer:  # FIRST_READ_OVER
+            continue
         batcher = batchers[(kind, layer)]
         rules, pack = packers[(kind, layer)]
         try:
