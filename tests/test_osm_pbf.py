@@ -3,7 +3,6 @@ overlap taken once, the same rows as the PBF's own --export-geojson output, and 
 
 from __future__ import annotations
 
-import functools
 import json
 import shutil
 import signal
@@ -11,13 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import load_helpers
 import osmium
 import psycopg
 import pytest
 from conftest import DATA
 from load_helpers import BIN, end_sessions, paused, wait_for
 from loader1 import table_rows
+from pbf_helpers import OPL, TABLES, ingest, pbf_from_opl
 
 from ingest.osm.load import load_pbf
 from ingest.osm.native import NATIVE_READER_ENV
@@ -27,47 +26,6 @@ from ingest.osm.pbf.export import export
 from ingest.osm.pbf.sources import PbfReport
 from ingest.osm.rules import AREA_RULES, KIND_LAYERS, matching
 from testkit.tools import missing
-
-TABLES = ["pois", "roads", "parks", "lakes", "regions"]
-LONG = "x" * 300
-
-# Nodes 1-9 and ways 20-31 around (7.0, 43.0); the ids say what each case is.
-OPL = f"""\
-n1 v1 x7.0001 y43.0001 Tamenity=restaurant,name=Chez%20%Zo%e9%,cuisine=french
-n2 v1 x7.0002 y43.0002 Tamenity=bench
-n3 v1 x7.0003 y43.0003 Tleisure=park,name=Small%20%Park
-n4 v1 x7.0 y43.0
-n5 v1 x7.01 y43.0
-n6 v1 x7.01 y43.01
-n7 v1 x7.0 y43.01
-n8 v1 x7.02 y43.02
-n9 v1 x7.03 y43.03 Ttourism=museum,name=Long,description={LONG}
-w20 v1 Thighway=residential,name=Open%20%Street Nn4,n5,n6
-w21 v1 Thighway=pedestrian,name=Square Nn4,n5,n6,n7,n4
-w22 v1 Twaterway=river,name=River Nn5,n8
-w23 v1 Tnatural=water,name=Pond Nn4,n5,n6,n7,n4
-w24 v1 Thighway=service Nn4,n999
-w25 v1 T Nn4,n5,n6,n4
-w26 v1 T Nn6,n7,n8,n6
-w27 v1 T Nn4,n5
-w28 v1 Tleisure=pitch,name=Court Nn4,n5,n6,n7,n4
-r100 v1 Ttype=multipolygon,leisure=park,name=Two%20%Parts Mw25@outer,w26@outer
-r101 v1 Ttype=boundary,boundary=administrative,admin_level=8,name=Town Mw25@outer
-r102 v1 Ttype=multipolygon,natural=water,name=Broken Mw27@outer
-r103 v1 Ttype=multipolygon,leisure=park,name=Around%20%the%20%Court Mw28@outer
-"""
-
-
-def pbf_from_opl(text: str, path: Path) -> Path:
-    opl = path.with_suffix(".opl")
-    opl.write_text(text)
-    with osmium.SimpleWriter(str(path)) as writer:
-        for obj in osmium.FileProcessor(str(opl)):
-            writer.add(obj)
-    return path
-
-
-ingest = functools.partial(load_helpers.ingest, timeout=300)
 
 
 def features(folder: Path, layer: str) -> list[dict]:
@@ -312,17 +270,6 @@ def test_the_255_character_limit_counts_characters_not_bytes(new_database, tmp_p
         assert conn.execute("SELECT char_length(poi_name), octet_length(poi_name) FROM pois").fetchall() == [(255, 510)]
 
 
-def test_overlapping_extracts_load_each_object_once(new_database, tmp_path: Path) -> None:
-    first = shutil.copy(DATA / "osm" / "monaco.osm.pbf", tmp_path / "a.osm.pbf")
-    second = shutil.copy(DATA / "osm" / "monaco.osm.pbf", tmp_path / "b.osm.pbf")
-    one, both = new_database("pbf_one", initialized=True), new_database("pbf_both", initialized=True)
-    assert ingest("osm", str(first), "--dsn", one).returncode == 1  # cut relations, as above
-    result = json.loads(ingest("osm", str(second), str(first), "--dsn", both, "--json").stdout)
-    assert result["pbf"]["duplicates"] > 3000
-    for table in TABLES:  # b's copies are skipped whatever the order on the command line
-        assert table_rows(one, f"public.{table}") == table_rows(both, f"public.{table}"), table
-
-
 def test_a_layer_loaded_earlier_is_not_read_again(new_database, tmp_path: Path) -> None:
     initialized_dsn = new_database("pbf_layers", initialized=True)
     extract = shutil.copy(DATA / "osm" / "manhattan-midtown.osm.pbf", tmp_path)
@@ -410,44 +357,6 @@ def test_kill_9_during_a_load_then_rerun_gives_the_same_tables(new_database, tmp
         assert table_rows(clean, f"public.{table}") == table_rows(killed, f"public.{table}"), table
 
 
-def test_a_damaged_block_fails_that_extract_only(new_database, tmp_path: Path) -> None:
-    initialized_dsn = new_database("pbf_damaged", initialized=True)
-    good = shutil.copy(DATA / "osm" / "manhattan-midtown.osm.pbf", tmp_path)
-    damaged = damaged_copy(DATA / "osm" / "monaco.osm.pbf", tmp_path / "monaco.osm.pbf")
-    result = ingest("osm", str(good), str(damaged), "--dsn", initialized_dsn, "--json")
-    assert result.returncode == 1 and "Traceback" not in result.stderr
-    report = json.loads(result.stdout)
-    failed = {name: error for layer in report["layers"].values() for name, error in layer["failed"].items()}
-    assert failed and all(name.startswith("monaco.") for name in failed)
-    assert all(f"{damaged}: cannot be read to its end" in error for error in failed.values())
-    assert report["layers"]["roads"]["loaded"][0] == "manhattan-midtown.2-ways.geojson"
-    with psycopg.connect(initialized_dsn) as conn:  # what was loaded is whole: rows match the log
-        for table in TABLES:
-            rows = conn.execute(f"SELECT count(*) FROM public.{table}").fetchone()[0]
-            logged = conn.execute("SELECT coalesce(sum(rows_written), 0) FROM gsqa.load_log WHERE target_table = "
-                                  "%s", [f"public.{table}"]).fetchone()[0]
-            assert rows == logged, table
-
-
-@pytest.mark.parametrize("native", ["1", "0"])
-def test_some_layers_then_the_rest_claim_what_one_run_claims(new_database, tmp_path: Path, native: str) -> None:
-    """Way 21 is a closed highway (roads) in a.osm.pbf and a park in b.osm.pbf (a later download): one run
-    takes a's version and skips b's. Loading parks first, then everything, must not let b's park in because
-    the first run read no roads."""
-    first = pbf_from_opl(OPL, tmp_path / "a.osm.pbf")
-    second = pbf_from_opl(OPL.replace("w21 v1 Thighway=pedestrian", "w21 v1 Tleisure=park"), tmp_path / "b.osm.pbf")
-    whole, split = new_database("pbf_whole", initialized=True), new_database("pbf_split", initialized=True)
-    env = {NATIVE_READER_ENV: native}
-    assert ingest("osm", str(first), str(second), "--dsn", whole, env=env).returncode == 1  # way 24, relation 102
-    parks = ingest("osm", str(first), str(second), "--layers", "parks", "--dsn", split, env=env)
-    assert parks.returncode == 0, parks.stdout  # read for roads' claims too, but way 24 is no feature of this load
-    assert ingest("osm", str(first), str(second), "--dsn", split, env=env).returncode == 1
-    for table in TABLES:
-        assert table_rows(whole, f"public.{table}") == table_rows(split, f"public.{table}"), table
-    with psycopg.connect(split) as conn:
-        assert conn.execute("SELECT count(*) FROM parks WHERE osm_id = 21").fetchone()[0] == 0
-
-
 @pytest.mark.parametrize("native", ["1", "0"])
 def test_a_failed_second_read_leaves_the_first_reads_sources(new_database, tmp_path: Path, native: str) -> None:
     """Member ways out of id order fail osmium's area assembler, in the second read: the sources of nodes and
@@ -459,79 +368,6 @@ def test_a_failed_second_read_leaves_the_first_reads_sources(new_database, tmp_p
     assert result.returncode == 1 and "Way IDs out of order" in result.stderr
     assert (parks["loaded"], list(parks["failed"])) == (["unsorted.1-nodes.geojson", "unsorted.2-ways.geojson"],
                                                         ["unsorted.3-areas.geojson"])
-
-def damaged_copy(source: Path, target: Path) -> Path:
-    data = bytearray(source.read_bytes())
-    data[len(data) // 2:len(data) // 2 + 64] = bytes(64)  # inside a block: its headers still say whole
-    target.write_bytes(bytes(data))
-    return target
-
-
-def monaco_alone(new_database, tmp_path: Path) -> str:
-    dsn = new_database("pbf_monaco", initialized=True)
-    assert ingest("osm", str(shutil.copy(DATA / "osm" / "monaco.osm.pbf", tmp_path)), "--dsn", dsn).returncode == 1
-    return dsn
-
-
-@pytest.mark.parametrize("native", ["1", "0"])
-def test_a_rerun_after_a_damaged_extract_loads_each_object_once(new_database, tmp_path: Path, native: str) -> None:
-    """a.osm.pbf loads, its copy b.osm.pbf is damaged; once b is mended the rerun reads a again (its sources are
-    loaded) for the ids it claims, so b's copies are skipped as in one run: the tables of Monaco alone."""
-    one, both = monaco_alone(new_database, tmp_path), new_database("pbf_mended", initialized=True)
-    first = shutil.copy(DATA / "osm" / "monaco.osm.pbf", tmp_path / "a.osm.pbf")
-    second = damaged_copy(DATA / "osm" / "monaco.osm.pbf", tmp_path / "b.osm.pbf")
-    env = {NATIVE_READER_ENV: native}
-    damaged = ingest("osm", str(first), str(second), "--dsn", both, "--json", env=env)
-    report = json.loads(damaged.stdout)
-    assert sorted(name for layer in report["layers"].values() for name in layer["failed"]) == sorted(
-        name.replace("a.", "b.", 1) for layer in report["layers"].values() for name in layer["loaded"])
-    shutil.copy(DATA / "osm" / "monaco.osm.pbf", second)
-    mended = json.loads(ingest("osm", str(first), str(second), "--dsn", both, "--json", env=env).stdout)
-    assert mended["pbf"]["features"] == {} and mended["pbf"]["duplicates"] > 3000  # b's objects are all a's
-    assert all(name.startswith("a.") for layer in mended["layers"].values() for name in layer["unchanged"])
-    for table in TABLES:
-        assert table_rows(one, f"public.{table}") == table_rows(both, f"public.{table}"), table
-
-
-@pytest.mark.parametrize("native", ["1", "0"])
-def test_an_extract_after_a_damaged_one_waits_for_it(new_database, tmp_path: Path, native: str) -> None:
-    """Which objects b shares with a damaged a (and so which b's load would skip) is known only once a can be
-    read: b fails too, saying why, and nothing is loaded; a rerun without a loads all of b; a rerun with a
-    mended loads a and b again (b's sources follow a's), each object once."""
-    one, dsn = monaco_alone(new_database, tmp_path), new_database("pbf_waits", initialized=True)
-    first = damaged_copy(DATA / "osm" / "monaco.osm.pbf", tmp_path / "a.osm.pbf")
-    second = shutil.copy(DATA / "osm" / "monaco.osm.pbf", tmp_path / "b.osm.pbf")
-    result = ingest("osm", str(first), str(second), "--dsn", dsn, "--json", env={NATIVE_READER_ENV: native})
-    assert result.returncode == 1 and "Traceback" not in result.stderr
-    # one line on stderr for the damaged extract, however many of its sources fail
-    assert result.stderr.count(f"error: {first}: cannot be read to its end") == 1
-    failed = {name: error for layer in json.loads(result.stdout)["layers"].values()
-              for name, error in layer["failed"].items()}
-    waiting = f"{second}: not read: a.osm.pbf, before it in source order, could not be read to its end"
-    assert {name for name in failed if name.startswith("b.")} == {name.replace("a.", "b.", 1) for name in failed
-                                                                   if name.startswith("a.")}
-    assert all(error.startswith(waiting) for name, error in failed.items() if name.startswith("b."))
-    with psycopg.connect(dsn) as conn:
-        assert conn.execute("SELECT count(*) FROM gsqa.load_log").fetchone()[0] == 0
-    assert ingest("osm", str(second), "--dsn", dsn).returncode == 1  # Monaco's cut relations
-    for table in TABLES:
-        assert table_rows(one, f"public.{table}") == table_rows(dsn, f"public.{table}"), table
-    shutil.copy(DATA / "osm" / "monaco.osm.pbf", first)
-    mended = ingest("osm", str(first), str(second), "--dsn", dsn, "--json", env={NATIVE_READER_ENV: native})
-    assert all(not layer["unchanged"] for layer in json.loads(mended.stdout)["layers"].values())
-    with psycopg.connect(dsn) as conn:  # a's objects now, b's copies skipped
-        assert conn.execute("SELECT count(*), count(DISTINCT osm_id) FROM pois").fetchone() == (169, 169)
-
-
-def test_an_export_with_a_damaged_extract_writes_the_others_and_exits_1(tmp_path: Path) -> None:
-    good = shutil.copy(DATA / "osm" / "manhattan-midtown.osm.pbf", tmp_path)
-    damaged = damaged_copy(DATA / "osm" / "monaco.osm.pbf", tmp_path / "monaco.osm.pbf")
-    result = ingest("osm", str(good), str(damaged), "--export-geojson", str(tmp_path / "layers"), "--json")
-    assert result.returncode == 1 and "Traceback" not in result.stderr
-    failed = json.loads(result.stdout)["pbf"]["failed"]
-    assert len(failed) == 1 and failed[0].startswith(f"{damaged}: cannot be read to its end")
-    written = sorted(path.name for path in (tmp_path / "layers").rglob("*") if path.is_file())
-    assert written and all(name.startswith("manhattan-midtown.") for name in written)
 
 
 def test_node_locations_on_disk_for_large_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
