@@ -23,8 +23,7 @@ class LayerReport:
     skipped: list[dict] = field(default_factory=list)
     skipped_count: int = 0
     ready_seconds: float | None = None  # building the index and analyzing, when this run did
-    # Errors already on stderr, shared by the load's layers: the sources of one unreadable extract fail alike.
-    errors_said: set[str] = field(default_factory=set, repr=False, compare=False)
+    errors_said: set[str] = field(default_factory=set, repr=False, compare=False)  # the load's (OsmLoadReport)
 
     def add_skipped(self, count: int, listed: list[dict]) -> None:
         self.skipped_count += count
@@ -44,10 +43,11 @@ class OsmLoadReport:
     layers: dict[str, LayerReport] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # Errors already on stderr, one set for all layers: the sources of one unreadable extract fail alike.
+    errors_said: set[str] = field(default_factory=set, repr=False, compare=False)
 
     def add_layer(self, name: str, table: str, files: int) -> LayerReport:
-        said = next(iter(self.layers.values())).errors_said if self.layers else set()
-        self.layers[name] = LayerReport(table=table, files=files, errors_said=said)
+        self.layers[name] = LayerReport(table=table, files=files, errors_said=self.errors_said)
         return self.layers[name]
 
     @property

@@ -17,7 +17,7 @@ from typing import Any
 
 from ingest.osm.batches import Batch
 from ingest.osm.native import fallback_note, layer_spec, limits, native_module
-from ingest.osm.pbf.plans import ReadPlan, after_unreadable, drop_index, fail_sources
+from ingest.osm.pbf.plans import ReadPlan, drop_index, fail_sources, read_extracts
 from ingest.osm.pbf.sources import KINDS, LISTED_BROKEN, PbfReport, source_name, unreadable
 from ingest.osm.rules import (
     AREA_RELATION_TYPES,
@@ -48,28 +48,19 @@ def read_natively(plan: ReadPlan, send: Callable[[str, str, tuple], None]) -> Pb
     """A direct load: every extract of the plan read by the native reader, which gives the same sources, rows
     and report as the pyosmium reader (pyosmium.run_reader with copy_rows). Each source's batches go to
     `send`, then its end; an extract that cannot be read to its end fails its open sources, and those of
-    every later extract (plans.after_unreadable)."""
+    every later extract (plans.read_extracts)."""
     native = native_reader()
-    report = PbfReport(sources=[str(path) for path, _ in plan.extracts], location_index=plan.index)
     seen = native.Seen() if plan.several else None
-    unreadable_extract = None
-    for path, layers in plan.extracts:
-        if unreadable_extract is not None:
-            fail_sources(send, layers, after_unreadable(path, unreadable_extract))
-            continue
-        part = _read_extract(native, path, layers, plan, seen, send)
-        if part is None:
-            unreadable_extract = path
-        else:
-            report.merge_sent(part, layers)
-    drop_index(plan.index)
+    report, _ = read_extracts(plan, lambda path, layers: _read_extract(native, path, layers, plan, seen, send),
+                              lambda layers, why: fail_sources(send, layers, why))
     return report
 
 
 def _read_extract(native: Any, path: Path, layers: dict[str, set[str]], plan: ReadPlan, seen: Any,
-                  send: Callable[[str, str, tuple], None]) -> PbfReport | None:
-    """The extract read for plan.reads (the objects it claims), the sources of `layers` sent; None when it
-    cannot be read to its end (a damaged block: its open sources fail, those it ended stand)."""
+                  send: Callable[[str, str, tuple], None]) -> PbfReport:
+    """The extract read for plan.reads (the objects it claims), the sources of `layers` sent. RuntimeError
+    when it cannot be read to its end (a damaged block), once its open sources have failed: those it ended
+    stand."""
     open_sources = {(kind, layer) for kind in KINDS for layer in layers.get(kind, ())}
 
     def emit(kind: str, layer: str, data: bytes, rows: int, features: int, skipped: list, skipped_count: int,
@@ -88,7 +79,7 @@ def _read_extract(native: Any, path: Path, layers: dict[str, set[str]], plan: Re
     except RuntimeError as error:
         for kind, layer in sorted(open_sources):
             send(kind, layer, ("failed", unreadable(path, error)))
-        return None
+        raise
 
 
 def native_layer_rules(folder: str, path: Path) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """Which reader process reads what: the two readers' share of the kinds and layers (READERS, or READERS_ON_DISK
-for large inputs), and each one's ReadPlan, with where it keeps its node locations."""
+for large inputs), and each one's ReadPlan, with where it keeps its node locations; and the order both readers
+read a plan's extracts in (read_extracts)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingest.osm.pbf.sources import source_name
+from ingest.osm.pbf.sources import PbfReport, source_name, unreadable
 from ingest.osm.rules import KIND_LAYERS
 
 # Input bytes above which node locations go to one file, not RAM. Below it two readers keep an index each:
@@ -82,7 +83,7 @@ def reader_plans(paths: list[Path], wanted: dict[str, set[str]], work: Path,
     only the sources wanted from it: it claims what a run of all layers claims (the first extract's version
     of a shared object decides, whatever its layer), so a rerun, or a load of some layers then the rest,
     gives one whole run's tables even where extracts of different dates disagree on a shared object."""
-    plans = []
+    plans, several = [], len(paths) > 1
     for reader, produced in (READERS_ON_DISK if locations_on_disk(paths) else READERS).items():
         sent = [(path, {kind: {layer for layer in kind_layers if source_name(path, kind) in wanted.get(layer, ())}
                         for kind, kind_layers in produced.items()}) for path in extract_order(paths)]
@@ -91,10 +92,10 @@ def reader_plans(paths: list[Path], wanted: dict[str, set[str]], work: Path,
             continue
         extracts = sent[:last + 1]
         reads = {kind: set().union(*(layers[kind] for _, layers in extracts)) for kind in produced}
-        if len(paths) > 1:  # a kind read at all is read for all its layers: its claims are a whole run's
+        if several:  # a kind read at all is read for all its layers: its claims are a whole run's
             reads = {kind: set(produced[kind]) if layers else set() for kind, layers in reads.items()}
         index = location_index(paths, work, reader) if {"ways", "areas"} & set(produced) else ""
-        plans.append(ReadPlan(reader, produced, extracts, reads, index, bbox, len(paths) > 1))
+        plans.append(ReadPlan(reader, produced, extracts, reads, index, bbox, several))
     return plans
 
 
@@ -102,6 +103,29 @@ def file_reads(layers: dict[str, set[str]]) -> int:
     """Times a reader reads an extract (`layers`: kind -> the layers it reads it for): once, twice when it
     assembles relation areas (the second read feeds the area assembler the relations' member ways)."""
     return 2 if layers.get("areas") else 1
+
+
+def read_extracts(plan: ReadPlan, read_one: Callable[[Path, dict[str, set[str]]], PbfReport],
+                  fail: Callable[[dict[str, set[str]], str], None]) -> tuple[PbfReport, list[str]]:
+    """Both readers' walk through a plan: `read_one(path, layers)` reads an extract (`layers`: kind -> the
+    layers whose sources it sends) and gives its report, or raises RuntimeError when the extract cannot be read
+    to its end, having failed the sources it had open. The extracts after that one are not read: `fail(layers,
+    why)` fails their sources (after_unreadable). The report, and every extract's failure."""
+    report = PbfReport(sources=[str(path) for path, _ in plan.extracts], location_index=plan.index)
+    failures: list[str] = []
+    unreadable_extract = None
+    for path, layers in plan.extracts:
+        if unreadable_extract is not None:
+            failures.append(after_unreadable(path, unreadable_extract))
+            fail(layers, failures[-1])
+            continue
+        try:
+            report.merge_sent(read_one(path, layers), layers)
+        except RuntimeError as error:
+            failures.append(unreadable(path, error))
+            unreadable_extract = path
+    drop_index(plan.index)
+    return report, failures
 
 
 def fail_sources(send: Callable[[str, str, tuple], None], layers: dict[str, set[str]], message: str) -> None:

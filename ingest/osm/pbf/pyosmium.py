@@ -30,7 +30,7 @@ from osmium.filter import EntityFilter, IdFilter, KeyFilter
 
 from ingest.osm.batches import Batcher
 from ingest.osm.features import envelope_overlaps, row_packer
-from ingest.osm.pbf.plans import ReadPlan, after_unreadable, drop_index
+from ingest.osm.pbf.plans import ReadPlan, drop_index, read_extracts
 from ingest.osm.pbf.sources import KINDS, PbfReport, source_name, unreadable
 from ingest.osm.rules import (
     AREA_KEYS,
@@ -199,18 +199,16 @@ Feature = tuple[str, str, int, dict[str, str], Any]  # kind, layer, OSM id, tags
 FIRST_READ_OVER: Feature = ("areas", "", 0, {}, None)
 
 
-def read_features(path: Path, layers: dict[str, set[str]], index: str, geometries: Geometries, seen: _Seen,
-                  report: PbfReport, bbox: tuple[float, float, float, float] | None,
-                  sent: dict[str, set[str]] | None = None) -> Iterator[Feature]:
+def read_features(path: Path, layers: dict[str, set[str]], sent: dict[str, set[str]], index: str,
+                  geometries: Geometries, seen: _Seen, report: PbfReport,
+                  bbox: tuple[float, float, float, float] | None) -> Iterator[Feature]:
     """The features one reader takes from one extract (`layers`: kind -> layers read, for the objects it
-    claims; `sent`: those whose features are wanted, all of them if None), in the order osmium hands them
-    over: nodes, ways, then relation areas. RuntimeError when osmium cannot read the extract to its end.
-    (The loop runs once per object of a US extract that passes the C++ filter: no call or wrapper it can do
-    without.)"""
+    claims; `sent`: those whose features are wanted), in the order osmium hands them over: nodes, ways, then
+    relation areas. RuntimeError when osmium cannot read the extract to its end. (The loop runs once per
+    object of a US extract that passes the C++ filter: no call or wrapper it can do without.)"""
     kind_of_class = {osmium.osm.Node: "nodes", osmium.osm.Way: "ways", osmium.osm.Area: "areas"}
     first_time = seen.first_time if seen.sets else None
     whole = {kind: set(KIND_LAYERS[kind]) <= layers.get(kind, set()) for kind in KINDS}
-    sent = layers if sent is None else sent
     all_sent = {kind: layers.get(kind, set()) <= sent.get(kind, set()) for kind in KINDS}
     features = Counter()
     for obj in _objects(layers, path, index, report, sent.get("areas", set())):
@@ -276,32 +274,20 @@ def _reason(obj: Any, error: Exception) -> str:
 
 
 def run_reader(plan: ReadPlan, deliver: Callable[[Path, dict[str, set[str]], Iterator[Feature]], None],
-               geojson: bool, fail: Callable[[dict[str, set[str]], str], None] = lambda layers, message: None,
+               geojson: bool, fail: Callable[[dict[str, set[str]], str], None] = lambda layers, why: None,
                ) -> tuple[PbfReport, list[str]]:
     """Read every extract of the plan with pyosmium (for plan.reads); `deliver` consumes each extract's
     features of the layers wanted from it (GeoJSON text geometries or WKB) and, when osmium cannot read the
     extract to its end (a damaged block), ends what it started and raises: the extract is listed, and every
-    later one too, unread (plans.after_unreadable; `fail` gets their layers and why)."""
-    report = PbfReport(sources=[str(path) for path, _ in plan.extracts], location_index=plan.index)
+    later one too, unread (plans.read_extracts; `fail` gets their layers and why)."""
     geometries, seen = Geometries(geojson), _Seen(2 if plan.several else 1)
-    failures: list[str] = []
-    unreadable_extract = None
-    for path, layers in plan.extracts:
-        if unreadable_extract is not None:
-            failures.append(after_unreadable(path, unreadable_extract))
-            fail(layers, failures[-1])
-            continue
+
+    def read_one(path: Path, layers: dict[str, set[str]]) -> PbfReport:
         part = PbfReport(sources=[])
-        try:
-            deliver(path, layers, read_features(path, plan.reads, plan.index, geometries, seen, part, plan.bbox,
-                                                sent=layers))
-        except RuntimeError as error:
-            failures.append(unreadable(path, error))
-            unreadable_extract = path
-        else:
-            report.merge_sent(part, layers)
-    drop_index(plan.index)
-    return report, failures
+        deliver(path, layers, read_features(path, plan.reads, layers, plan.index, geometries, seen, part, plan.bbox))
+        return part
+
+    return read_extracts(plan, read_one, fail)
 
 
 def copy_rows(path: Path, layers: dict[str, set[str]], features: Iterator[Feature],
