@@ -1,7 +1,7 @@
 """The whole build at a fraction of the real size, `ingest all --offline` against the anchors' pipeline, then
 `reproduce verify --config all` on what it built; and the projection to the full size from two scales.
 
-    .venv/bin/python bench/full_build.py [--scale 0.1] [--project 0.05,0.1] [--dsn SERVER_DSN]
+    .venv/bin/python bench/full_build.py [--scale 0.1] [--project 0.05,0.1] [--dsn SERVER_DSN | --make-db-server]
                                          [--sides anchors,ingest] [--data-dir DIR] [--keep] [--json]
 
 Sources (written once per scale under --data-dir/source-<scale>, in the published layout of ingest/fetch.py):
@@ -17,8 +17,10 @@ Sources (written once per scale under --data-dir/source-<scale>, in the publishe
         bytes) and its share of the bytes, so a feature's geometry has the real layer's mean size (the
         generator's vertex counts are scaled to it); the generator's tags (2-12 per feature besides the
         layer's own, addresses on 30 %)
-Then, in fresh databases of the server --dsn names (each side after a CHECKPOINT; the sources read into the
-page cache first where they fit in half the memory, so neither side pays the first read):
+Then, in fresh databases of the server --dsn names, or with --make-db-server of a throwaway cluster of this
+machine's PostgreSQL set up as `make db`'s server while it loads (testkit/make_db_server.py: minimal WAL, fsync
+off, ...; what the README's full `make db` runs on), each side after a CHECKPOINT and with the sources read into
+the page cache first where they fit in half the memory, so neither side pays the first read:
   ingest   `ingest all SOURCE --offline`, stages as it announces them: init, fetch (skipped), dem, osm (with
            each table's GiST index and ANALYZE), finalize, check
   anchors  dem: raster2pgsql -s 4326 -C -I -M -F -t 256x256 <tiles> public.dem_us | psql (the reference's
@@ -45,6 +47,7 @@ anchors take about 10 times as long: their ratio changes only when either side d
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -68,6 +71,7 @@ from bench.terrain import TERRAINS, add_steps, mix, sample_cells, step_summary, 
 from gsqa_core.dem_grid import ASTER_SIZE, SRID, TILE
 from ingest.dem.synthetic import aster_name, spectral_terrain, write_aster_tile
 from reproduce.results import Result
+from testkit.make_db_server import make_db_server
 from testkit.osmx_synth import LAYER_FOLDERS, LAYER_SHARE, features, write_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -303,6 +307,8 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=0.1)
     parser.add_argument("--project", metavar="S1,S2", help="run two scales and project every stage to 1.0")
     parser.add_argument("--dsn", default=os.environ.get("DATABASE_URL", ""), help="the server (any database)")
+    parser.add_argument("--make-db-server", action="store_true",
+                        help="a throwaway cluster set up as make db's server while it loads, instead of --dsn's")
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/gsqa-bench-full"))
     parser.add_argument("--benchmark-data", type=Path, default=ROOT / "tests" / "data" / "benchmark")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes writing the sources")
@@ -318,12 +324,17 @@ def main() -> None:
     scales = sorted(float(value) for value in args.project.split(",")) if args.project else [args.scale]
     if len(scales) not in (1, 2) or any(not 0 < scale <= 1 for scale in scales):
         parser.error("--scale and --project take scales in (0, 1], --project exactly two")
-    results = {"scales": [one_scale(args, scale, args.verify and scale == scales[-1]) for scale in scales]}
+    with contextlib.ExitStack() as stack:
+        if args.make_db_server:
+            args.dsn = stack.enter_context(make_db_server()).dsn("postgres")
+        results = {"server": "make db's" if args.make_db_server else "--dsn's",
+                   "scales": [one_scale(args, scale, args.verify and scale == scales[-1]) for scale in scales]}
     if len(scales) == 2:
         results["projection"] = project(*results["scales"])
     if args.json:
         print(json.dumps(results, indent=1))
         return
+    print(f"server: {results['server']}")
     for result in results["scales"]:
         print_scale(result)
     if "projection" in results:

@@ -4,8 +4,9 @@ five layers) on the same extracts, server and settings, in one run.
     .venv/bin/python bench/osm_pbf.py [--runs 3] [--city-side 830] [--town-side 600] [--dsn DSN] [--work DIR]
                                       [--json]
 
-Inputs: the real extracts in tests/data/osm (Monaco, Midtown Manhattan) and two synthetic ones written with
-pyosmium (write_city): a dense city (--city-side 830: about 1.0 M objects, a third of them features of the
+Inputs: a few nodes (write_city with a side of 3: 9 nodes, 2 of them POIs, 6 streets and an untagged block),
+where start-up decides; the real extracts in tests/data/osm (Monaco, Midtown Manhattan); and two synthetic ones written
+with pyosmium (write_city): a dense city (--city-side 830: about 1.0 M objects, a third of them features of the
 five layers) and a town with buildings (--town-side 600: about 11 M objects, 2% features, as in real data).
 Two comparisons, each round into fresh databases:
   load:  osm2pgsql -O flex -S bench/osm2pgsql_flex.lua --number-processes 2 FILE, tables neither clustered
@@ -16,7 +17,8 @@ Two comparisons, each round into fresh databases:
 and prints, per tool, wall time, client CPU (the process tree), server CPU (all postgres processes), peak
 client memory (RSS of the largest process, PSS of all), the rows per table side by side, and the wall ratio;
 then, per table, the OSM objects (type, id) that only one tool took (our --export-geojson layers, before
-loader 1's pois filter, against osm2pgsql's tables of the last round).
+loader 1's pois filter, against osm2pgsql's tables of the last round). Last, the floor of any loader in Python over
+psycopg, timed the same way in the same run: the interpreter starting, importing psycopg and exiting.
 osm2pgsql stores tags as jsonb and geometry(4326); ingest osm stores one column per tag and geography, with
 loader 1's pois filter: the tables are not the same, the input and the layer rules are.
 """
@@ -214,12 +216,9 @@ def main() -> None:
     # checkout would compile them again at every start, which no installed ingest does.
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "ingest"), str(ROOT / "gsqa_core")],
                    check=True, capture_output=True)
-    inputs = [ROOT / "tests/data/osm/monaco.osm.pbf", ROOT / "tests/data/osm/manhattan-midtown.osm.pbf"]
-    for name, side, buildings in (("city", args.city_side, 0), ("town", args.town_side, 6)):
-        path = args.work / f"{name}-{side}.osm.pbf"
-        if not path.exists():
-            print(f"writing {path} ({write_city(path, side, buildings):,} objects)", file=sys.stderr)
-        inputs.append(path)
+    inputs = [_synthetic(args.work, "few", 3, 0), ROOT / "tests/data/osm/monaco.osm.pbf",
+              ROOT / "tests/data/osm/manhattan-midtown.osm.pbf",
+              _synthetic(args.work, "city", args.city_side, 0), _synthetic(args.work, "town", args.town_side, 6)]
     results: dict = {}
     for source in inputs:
         for mode in ("load", "ready"):
@@ -230,8 +229,21 @@ def main() -> None:
         results[source.name]["ids_only_one_took"] = ids_only_one_took(args.dsn, source, args.work)
         if not args.json:
             print(f"  OSM objects only one tool took, per table: {results[source.name]['ids_only_one_took']}")
+    floor = [timed([sys.executable, "-c", "import psycopg"]) for _ in range(args.runs)]
+    results["python_psycopg_floor"] = floor
+    if not args.json:
+        walls = [run["wall_s"] for run in floor]
+        print(f"\nfloor of a Python loader over psycopg ({sys.executable} -c 'import psycopg'): wall "
+              f"{' / '.join(f'{w:.3f}' for w in walls)} median {statistics.median(walls):.3f}")
     if args.json:
         print(json.dumps(results, indent=1))
+
+
+def _synthetic(work: Path, name: str, side: int, buildings: int) -> Path:
+    path = work / f"{name}-{side}.osm.pbf"
+    if not path.exists():
+        print(f"writing {path} ({write_city(path, side, buildings):,} objects)", file=sys.stderr)
+    return path
 
 
 def print_input(name: str, size: int, rounds: list[dict]) -> None:
