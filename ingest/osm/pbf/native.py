@@ -17,7 +17,7 @@ from typing import Any
 
 from ingest.osm.batches import Batch
 from ingest.osm.native import fallback_note, layer_spec, limits, native_module
-from ingest.osm.pbf.plans import ReadPlan, drop_index, fail_sources, read_extracts
+from ingest.osm.pbf.plans import ReadPlan, fail_sources, read_extracts
 from ingest.osm.pbf.sources import KINDS, LISTED_BROKEN, PbfReport, source_name, unreadable
 from ingest.osm.rules import (
     AREA_RELATION_TYPES,
@@ -72,9 +72,8 @@ def _read_extract(native: Any, path: Path, layers: dict[str, set[str]], plan: Re
 
     specs = [{layer: {**native_layer_rules(layer, path), "sent": layer in layers.get(kind, ())}
               for layer in sorted(plan.reads.get(kind, ()))} for kind in KINDS]
-    index = drop_index(plan.index) or "flex_mem"  # (an on-disk index starts empty for each extract)
     try:
-        return _native_report(native.read_extract(str(path), index, native_classification(),
+        return _native_report(native.read_extract(str(path), plan.index or "flex_mem", native_classification(),
                                                   *specs, plan.bbox, limits(LISTED_BROKEN), seen, emit))
     except RuntimeError as error:
         for kind, layer in sorted(open_sources):

@@ -28,14 +28,13 @@ def location_index(paths: list[Path], work: Path, reader: str) -> str:
     return f"sparse_file_array,{work / f'node-locations-{reader}.bin'}"
 
 
-def drop_index(index: str) -> str:
-    """Removes the file of an on-disk index (`index` as location_index gives it) and returns `index`: each
-    extract starts with an empty one. libosmium's sparse_file_array takes over what its file holds, so a
+def drop_index(index: str) -> None:
+    """Removes the file of an on-disk index (`index` as location_index gives it): each extract starts with an
+    empty one (read_extracts). libosmium's sparse_file_array takes over what its file holds, so a
     file left by the extract before (or by a killed run) would give this extract's ways other nodes'
     locations: an earlier extract's version of a moved node, a node missing from this extract."""
     if index.startswith("sparse_file_array,"):
         Path(index.split(",", 1)[1]).unlink(missing_ok=True)
-    return index
 
 
 # The reader processes: name -> the layers each produces per kind, about equal work on real and on synthetic
@@ -110,7 +109,8 @@ def read_extracts(plan: ReadPlan, read_one: Callable[[Path, dict[str, set[str]]]
     """Both readers' walk through a plan: `read_one(path, layers)` reads an extract (`layers`: kind -> the
     layers whose sources it sends) and gives its report, or raises RuntimeError when the extract cannot be read
     to its end, having failed the sources it had open. The extracts after that one are not read: `fail(layers,
-    why)` fails their sources (after_unreadable). The report, and every extract's failure."""
+    why)` fails their sources (after_unreadable). An on-disk location index starts empty for each extract
+    (drop_index) and is gone at the end. The report, and every extract's failure."""
     report = PbfReport(sources=[str(path) for path, _ in plan.extracts], location_index=plan.index)
     failures: list[str] = []
     unreadable_extract = None
@@ -119,6 +119,7 @@ def read_extracts(plan: ReadPlan, read_one: Callable[[Path, dict[str, set[str]]]
             failures.append(after_unreadable(path, unreadable_extract))
             fail(layers, failures[-1])
             continue
+        drop_index(plan.index)
         try:
             report.merge_sent(read_one(path, layers), layers)
         except RuntimeError as error:

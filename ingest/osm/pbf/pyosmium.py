@@ -30,7 +30,7 @@ from osmium.filter import EntityFilter, IdFilter, KeyFilter
 
 from ingest.osm.batches import Batcher
 from ingest.osm.features import envelope_overlaps, row_packer
-from ingest.osm.pbf.plans import ReadPlan, drop_index, read_extracts
+from ingest.osm.pbf.plans import ReadPlan, read_extracts
 from ingest.osm.pbf.sources import KINDS, PbfReport, source_name, unreadable
 from ingest.osm.rules import (
     AREA_KEYS,
@@ -123,7 +123,7 @@ def _objects(layers: dict[str, set[str]], path: Path, index: str, report: PbfRep
     source = osmium.io.File(str(path), "pbf")  # the format from the content, whatever the name says
     kinds = {kind for kind, wanted in layers.items() if wanted}
     pool, manager, members = osmium.io.ThreadPool(), AreaManager(), _Members(report, sent_areas)
-    index_map = osmium.index.create_map(drop_index(index)) if "ways" in kinds or "areas" in kinds else None
+    index_map = osmium.index.create_map(index) if "ways" in kinds or "areas" in kinds else None
     locations = [osmium.NodeLocationsForWays(index_map)] if index_map is not None else []
     for handler in locations:
         handler.ignore_errors()
