@@ -322,7 +322,7 @@ def main() -> None:
         parser.error("--sides takes anchors, ingest or both, comma-separated")
     args.sides = [side for side in SIDES if side in given]
     scales = sorted(float(value) for value in args.project.split(",")) if args.project else [args.scale]
-    if len(scales) not in (1, 2) or any(not 0 < scale <= 1 for scale in scales):
+    if len(scales) != (2 if args.project else 1) or any(not 0 < scale <= 1 for scale in scales):
         parser.error("--scale and --project take scales in (0, 1], --project exactly two")
     with contextlib.ExitStack() as stack:
         if args.make_db_server:
